@@ -1,0 +1,123 @@
+"""Typed records of one evaluation: the verdict, its evidence and its timings.
+
+Every field is plain data so a result round-trips through JSON (run store, cache, CLI).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Status(str, Enum):
+    """The one verdict of an evaluation. Only `CORRECT` counts as solved."""
+
+    FORMAT_ERROR = "format_error"  # no usable code / no ModelNew / no kernel in the source
+    COMPILE_ERROR = "compile_error"  # import or build of the candidate failed
+    RUNTIME_ERROR = "runtime_error"  # forward raised
+    TIMEOUT = "timeout"  # wall-clock limit hit; worker killed
+    CRASH = "crash"  # worker died (segfault, exit, sticky CUDA error)
+    INCORRECT = "incorrect"  # outputs differ from the reference
+    REJECTED = "rejected"  # an integrity check failed
+    SKIPPED = "skipped"  # cannot be run here (e.g. CUDA candidate without a GPU); reason says why
+    CORRECT = "correct"
+
+
+@dataclass
+class Timing:
+    """Summary of repeated timings of one callable, in milliseconds."""
+
+    median_ms: float
+    iqr_ms: float
+    n: int
+    rel_stderr: float
+    min_ms: float
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Timing":
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)})
+
+
+@dataclass
+class Mismatch:
+    """Where a candidate output first disagreed with the reference."""
+
+    output: int
+    reason: str
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    worst_index: list[int] | None = None
+    mismatch_fraction: float | None = None
+    trial: int | None = None
+    expected: float | None = None
+    got: float | None = None
+
+
+@dataclass
+class KernelShare:
+    """Evidence that the candidate's own kernels ran, and their share of GPU time."""
+
+    own_kernels_launched: list[str] = field(default_factory=list)
+    own_kernels_defined: list[str] = field(default_factory=list)
+    own_time_fraction: float | None = None  # None when not measurable (CPU interpreter)
+    top_kernels: list[tuple[str, float]] = field(default_factory=list)  # (name, ms) by GPU time
+
+
+@dataclass
+class EvalResult:
+    """The full outcome of evaluating one candidate against one problem."""
+
+    status: Status
+    reason: str = ""
+    problem_id: str = ""
+    backend: str = "triton"
+    speedup: float | None = None
+    speedup_compile: float | None = None
+    candidate_timing: Timing | None = None
+    reference_timing: Timing | None = None
+    compile_timing: Timing | None = None
+    timing_meaningful: bool = False
+    mismatch: Mismatch | None = None
+    kernels: KernelShare | None = None
+    sol_fraction: float | None = None
+    flags: list[str] = field(default_factory=list)  # audit notes (implausible speedup, drift, ...)
+    error: str = ""  # trimmed compile log / traceback tail
+    stdout_tail: str = ""
+    trials: int = 0
+    network_isolated: bool | None = None
+    device: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+    eval_seconds: float = 0.0
+    cached: bool = False
+
+    @property
+    def is_correct(self) -> bool:
+        return self.status is Status.CORRECT
+
+    @property
+    def compiled(self) -> bool:
+        """True when the candidate got past import/compilation."""
+        return self.status not in (Status.FORMAT_ERROR, Status.COMPILE_ERROR, Status.SKIPPED)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["status"] = self.status.value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "EvalResult":
+        d = dict(d)
+        d["status"] = Status(d["status"])
+        for key in ("candidate_timing", "reference_timing", "compile_timing"):
+            if d.get(key) is not None:
+                d[key] = Timing.from_dict(d[key])
+        if d.get("mismatch") is not None:
+            d["mismatch"] = Mismatch(**d["mismatch"])
+        if d.get("kernels") is not None:
+            k = dict(d["kernels"])
+            k["top_kernels"] = [tuple(x) for x in k.get("top_kernels", [])]
+            d["kernels"] = KernelShare(**k)
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})

@@ -1,0 +1,43 @@
+"""The `harness` command: dispatches `harness <command> ...` to one module per command.
+
+Each module in `harness.commands` exposes `add_arguments(parser)` and `run(args) -> int`;
+`harness run` is the Hydra app and receives its arguments untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# command name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "eval": ("harness.commands.eval_cmd", "evaluate one candidate against one problem"),
+    "bench": ("harness.commands.bench_cmd", "benchmarks of the harness itself (eval repeatability, throughput)"),
+}
+# commands that take their own argv (Hydra apps)
+PASSTHROUGH: dict[str, tuple[str, str]] = {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `harness` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in PASSTHROUGH:
+        module = importlib.import_module(PASSTHROUGH[argv[0]][0])
+        return int(module.run(argv[1:]) or 0)
+    parser = argparse.ArgumentParser(prog="harness", description="Kernel-generation evaluation harness.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text) in {**COMMANDS, **PASSTHROUGH}.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    if not argv or argv[0] not in COMMANDS:
+        parser.print_help() if not argv else parser.parse_args(argv)
+        return 0 if not argv else 2
+    module = importlib.import_module(COMMANDS[argv[0]][0])
+    cmd_parser = argparse.ArgumentParser(prog=f"harness {argv[0]}", description=COMMANDS[argv[0]][1])
+    module.add_arguments(cmd_parser)
+    args = cmd_parser.parse_args(argv[1:])
+    return int(module.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The `Problem` record and loading of KernelBench-format problem sources.
+
+A problem file defines `class Model(nn.Module)`, `get_inputs()` and `get_init_inputs()`.
+It may also define a literal `META = {...}` dict (tolerances, FLOPs, tags, ...) and a
+`get_extra_inputs()` function returning a list of extra input lists that the evaluator
+checks for correctness but never shows to the agent.
+
+Loading only parses the source (no import): the trusted evaluator parent must be able to
+describe a problem without running it, and a broken file must fail with a clear message.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
+
+
+class ProblemError(ValueError):
+    """A problem source that cannot be used; the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reference problem. `source` is the full Python source of the reference module."""
+
+    id: str
+    name: str
+    source: str
+    level: str = "custom"
+    path: str | None = None
+    dtype: str = "float32"
+    atol: float | None = None
+    rtol: float | None = None
+    flops: float | None = None
+    bytes_moved: float | None = None
+    tags: tuple[str, ...] = ()
+    has_extra_inputs: bool = False
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def source_hash(self) -> str:
+        """Content hash of the reference source, used in cache keys."""
+        return hashlib.sha256(self.source.encode()).hexdigest()
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def _literal_meta(tree: ast.Module, origin: str) -> dict[str, Any]:
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "META" for t in node.targets):
+            try:
+                meta = ast.literal_eval(node.value)
+            except ValueError as exc:
+                raise ProblemError(f"{origin}: META must be a literal dict ({exc})") from None
+            if not isinstance(meta, dict):
+                raise ProblemError(f"{origin}: META must be a dict, got {type(meta).__name__}")
+            return meta
+    return {}
+
+
+def problem_from_source(
+    source: str,
+    *,
+    name: str = "problem",
+    problem_id: str | None = None,
+    level: str = "custom",
+    path: str | None = None,
+) -> Problem:
+    """Parse and validate a KernelBench-format source; raise `ProblemError` naming what is missing."""
+    origin = path or f"<problem {name}>"
+    try:
+        tree = ast.parse(source, filename=origin)
+    except SyntaxError as exc:
+        raise ProblemError(f"{origin}: syntax error at line {exc.lineno}: {exc.msg}") from None
+    names = _top_level_names(tree)
+    missing = [n for n in REQUIRED_NAMES if n not in names]
+    if missing:
+        raise ProblemError(f"{origin}: missing {', '.join(missing)} (a problem defines {', '.join(REQUIRED_NAMES)})")
+    meta = _literal_meta(tree, origin)
+    tol = meta.get("tolerance")
+    atol = meta.get("atol", tol)
+    rtol = meta.get("rtol", tol)
+    return Problem(
+        id=str(meta.get("id", problem_id or name)),
+        name=str(meta.get("name", name)),
+        source=source,
+        level=str(meta.get("level", level)),
+        path=path,
+        dtype=str(meta.get("dtype", "float32")),
+        atol=None if atol is None else float(atol),
+        rtol=None if rtol is None else float(rtol),
+        flops=None if meta.get("flops") is None else float(meta["flops"]),
+        bytes_moved=None if meta.get("bytes") is None else float(meta["bytes"]),
+        tags=tuple(meta.get("tags", ())),
+        has_extra_inputs="get_extra_inputs" in names,
+        meta=meta,
+    )
+
+
+def load_problem_file(path: str | Path, *, problem_id: str | None = None, level: str = "custom") -> Problem:
+    """Load one problem file by path (KernelBench `N_Name.py` files keep their stem as name)."""
+    p = Path(path)
+    try:
+        source = p.read_text()
+    except OSError as exc:
+        raise ProblemError(f"{p}: cannot read problem file ({exc.strerror})") from None
+    return problem_from_source(source, name=p.stem, problem_id=problem_id or p.stem, level=level, path=str(p))
