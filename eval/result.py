@@ -87,6 +87,7 @@ class EvalResult:
     stdout_tail: str = ""
     trials: int = 0
     network_isolated: bool | None = None
+    unprivileged: bool | None = None  # worker ran as an unprivileged user (only possible when the harness is root)
     device: str = ""
     versions: dict[str, str] = field(default_factory=dict)
     eval_seconds: float = 0.0

@@ -1,0 +1,50 @@
+"""A concise text rendering of an `EvalResult`, written for the agent's next turn."""
+
+from __future__ import annotations
+
+from eval.result import EvalResult, Status
+
+_LOG_LINES = 30
+
+
+def _tail_lines(text: str, n: int = _LOG_LINES) -> str:
+    lines = text.strip().splitlines()
+    return "\n".join(lines[-n:]) if len(lines) > n else "\n".join(lines)
+
+
+def render_feedback(result: EvalResult) -> str:
+    """What happened, why, and the numbers that help the next attempt."""
+    lines = [f"Status: {result.status.value}", f"Reason: {result.reason}"]
+    if result.status in (Status.COMPILE_ERROR, Status.RUNTIME_ERROR, Status.CRASH, Status.TIMEOUT) and result.error:
+        label = "Compiler/import log (tail)" if result.status is Status.COMPILE_ERROR else "Traceback / output (tail)"
+        lines += [f"{label}:", "```", _tail_lines(result.error), "```"]
+    m = result.mismatch
+    if m is not None:
+        detail = [f"output {m.output}: {m.reason}"]
+        if m.max_abs_err is not None:
+            detail.append(f"max abs err {m.max_abs_err:.3g}, max rel err {m.max_rel_err:.3g}")
+        if m.worst_index is not None and m.expected is not None:
+            detail.append(f"worst at index {m.worst_index}: expected {m.expected:.6g}, got {m.got:.6g}")
+        if m.mismatch_fraction is not None:
+            detail.append(f"{m.mismatch_fraction:.2%} of elements mismatched")
+        lines.append("Mismatch: " + "; ".join(detail))
+    if result.candidate_timing and result.reference_timing:
+        c, r = result.candidate_timing, result.reference_timing
+        lines.append(f"Timing: candidate {c.median_ms * 1000:.1f} us (IQR {c.iqr_ms * 1000:.1f}, n={c.n}), "
+                     f"PyTorch eager {r.median_ms * 1000:.1f} us -> speedup {result.speedup:.2f}x")
+        if result.speedup_compile is not None:
+            lines.append(f"Speedup over torch.compile: {result.speedup_compile:.2f}x")
+    elif result.status is Status.CORRECT:
+        lines.append("Timing: not measured (no GPU; the Triton interpreter ran the kernels)")
+    k = result.kernels
+    if k is not None:
+        share = f", {k.own_time_fraction:.0%} of GPU time" if k.own_time_fraction is not None else ""
+        lines.append(f"Own kernels launched: {', '.join(k.own_kernels_launched) or 'none'}{share}")
+        if k.top_kernels:
+            top = "; ".join(f"{name[:60]} {ms * 1000:.1f} us" for name, ms in k.top_kernels[:5])
+            lines.append(f"Top kernels by GPU time: {top}")
+    if result.sol_fraction is not None:
+        lines.append(f"Speed-of-light fraction: {result.sol_fraction:.0%}")
+    for flag in result.flags:
+        lines.append(f"Note: {flag}")
+    return "\n".join(lines)

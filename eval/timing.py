@@ -1,0 +1,134 @@
+"""GPU timing under identical conditions for reference and candidate.
+
+Method (see DESIGN.md): interleave the two callables (ABBA order to cancel drift), refill the
+inputs from a rotating pool and flush the L2 cache (a write of 2x its size) before every
+repetition, bracket each call with CUDA events on the current stream with no host
+synchronisation inside the interval, and repeat until the relative standard error of both
+medians is under the target or the time budget is spent.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+_SYNC_BATCH = 10  # repetitions between host synchronisations (outside every interval)
+
+
+@dataclass
+class TimedSide:
+    """One side of an interleaved timing: `prepare(k)` loads pool set k, `call()` runs it."""
+
+    prepare: Callable[[int], None]
+    call: Callable[[], Any]
+    after: Callable[[int, Any], None] | None = None  # inspect the output of a timed call (outside the interval)
+
+
+def summarize(samples_ms: list[float]) -> dict[str, float]:
+    """Median, IQR, n, relative standard error of the median, min."""
+    n = len(samples_ms)
+    median = statistics.median(samples_ms)
+    if n >= 4:
+        q = statistics.quantiles(samples_ms, n=4)
+        iqr = q[2] - q[0]
+    else:
+        iqr = max(samples_ms) - min(samples_ms)
+    # standard error of the median from a robust sigma (IQR / 1.349), normal approximation
+    rse = (1.2533 * (iqr / 1.349) / math.sqrt(n)) / median if n > 1 and median > 0 else float("inf")
+    return {"median_ms": median, "iqr_ms": iqr, "n": n, "rel_stderr": rse, "min_ms": min(samples_ms)}
+
+
+class L2Flusher:
+    """Evicts the L2 cache by writing a buffer of at least twice its size."""
+
+    def __init__(self, device: torch.device):
+        l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or (64 << 20))
+        self.nbytes = max(2 * l2, 8 << 20)
+        self._buf = torch.empty(self.nbytes // 4, dtype=torch.int32, device=device)
+
+    def __call__(self) -> None:
+        self._buf.zero_()
+
+
+def interleaved(
+    sides: dict[str, TimedSide],
+    *,
+    pool_size: int,
+    min_reps: int,
+    max_reps: int,
+    target_rel_stderr: float,
+    budget_s: float,
+    warmup_ms: float,
+    flush: Callable[[], None],
+) -> dict[str, list[float]]:
+    """Time each side per repetition, interleaved; return the samples (ms) per side."""
+    names = list(sides)
+    _warm_up(sides, pool_size, warmup_ms, flush)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    start_wall = time.perf_counter()
+    rep = 0
+    while rep < max_reps:
+        pending: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
+        for _ in range(_SYNC_BATCH):
+            order = names if rep % 2 == 0 else names[::-1]
+            k = rep % pool_size
+            for name in order:
+                side = sides[name]
+                side.prepare(k)
+                flush()
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                out = side.call()
+                end.record()
+                pending.append((name, start, end))
+                if side.after is not None:
+                    side.after(k, out)
+                del out
+            rep += 1
+        torch.cuda.synchronize()
+        for name, start, end in pending:
+            samples[name].append(start.elapsed_time(end))
+        if rep >= min_reps:
+            done = all(summarize(samples[n])["rel_stderr"] < target_rel_stderr for n in names)
+            if done or time.perf_counter() - start_wall > budget_s:
+                break
+    return samples
+
+
+def _warm_up(sides: dict[str, TimedSide], pool_size: int, warmup_ms: float, flush: Callable[[], None]) -> None:
+    deadline = time.perf_counter() + warmup_ms / 1000.0
+    calls = 0
+    while calls < 3 or time.perf_counter() < deadline:
+        for side in sides.values():
+            side.prepare(calls % pool_size)
+            flush()
+            side.call()
+        torch.cuda.synchronize()
+        calls += 1
+        if calls >= 1000:
+            break
+
+
+def back_to_back_excess(call: Callable[[], Any], reps: int) -> dict[str, float]:
+    """Wall time of `reps` back-to-back calls ending in one sync, against the sum of their events.
+
+    Work the call hides from the current stream (side streams, threads) finishes only by the
+    final synchronisation, so it shows as wall time no event accounts for.
+    """
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    t0 = time.perf_counter()
+    for start, end in events:
+        start.record()
+        call()
+        end.record()
+    torch.cuda.synchronize()
+    wall_ms = (time.perf_counter() - t0) * 1000.0
+    event_ms = sum(s.elapsed_time(e) for s, e in events)
+    return {"wall_ms": wall_ms, "event_ms": event_ms, "excess_ms_per_call": (wall_ms - event_ms) / reps}
