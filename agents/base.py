@@ -1,0 +1,139 @@
+"""The agent interface: a conversation goes in, one response (text, usage, cost, latency) comes out.
+
+Every agent kind (OpenAI, Anthropic, shell command, replay, reference) implements `Agent`, so the
+run loop never knows which provider it talks to. Errors are sorted into three kinds the loop acts
+on: `AuthError` stops the run, `RetryableError` is retried centrally (see `agents.retry`) and then
+recorded, any other `AgentError` is recorded for that attempt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, Protocol, runtime_checkable
+
+Role = Literal["system", "user", "assistant"]
+ROLES: tuple[str, ...] = ("system", "user", "assistant")
+
+
+class AgentError(RuntimeError):
+    """An agent could not produce a reply; the message says why (never contains an API key)."""
+
+
+class ConfigError(AgentError):
+    """Bad agent configuration (unknown kind or key, missing API key); raised before any request."""
+
+
+class AuthError(AgentError):
+    """The provider refused the credentials (HTTP 401/403): retrying cannot help, stop the run."""
+
+
+class RetryableError(AgentError):
+    """A transient failure (HTTP 408/429/5xx, timeout, connection error, malformed body).
+
+    `retry_after` is the wait in seconds the provider asked for, if it said; `attempts` is set
+    once the central retry loop gives up.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None, attempts: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.attempts = attempts
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of a conversation."""
+
+    role: Role
+    content: str
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"message role must be one of {', '.join(ROLES)}, got {self.role!r}")
+        if not isinstance(self.content, str):
+            raise TypeError(f"message content must be str, got {type(self.content).__name__}")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts of one request. `input_tokens` includes `cached_tokens` (the cached part)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """USD per million tokens; `cached_input` defaults to the input price when not given."""
+
+    input: float
+    output: float
+    cached_input: float | None = None
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any] | None) -> "Pricing | None":
+        """`{input, output, cached_input}` -> Pricing; None or {} -> None (cost unknown)."""
+        if not cfg:
+            return None
+        valid = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(cfg) - valid)
+        if unknown:
+            raise ConfigError(f"unknown pricing key(s) {', '.join(unknown)}; valid: {', '.join(sorted(valid))}")
+        missing = [k for k in ("input", "output") if cfg.get(k) is None]
+        if missing:
+            raise ConfigError(f"pricing needs {' and '.join(missing)} (USD per million tokens)")
+        values = {k: None if v is None else float(v) for k, v in cfg.items()}
+        if any(v is not None and v < 0 for v in values.values()):
+            raise ConfigError(f"prices must be >= 0, got {dict(cfg)}")
+        return cls(**values)
+
+    def cost(self, usage: Usage) -> float:
+        """Cost in USD of one request with this usage."""
+        cached_price = self.input if self.cached_input is None else self.cached_input
+        uncached = max(usage.input_tokens - usage.cached_tokens, 0)
+        return (uncached * self.input + usage.cached_tokens * cached_price + usage.output_tokens * self.output) / 1e6
+
+
+@dataclass(frozen=True)
+class AgentResponse:
+    """What one call to an agent produced.
+
+    cost_usd is None when no prices are configured (unknown, not free); finish_reason is the
+    provider's stop reason ("stop", "length", "end_turn", "max_tokens", ...) when it gives one;
+    attempts counts the requests made, retries included.
+    """
+
+    text: str
+    usage: Usage
+    cost_usd: float | None
+    latency_s: float
+    model: str
+    raw_id: str | None = None
+    finish_reason: str | None = None
+    attempts: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data for the run store."""
+        return dataclasses.asdict(self)
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """Anything that answers a conversation. Implementations must be safe to call from threads."""
+
+    name: str
+
+    def respond(self, messages: list[Message], *, problem_id: str, sample: int, turn: int) -> AgentResponse:
+        """Reply to `messages` (system first, then alternating user/assistant, ending with user)."""
+        ...
+
+
+def priced(usage: Usage, pricing: Pricing | None) -> float | None:
+    """The cost of `usage`, or None when prices are unknown."""
+    return None if pricing is None else pricing.cost(usage)
