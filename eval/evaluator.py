@@ -56,7 +56,11 @@ class _Verdict(Exception):
 
 
 def _trim(text: str, n: int = _ERROR_CHARS) -> str:
-    return text if len(text) <= n else "..." + text[-n:]
+    """Keep the start (what failed first) and the end (the final error) of a long log."""
+    if len(text) <= n:
+        return text
+    head = n // 3
+    return f"{text[:head]}\n... [{len(text) - n} characters trimmed] ...\n{text[-(n - head):]}"
 
 
 def _versions() -> dict[str, str]:

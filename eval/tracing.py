@@ -36,10 +36,11 @@ class TritonLaunchTracer:
         tracer = self
 
         def traced_run(self_fn: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(self_fn, *args, **kwargs)  # a launch that raises (bad arguments) does not count
             if not kwargs.get("warmup", False):
                 fn = getattr(self_fn, "fn", None)
                 tracer.launches[(getattr(fn, "__module__", "?"), getattr(fn, "__name__", "?"))] += 1
-            return original(self_fn, *args, **kwargs)
+            return result
 
         launcher_cls.run = traced_run
         self._installed.append((launcher_cls, original))

@@ -1,0 +1,52 @@
+"""`harness eval --problem PATH --candidate PATH [--backend triton|cuda] [--json]`.
+
+Exits 0 whatever the verdict; non-zero only when the harness itself could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from eval import EvalConfig, Evaluator
+from eval.feedback import render_feedback
+from problems.problem import ProblemError, load_problem_file
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--problem", required=True, help="KernelBench-format problem file")
+    parser.add_argument("--candidate", required=True, help="candidate source file defining ModelNew")
+    parser.add_argument("--backend", choices=("triton", "cuda"), default="triton")
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    parser.add_argument("--trials", type=int, default=EvalConfig.trials)
+    parser.add_argument("--own-kernel-policy", choices=("reject", "report"), default="reject")
+    parser.add_argument("--compile-baseline", action="store_true", help="also time torch.compile of the reference")
+    parser.add_argument("--no-cache", action="store_true", help="do not read or write the result cache")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        problem = load_problem_file(args.problem)
+        source = Path(args.candidate).read_text()
+    except (ProblemError, OSError) as exc:
+        print(f"harness eval: {exc}", file=sys.stderr)
+        return 2
+    config = EvalConfig(device=args.device, trials=args.trials, own_kernel_policy=args.own_kernel_policy,
+                        compile_baseline=args.compile_baseline, cache_dir=None if args.no_cache else EvalConfig.cache_dir)
+    try:
+        with Evaluator(config) as evaluator:
+            result = evaluator.evaluate(problem, source, backend=args.backend)
+    except (ProblemError, RuntimeError, ValueError) as exc:
+        print(f"harness eval: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=None))
+    else:
+        print(f"problem: {problem.id}   candidate: {args.candidate}   device: {result.device}")
+        print(render_feedback(result))
+        print(f"sandbox: network isolated={result.network_isolated}, unprivileged={result.unprivileged}; "
+              f"{result.trials} trials; {result.eval_seconds:.1f} s{' (cached)' if result.cached else ''}")
+    return 0

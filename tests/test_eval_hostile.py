@@ -1,0 +1,62 @@
+"""The evaluator against honest and hostile candidates, on CPU through the Triton interpreter.
+
+One evaluator session serves every case, so each test also shows that the session survives
+the previous candidate and evaluates the next one normally.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from eval import EvalConfig, Evaluator, Status
+from problems.problem import problem_from_source
+from tests.hostile import GOOD, HOSTILE, PROBLEM
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    os.environ["OPENAI_API_KEY"] = "sk-test-secret-must-not-leak"
+    os.environ["MY_SERVICE_TOKEN"] = "tok-secret"
+    config = EvalConfig(device="cpu", cache_dir=None, import_timeout_s=20, call_timeout_s=10)
+    with Evaluator(config) as ev:
+        yield ev
+    os.environ.pop("OPENAI_API_KEY")
+    os.environ.pop("MY_SERVICE_TOKEN")
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return problem_from_source(PROBLEM, name="add_relu")
+
+
+def test_honest_candidate_is_correct(evaluator, problem):
+    result = evaluator.evaluate(problem, GOOD)
+    assert result.status is Status.CORRECT, result.reason + result.error
+    assert result.kernels.own_kernels_launched == ["add_relu_kernel"]
+    assert result.trials >= 5
+    assert result.speedup is None and not result.timing_meaningful
+    assert result.network_isolated in (True, False)
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_candidate(evaluator, problem, name):
+    source, expected, phrase = HOSTILE[name]
+    result = evaluator.evaluate(problem, source)
+    text = f"{result.reason}\n{result.error}\n{result.stdout_tail}"
+    assert result.status.value == expected, f"{name}: got {result.status.value}: {text[-2000:]}"
+    assert phrase in text, f"{name}: reason lacks {phrase!r}: {text[-2000:]}"
+    # the session still evaluates an honest candidate normally afterwards
+    after = evaluator.evaluate(problem, GOOD)
+    assert after.status is Status.CORRECT, f"after {name}: {after.reason} {after.error}"
+
+
+def test_large_output_is_capped(evaluator, problem):
+    source = HOSTILE["os_exit_in_forward"][0].replace("import os", "import os, sys\n        sys.stdout.write('y' * (50 << 20)); sys.stdout.flush()")
+    result = evaluator.evaluate(problem, source)
+    assert result.status is Status.CRASH
+    assert len(result.stdout_tail) < 10_000
+    assert "output dropped" in result.stdout_tail or "characters trimmed" in result.stdout_tail
