@@ -1,0 +1,55 @@
+"""The `reference` agent: no network, serves the suite's hand-written solutions (`problems/solutions/`).
+
+It is the default agent, so `harness run` works offline and exercises the whole loop. Where a
+problem has no solution it says so honestly, with no code; the loop records that turn as a
+format_error rather than inventing a candidate.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from agents.base import AgentResponse, Message, Usage
+from agents.prompting import fenced
+from problems.problem import ProblemError
+from problems.suite import solution_path, suite_problem
+
+
+class ReferenceAgent:
+    """Replies with the reference solution of `problem_id` (a suite id such as `L1/13_softmax`)."""
+
+    name = "reference"
+
+    def __init__(self) -> None:
+        self._paths: dict[str, Path | None] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return "ReferenceAgent()"
+
+    def solution_for(self, problem_id: str) -> Path | None:
+        """The solution file of `problem_id`; None for problems outside the suite or without one."""
+        with self._lock:
+            if problem_id not in self._paths:
+                try:
+                    self._paths[problem_id] = solution_path(suite_problem(problem_id))
+                except ProblemError:
+                    self._paths[problem_id] = None
+            return self._paths[problem_id]
+
+    def respond(self, messages: list[Message], *, problem_id: str, sample: int, turn: int) -> AgentResponse:
+        """The same reply on every turn: the solution in one fenced block, or an honest note."""
+        start = time.perf_counter()
+        path = self.solution_for(problem_id)
+        if path is None:
+            text = (
+                f"There is no reference solution for problem {problem_id!r} in problems/solutions/, "
+                "so this reply contains no code."
+            )
+        else:
+            text = f"The reference solution for {problem_id} ({path.name}):\n\n{fenced(path.read_text(encoding='utf-8'))}\n"
+        return AgentResponse(
+            text=text, usage=Usage(), cost_usd=0.0, latency_s=time.perf_counter() - start, model="reference",
+        )
