@@ -1,0 +1,46 @@
+"""Agents: LLM providers and offline sources of candidate kernels behind one interface.
+
+    from agents import make_agent, PromptBuilder, TurnRecord, extract_code
+    agent = make_agent({"kind": "reference"})
+    messages = PromptBuilder("triton").messages(problem.source, history)
+    response = agent.respond(messages, problem_id=problem.id, sample=0, turn=1)
+    code = extract_code(response.text)   # or ExtractionError -> a format_error turn
+"""
+
+from agents.base import (
+    Agent,
+    AgentError,
+    AgentResponse,
+    AuthError,
+    ConfigError,
+    Message,
+    Pricing,
+    RetryableError,
+    Usage,
+)
+from agents.extract import ExtractionError, extract_code
+from agents.factory import AGENT_KINDS, make_agent
+from agents.prompting import PromptBuilder, PromptError, TurnRecord
+from agents.retry import RateLimiter, RetryingAgent, RetryPolicy
+
+__all__ = [
+    "AGENT_KINDS",
+    "Agent",
+    "AgentError",
+    "AgentResponse",
+    "AuthError",
+    "ConfigError",
+    "ExtractionError",
+    "Message",
+    "Pricing",
+    "PromptBuilder",
+    "PromptError",
+    "RateLimiter",
+    "RetryPolicy",
+    "RetryableError",
+    "RetryingAgent",
+    "TurnRecord",
+    "Usage",
+    "extract_code",
+    "make_agent",
+]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from agents.base import AgentError
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*)$")
-_MODELNEW = re.compile(r"^class[ \t]+ModelNew\b", re.MULTILINE)
+_MODELNEW = re.compile(r"^(?:class[ \t]+ModelNew\b|ModelNew[ \t]*=(?!=))", re.MULTILINE)
 
 
 class ExtractionError(AgentError):
@@ -60,7 +60,7 @@ def code_blocks(text: str) -> list[CodeBlock]:
 
 
 def defines_model_new(code: str) -> bool:
-    """True when `code` has a top-level `class ModelNew` statement."""
+    """True when `code` defines `ModelNew` at top level (`class ModelNew` or `ModelNew = ...`)."""
     return bool(_MODELNEW.search(code))
 
 

@@ -88,6 +88,8 @@ def test_model_new_mentioned_in_a_comment_or_nested_does_not_count() -> None:
     assert not defines_model_new("def f():\n    class ModelNew:\n        pass\n")
     assert defines_model_new("import torch\nclass ModelNew(torch.nn.Module):\n    pass\n")
     assert not defines_model_new("class ModelNewer:\n    pass\n")
+    assert defines_model_new("class Fast(torch.nn.Module):\n    pass\nModelNew = Fast\n")
+    assert not defines_model_new("if ModelNew == 1:\n    pass\n")
 
 
 def test_inner_fence_with_language_tag_does_not_close_a_block() -> None:

@@ -1,0 +1,240 @@
+"""Prompt rendering: template files in `agents/prompts/` turned into a conversation for an agent.
+
+Templates use `string.Template` placeholders (`$name`; write `$$` for a literal dollar):
+- the task template (`triton.md`, `cuda.md`, or your own): $problem_source (without `META`
+  and `get_extra_inputs`, see `visible_source`), $hardware,
+  $example_reference, $example_solution (the worked example for the backend);
+- the feedback template (`feedback.md`): $turn (the attempt evaluated), $feedback;
+- the system template (`system.md`): no placeholders.
+A template is named in config: a bare name is looked up in `prompts_dir` (if given), then in
+`agents/prompts/`; a path to a `.md` file is used as is. Unknown placeholders fail at construction.
+
+Context policy: `full` sends every earlier reply verbatim; `last_k` keeps only the last k turns
+and, of those, only the code (the reasoning prose is dropped) plus the feedback, so context stays
+bounded over many turns.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from agents.base import Message
+from agents.hardware import hardware_facts
+
+PROMPTS_DIR = Path(__file__).parent / "prompts"
+EXAMPLES_DIR = PROMPTS_DIR / "examples"
+BACKENDS = ("triton", "cuda")
+CONTEXT_POLICIES = ("full", "last_k")
+
+_TASK_VARS = {"problem_source", "hardware", "example_reference", "example_solution"}
+_FEEDBACK_VARS = {"turn", "feedback"}
+_NO_CODE = "(This reply contained no usable code block.)"
+_HIDDEN_NAMES = ("META", "get_extra_inputs")  # harness metadata and shapes checked but never shown
+
+
+class PromptError(ValueError):
+    """A template that cannot be found or rendered, or a bad prompt setting."""
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """One finished turn as the next prompt sees it.
+
+    reply: the agent's full reply; code: the extracted candidate (None if extraction failed);
+    feedback: the text shown to the agent about this turn (evaluator feedback or the
+    extraction error).
+    """
+
+    turn: int
+    reply: str
+    code: str | None
+    feedback: str
+
+
+def available_templates(prompts_dir: str | Path | None = None) -> list[str]:
+    """Names of the templates that a bare name can select."""
+    dirs = [Path(prompts_dir)] if prompts_dir else []
+    return sorted({p.stem for d in [*dirs, PROMPTS_DIR] if d.is_dir() for p in d.glob("*.md")})
+
+
+def load_template(name: str, prompts_dir: str | Path | None = None, *, allowed: set[str] = frozenset()) -> string.Template:
+    """Find template `name` and check that it uses only the placeholders in `allowed`."""
+    path = _resolve(name, prompts_dir)
+    try:
+        template = string.Template(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PromptError(f"cannot read prompt template {path} ({exc.strerror or exc})") from None
+    used, invalid = _placeholders(template)
+    if invalid:
+        raise PromptError(f"prompt template {path}: stray '$' at line(s) {', '.join(map(str, invalid))} (write $$ for a dollar)")
+    unknown = sorted(used - allowed)
+    if unknown:
+        valid = ", ".join(f"${v}" for v in sorted(allowed)) or "none"
+        raise PromptError(f"prompt template {path}: unknown placeholder(s) {', '.join('$' + u for u in unknown)}; valid: {valid}")
+    return template
+
+
+def visible_source(source: str) -> str:
+    """The problem source as the agent sees it: without `META` and `get_extra_inputs` (and the
+    comment lines right above them), since extra input shapes are checked but never shown."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise PromptError(f"problem source does not parse (line {exc.lineno}: {exc.msg})") from None
+    lines = source.splitlines()
+    drop: set[int] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names = [node.name]
+        elif isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names = [node.target.id]
+        else:
+            continue
+        if not any(n in _HIDDEN_NAMES for n in names):
+            continue
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+        while first > 0 and lines[first - 1].lstrip().startswith("#"):
+            first -= 1
+        drop.update(range(first, node.end_lineno or node.lineno))
+    kept = [line for i, line in enumerate(lines) if i not in drop]
+    return re.sub(r"\n{3,}", "\n\n\n", "\n".join(kept)).strip() + "\n"
+
+
+def render_hardware(facts: Mapping[str, Any]) -> str:
+    """A fact sheet as a Markdown list; an honest note when nothing is known."""
+    if not facts:
+        return "Not specified. Aim for a modern NVIDIA data-centre GPU."
+    lines = []
+    for key, value in facts.items():
+        if isinstance(value, Mapping):
+            value = ", ".join(f"{k}: {v}" for k, v in value.items())
+        lines.append(f"- {key}: {value}")
+    return "\n".join(lines)
+
+
+def fenced(code: str) -> str:
+    """`code` in a ```python fence (longer fence if the code itself holds ```)."""
+    longest = max((len(m) for m in re.findall(r"`{3,}", code)), default=2)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}python\n{code.rstrip()}\n{fence}"
+
+
+class PromptBuilder:
+    """Builds the conversation for one (problem, sample) at any turn.
+
+    backend: "triton" or "cuda" (also the default task template name); template, system,
+    feedback: template names (system=None sends no system message); hardware: facts dict,
+    preset name, "auto" or None; context: "full" or "last_k" with last_k >= 1.
+    """
+
+    def __init__(
+        self,
+        backend: str = "triton",
+        *,
+        template: str | None = None,
+        system: str | None = "system",
+        feedback: str = "feedback",
+        hardware: str | Mapping[str, Any] | None = None,
+        context: str = "full",
+        last_k: int = 2,
+        prompts_dir: str | Path | None = None,
+    ) -> None:
+        if backend not in BACKENDS:
+            raise PromptError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
+        if context not in CONTEXT_POLICIES:
+            raise PromptError(f"unknown context policy {context!r}; valid: {', '.join(CONTEXT_POLICIES)}")
+        if context == "last_k" and (not isinstance(last_k, int) or last_k < 1):
+            raise PromptError(f"last_k must be an integer >= 1, got {last_k!r}")
+        self.backend = backend
+        self.context = context
+        self.last_k = last_k
+        self._task = load_template(template or backend, prompts_dir, allowed=_TASK_VARS)
+        self._feedback = load_template(feedback, prompts_dir, allowed=_FEEDBACK_VARS)
+        self._system = load_template(system, prompts_dir).template.strip() if system else None
+        try:
+            facts = hardware_facts(hardware)
+        except ValueError as exc:
+            raise PromptError(str(exc)) from None
+        self._hardware = render_hardware(facts)
+        self._example_reference = (EXAMPLES_DIR / "add_relu_reference.py").read_text().rstrip()
+        self._example_solution = (EXAMPLES_DIR / f"add_relu_{backend}.py").read_text().rstrip()
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> "PromptBuilder":
+        """Build from a config mapping; unknown keys are refused with the list of valid ones."""
+        valid = {"backend", "template", "system", "feedback", "hardware", "context", "last_k", "prompts_dir"}
+        unknown = sorted(set(cfg) - valid)
+        if unknown:
+            raise PromptError(f"unknown prompt key(s) {', '.join(unknown)}; valid: {', '.join(sorted(valid))}")
+        cfg = dict(cfg)
+        if isinstance(cfg.get("hardware"), Mapping):
+            cfg["hardware"] = dict(cfg["hardware"])
+        return cls(**cfg)
+
+    def first_prompt(self, problem_source: str) -> str:
+        """The task prompt of turn 1."""
+        return self._task.substitute(
+            problem_source=visible_source(problem_source).strip(),
+            hardware=self._hardware,
+            example_reference=self._example_reference,
+            example_solution=self._example_solution,
+        )
+
+    def feedback_prompt(self, record: TurnRecord) -> str:
+        """The user message that follows turn `record.turn`."""
+        return self._feedback.substitute(turn=record.turn, feedback=record.feedback.strip() or "(no feedback)")
+
+    def messages(self, problem_source: str, history: Sequence[TurnRecord] = ()) -> list[Message]:
+        """The conversation for the next turn, after the finished turns in `history` (oldest first)."""
+        first = self.first_prompt(problem_source)
+        kept = list(history)
+        if self.context == "last_k" and len(kept) > self.last_k:
+            dropped = len(kept) - self.last_k
+            kept = kept[dropped:]
+            first += (
+                f"\n\n({dropped} earlier attempt(s) are omitted to keep the context short; "
+                f"your most recent {len(kept)} follow.)"
+            )
+        out = [Message("system", self._system)] if self._system else []
+        out.append(Message("user", first))
+        for record in kept:
+            if self.context == "full":
+                reply = record.reply if record.reply.strip() else "(empty reply)"
+            else:
+                reply = fenced(record.code) if record.code is not None else _NO_CODE
+            out.append(Message("assistant", reply))
+            out.append(Message("user", self.feedback_prompt(record)))
+        return out
+
+
+def _resolve(name: str, prompts_dir: str | Path | None) -> Path:
+    if not name:
+        raise PromptError("empty prompt template name")
+    as_path = Path(name)
+    if as_path.suffix == ".md" and as_path.is_file():
+        return as_path
+    for d in ([Path(prompts_dir)] if prompts_dir else []) + [PROMPTS_DIR]:
+        candidate = d / f"{name}.md"
+        if candidate.is_file():
+            return candidate
+    raise PromptError(f"unknown prompt template {name!r}; valid: {', '.join(available_templates(prompts_dir))} or a path to a .md file")
+
+
+def _placeholders(template: string.Template) -> tuple[set[str], list[int]]:
+    """Named placeholders used, and line numbers of invalid `$` uses."""
+    used: set[str] = set()
+    invalid: list[int] = []
+    for m in template.pattern.finditer(template.template):
+        name = m.group("named") or m.group("braced")
+        if name:
+            used.add(name)
+        elif m.group("invalid") is not None:
+            invalid.append(template.template.count("\n", 0, m.start()) + 1)
+    return used, invalid
