@@ -12,6 +12,7 @@ import os
 import secrets
 import shutil
 import sys
+import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -101,8 +102,9 @@ class Evaluator:
         root = Path(self.config.cache_dir) if self.config.cache_dir else Path(os.getcwd()) / ".eval_cache"
         self._cache = JsonCache(root, "results") if self.config.cache_dir else None
         self._baselines = JsonCache(root, "baselines") if self.config.cache_dir else None
-        self._ext_root = (root / "extensions").resolve()
-        self._ext_root.mkdir(parents=True, exist_ok=True)
+        # CUDA/C++ builds of this session; readable by the unprivileged worker whatever the cache's location
+        self._ext_root = Path(tempfile.mkdtemp(prefix="kh-extensions-"))
+        self._ext_root.chmod(0o755)
         cores = self.config.parallel_compiles or os.cpu_count() or 2
         self._compile_pool = ThreadPoolExecutor(max_workers=cores, thread_name_prefix="kh-compile")
         self._compile_jobs = cores
@@ -131,6 +133,7 @@ class Evaluator:
             self._spare = None
         self._spawner.shutdown(wait=True)
         self._compile_pool.shutdown(wait=True, cancel_futures=True)
+        shutil.rmtree(self._ext_root, ignore_errors=True)
 
     # -- public API --------------------------------------------------------------------------
     def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> EvalResult:

@@ -16,7 +16,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("harness.commands.bench_cmd", "benchmarks of the harness itself (eval repeatability, throughput)"),
 }
 # commands that take their own argv (Hydra apps)
-PASSTHROUGH: dict[str, tuple[str, str]] = {}
+PASSTHROUGH: dict[str, tuple[str, str]] = {
+    "run": ("harness.commands.run_cmd", "run agents on problems over several turns (Hydra app: harness run --help)"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,26 @@
+"""`harness bench eval|loop`: benchmarks of the harness itself (figures go to docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="bench", required=True)
+    ev = sub.add_parser("eval", help="evaluator repeatability and throughput (GPU)")
+    ev.add_argument("--part", choices=("all", "repeatability", "throughput"), default="all")
+    ev.add_argument("--sessions", type=int, default=5)
+    ev.add_argument("--naive-subset", type=int, default=6)
+    ev.add_argument("--out", help="write the full JSON report here")
+    loop = sub.add_parser("loop", help="per-attempt overhead of the run loop")
+    loop.add_argument("--attempts", type=int, default=200)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.bench == "eval":
+        from harness.bench import eval_bench
+
+        return eval_bench.main(args.part, args.sessions, args.naive_subset, args.out)
+    bench_loop = importlib.import_module("harness.bench_loop")
+    return int(bench_loop.main(args.attempts) or 0)

@@ -1,0 +1,1 @@
+"""Hydra configs of `harness run` (a package so Hydra finds them as `pkg://harness.conf`)."""

@@ -1,0 +1,368 @@
+"""The refinement loop: for each problem x sample, prompt -> reply -> extract -> evaluate -> feedback,
+turn after turn, every attempt committed to the run store before the next turn depends on it.
+
+Concurrency: each (problem, sample) is one trajectory, run on a thread pool of
+`max_concurrency` threads, so agent requests overlap; evaluations go one at a time through the
+single `Evaluator` (which owns its sandboxed workers). Nothing a candidate does can end the run:
+the evaluator judges it, and an evaluator exception is recorded as a crash of that attempt.
+
+Stopping: a budget (tokens or cost, counted over the whole run including earlier sessions) is
+checked before each request, so requests already in flight finish and are recorded; an
+`AuthError` stops the run with its message; any other agent error is recorded as an
+`agent_error` attempt and ends that sample. A stopped run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence
+
+from agents import AgentError, AgentResponse, AuthError, Message, PromptBuilder, TurnRecord, extract_code
+from agents.extract import ExtractionError
+from eval.feedback import render_feedback
+from eval.result import EvalResult, Status
+from harness.progress import Display, RunStats
+from harness.response_cache import ResponseCache, request_key
+from harness.store import AGENT_ERROR, Attempt, RunStore
+from problems.problem import Problem
+
+
+class Evaluates(Protocol):
+    """What the loop needs of an evaluator (`eval.Evaluator`)."""
+
+    def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> EvalResult: ...
+
+
+class Responds(Protocol):
+    """What the loop needs of an agent (`agents.Agent`)."""
+
+    def respond(self, messages: list[Message], *, problem_id: str, sample: int, turn: int) -> AgentResponse: ...
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """How many attempts, on which backend, how concurrently, and when to stop early."""
+
+    turns: int = 1
+    samples: int = 1
+    backend: str = "triton"
+    max_concurrency: int = 4
+    target_speedup: float | None = None  # a sample stops once a correct attempt reaches it (measured only)
+    max_tokens: int | None = None  # input + output tokens over the whole run
+    max_cost_usd: float | None = None
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.turns < 1:
+            problems.append(f"turns must be >= 1, got {self.turns}")
+        if self.samples < 1:
+            problems.append(f"samples must be >= 1, got {self.samples}")
+        if self.backend not in ("triton", "cuda"):
+            problems.append(f"backend must be triton or cuda, got {self.backend!r}")
+        if self.max_concurrency < 1:
+            problems.append(f"max_concurrency must be >= 1, got {self.max_concurrency}")
+        if self.target_speedup is not None and self.target_speedup <= 0:
+            problems.append(f"target_speedup must be > 0 or null, got {self.target_speedup}")
+        if self.max_tokens is not None and self.max_tokens < 0:
+            problems.append(f"budget.max_tokens must be >= 0 or null, got {self.max_tokens}")
+        if self.max_cost_usd is not None and self.max_cost_usd < 0:
+            problems.append(f"budget.max_cost_usd must be >= 0 or null, got {self.max_cost_usd}")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+@dataclass
+class LoopOutcome:
+    """How the loop ended. `stop_reason` is `finished`, or why it stopped early."""
+
+    stop_reason: str
+    stats: RunStats
+    wall_s: float
+    agent_s: float = 0.0  # wall time inside agent calls (this session)
+    eval_s: float = 0.0  # wall time inside the evaluator (this session)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.stop_reason == "finished"
+
+
+class _Stop(Exception):
+    """Ends a trajectory because the run is stopping."""
+
+
+def best_key(status: str, speedup: float | None) -> tuple[int, float]:
+    """Order of attempts for best-so-far: correct beats everything; then the higher measured speedup."""
+    if status != Status.CORRECT.value:
+        return (0, 0.0)
+    return (1, speedup if speedup is not None else float("-inf"))
+
+
+class RunLoop:
+    """Runs (or resumes) every trajectory of a run; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        store: RunStore,
+        agent: Responds,
+        evaluator: Evaluates,
+        problems: Sequence[Problem],
+        prompts: PromptBuilder,
+        settings: LoopSettings,
+        display: Display,
+        response_cache: ResponseCache | None = None,
+        agent_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._store = store
+        self._agent = agent
+        self._evaluator = evaluator
+        self._problems = list(problems)
+        self._prompts = prompts
+        self.settings = settings
+        self._display = display
+        self._cache = response_cache
+        self._agent_config = dict(agent_config or {})
+        self._eval_lock = threading.Lock()
+        self._lock = threading.Lock()  # guards stats, budget counters, stop reason and timers
+        self._stop = threading.Event()
+        self._stop_reason = "finished"
+        self._stats = RunStats()
+        self._agent_s = 0.0
+        self._eval_s = 0.0
+        self._tokens = 0
+        self._cost = 0.0
+        self._remaining: dict[str, int] = {}  # problem id -> trajectories not finished
+
+    # ------------------------------------------------------------------ public
+    def run(self) -> LoopOutcome:
+        """Run every unfinished trajectory; return how the run ended (state is saved either way)."""
+        start = time.perf_counter()
+        pending = self._plan()
+        self._display.start(self._stats)
+        pool = ThreadPoolExecutor(max_workers=self.settings.max_concurrency, thread_name_prefix="kh-loop")
+        futures: list[Future[None]] = [pool.submit(self._trajectory, p, s, h) for p, s, h in pending]
+        errors: list[str] = []
+        try:
+            try:
+                _wait_all(futures)
+            except KeyboardInterrupt:
+                self._request_stop("interrupted")
+                self._display.message("interrupted: finishing the attempts in flight (Ctrl-C again to quit now)")
+                _wait_all(futures)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+            self._display.stop()
+        for f in futures:
+            if f.done() and not f.cancelled() and f.exception() is not None:
+                errors.append(f"{type(f.exception()).__name__}: {f.exception()}")
+        return LoopOutcome(
+            stop_reason=self._stop_reason,
+            stats=self._stats,
+            wall_s=time.perf_counter() - start,
+            agent_s=self._agent_s,
+            eval_s=self._eval_s,
+            errors=errors,
+        )
+
+    # ---------------------------------------------------------------- planning
+    def _plan(self) -> list[tuple[Problem, int, list[Attempt]]]:
+        """Trajectories still to run, with their recorded history; counts what is already done."""
+        recorded: dict[tuple[str, int], list[Attempt]] = {}
+        for a in self._store.attempts():
+            recorded.setdefault((a.problem_id, a.sample), []).append(a)
+        totals = self._store.totals()
+        self._tokens, self._cost = totals.tokens, totals.cost_usd
+        st = self._stats
+        st.problems = len(self._problems)
+        pending = []
+        for problem in self._problems:
+            self._remaining[problem.id] = 0
+            for sample in range(self.settings.samples):
+                history = recorded.get((problem.id, sample), [])
+                for a in history:
+                    st.add(a, this_session=False)
+                if self._done(history):
+                    st.attempts_planned += len(history)
+                else:
+                    st.attempts_planned += self.settings.turns
+                    self._remaining[problem.id] += 1
+                    pending.append((problem, sample, history))
+            if self._remaining[problem.id] == 0:
+                st.problems_done += 1
+        return pending
+
+    def _done(self, history: list[Attempt]) -> bool:
+        """A trajectory is finished after its last turn, an agent error, or reaching the target."""
+        if not history:
+            return False
+        last = history[-1]
+        return (
+            last.turn >= self.settings.turns
+            or last.status == AGENT_ERROR
+            or self._reached_target(last.best_status, last.best_speedup)
+        )
+
+    def _reached_target(self, status: str | None, speedup: float | None) -> bool:
+        target = self.settings.target_speedup
+        return target is not None and status == Status.CORRECT.value and speedup is not None and speedup >= target
+
+    # --------------------------------------------------------------- execution
+    def _trajectory(self, problem: Problem, sample: int, history: list[Attempt]) -> None:
+        """Run the remaining turns of one (problem, sample)."""
+        history = list(history)
+        try:
+            while not self._done(history):
+                history.append(self._turn(problem, sample, history))
+        except _Stop:
+            return
+        except BaseException as exc:
+            self._request_stop(f"error: {type(exc).__name__}: {exc}")
+            raise
+        with self._lock:
+            self._stats.attempts_planned -= self.settings.turns - len(history)
+            self._remaining[problem.id] -= 1
+            if self._remaining[problem.id] == 0:
+                self._stats.problems_done += 1
+        self._display.update(self._stats)
+
+    def _turn(self, problem: Problem, sample: int, history: list[Attempt]) -> Attempt:
+        """One attempt: ask, extract, evaluate, record. Raises `_Stop` when the run is stopping."""
+        turn = len(history) + 1
+        self._check_budget()
+        messages = self._prompts.messages(problem.source, [_record(a) for a in history])
+        prompt = [{"role": m.role, "content": m.content} for m in messages]
+        started = time.time()
+        base = dict(problem_id=problem.id, sample=sample, turn=turn, prompt=prompt, problem_hash=problem.source_hash)
+        try:
+            response, from_cache = self._ask(messages, problem.id, sample, turn)
+        except AuthError as exc:
+            self._request_stop(f"auth: {exc}")
+            raise _Stop from None
+        except AgentError as exc:
+            return self._commit(Attempt(status=AGENT_ERROR, error=str(exc), started_at=started, **base), history)
+        self._charge(response, from_cache)
+        try:
+            code: str | None = extract_code(response.text)
+        except ExtractionError as exc:
+            code = None
+            result = EvalResult(status=Status.FORMAT_ERROR, reason=str(exc), problem_id=problem.id,
+                                backend=self.settings.backend)  # fmt: skip
+            eval_s = 0.0
+        else:
+            result, eval_s = self._evaluate(problem, code)
+        attempt = Attempt(
+            status=result.status.value,
+            reply=response.text,
+            code=code,
+            result=result,
+            feedback=render_feedback(result),
+            speedup=result.speedup if result.is_correct else None,
+            input_tokens=response.usage.input_tokens,
+            output_tokens=response.usage.output_tokens,
+            cached_tokens=response.usage.cached_tokens,
+            cost_usd=response.cost_usd,
+            latency_s=response.latency_s,
+            model=response.model,
+            finish_reason=response.finish_reason,
+            requests=response.attempts,
+            eval_s=eval_s,
+            from_cache=from_cache,
+            started_at=started,
+            **base,
+        )
+        return self._commit(attempt, history)
+
+    def _ask(self, messages: list[Message], problem_id: str, sample: int, turn: int) -> tuple[AgentResponse, bool]:
+        """The agent's response (from the response cache when enabled and present)."""
+        key = request_key(self._agent_config, messages, sample) if self._cache is not None else None
+        if key is not None and (hit := self._cache.get(key)) is not None:
+            return hit, True
+        t0 = time.perf_counter()
+        try:
+            response = self._agent.respond(messages, problem_id=problem_id, sample=sample, turn=turn)
+        finally:
+            with self._lock:
+                self._agent_s += time.perf_counter() - t0
+        if key is not None:
+            self._cache.put(key, response)
+        return response, False
+
+    def _evaluate(self, problem: Problem, code: str) -> tuple[EvalResult, float]:
+        """Evaluate under the evaluator lock; an evaluator exception becomes a recorded crash."""
+        with self._eval_lock:
+            t0 = time.perf_counter()
+            try:
+                result = self._evaluator.evaluate(problem, code, backend=self.settings.backend)
+            except Exception as exc:  # noqa: BLE001 (a harness-side failure must not end the run)
+                result = EvalResult(
+                    status=Status.CRASH,
+                    reason=f"the evaluator raised {type(exc).__name__}: {exc}",
+                    problem_id=problem.id,
+                    backend=self.settings.backend,
+                    flags=["evaluator_exception: the harness, not the candidate, failed here"],
+                )
+            elapsed = time.perf_counter() - t0
+        with self._lock:
+            self._eval_s += elapsed
+        return result, elapsed
+
+    def _commit(self, attempt: Attempt, history: list[Attempt]) -> Attempt:
+        """Fill in best-so-far, record durably, update the counters."""
+        best = max([*history, attempt], key=lambda a: best_key(a.status, a.speedup))
+        if best.status == Status.CORRECT.value:
+            attempt.best_turn, attempt.best_status, attempt.best_speedup = best.turn, best.status, best.speedup
+        attempt.finished_at = time.time()
+        self._store.record(attempt)
+        with self._lock:
+            self._stats.add(attempt, this_session=True)
+        self._display.update(self._stats)
+        return attempt
+
+    # ------------------------------------------------------------------ budget
+    def _charge(self, response: AgentResponse, from_cache: bool) -> None:
+        """Add a fresh response's tokens and cost to the run's spending (cache hits are free)."""
+        if from_cache:
+            return
+        with self._lock:
+            self._tokens += response.usage.total_tokens
+            self._cost += response.cost_usd or 0.0
+        if response.cost_usd is None and self.settings.max_cost_usd is not None:
+            self._request_stop(
+                "budget: budget.max_cost_usd is set but the agent reports no cost (set prices with model=<preset> "
+                "or agent.pricing={input: ..., output: ...})"
+            )
+
+    def _check_budget(self) -> None:
+        if self._stop.is_set():
+            raise _Stop
+        s = self.settings
+        with self._lock:
+            tokens, cost = self._tokens, self._cost
+        if s.max_tokens is not None and tokens >= s.max_tokens:
+            self._request_stop(f"budget: max_tokens={s.max_tokens} reached ({tokens} used)")
+        elif s.max_cost_usd is not None and cost >= s.max_cost_usd:
+            self._request_stop(f"budget: max_cost_usd={s.max_cost_usd:g} reached (${cost:.4f} spent)")
+        if self._stop.is_set():
+            raise _Stop
+
+    def _request_stop(self, reason: str) -> None:
+        """Stop starting new requests; the first reason given is the one reported."""
+        with self._lock:
+            if not self._stop.is_set():
+                self._stop_reason = reason
+                self._stop.set()
+
+
+def _record(a: Attempt) -> TurnRecord:
+    return TurnRecord(turn=a.turn, reply=a.reply, code=a.code, feedback=a.feedback)
+
+
+def _wait_all(futures: list[Future[None]]) -> None:
+    """Wait for every future, staying responsive to Ctrl-C."""
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)

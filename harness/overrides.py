@@ -1,0 +1,116 @@
+"""Checks command-line overrides of `harness run` before Hydra sees them, for clear messages.
+
+Hydra reports an unknown key as "Key 'x' is not in struct" without saying what would have been
+valid. Here each override is parsed, each group choice is checked against the files of its
+group, and each key against the composed config, and the message lists the valid choices.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+CONFIG_NAME = "config"
+_MISSING = object()
+_MAX_COMBINATIONS = 16
+
+
+class OverrideError(ValueError):
+    """An override that cannot work; the message says why and lists the valid choices."""
+
+
+def groups() -> dict[str, list[str]]:
+    """Config group name -> its options (the YAML files in `harness/conf/<group>/`)."""
+    return {
+        d.name: sorted(p.stem for p in d.glob("*.yaml"))
+        for d in sorted(CONF_DIR.iterdir())
+        if d.is_dir() and not d.name.startswith(("_", "."))
+    }
+
+
+def parse(overrides: list[str]) -> list[Override]:
+    """Hydra's own parse of the overrides; a syntax error becomes an `OverrideError`."""
+    try:
+        return OverridesParser.create().parse_overrides(overrides)
+    except HydraException as exc:
+        raise OverrideError(f"cannot parse the overrides: {exc}") from None
+
+
+def sweep_keys(overrides: list[str]) -> list[str]:
+    """Keys or groups that a multirun sweeps over (`search=serial,parallel` -> `search`)."""
+    return [o.key_or_group for o in parse(overrides) if o.is_sweep_override()]
+
+
+def validate(overrides: list[str]) -> None:
+    """Raise `OverrideError` for an unknown group, group option or config key."""
+    parsed = [o for o in parse(overrides) if not o.key_or_group.startswith("hydra")]
+    options = groups()
+    group_choices: dict[str, list[str]] = {}
+    for o in parsed:
+        if o.key_or_group in options and not o.is_delete():
+            values = [str(v) for v in o.sweep_string_iterator()] if o.is_sweep_override() else [_value_str(o)]
+            for v in values:
+                if v not in options[o.key_or_group]:
+                    raise OverrideError(
+                        f"unknown {o.key_or_group} {v!r}; valid choices for {o.key_or_group}: "
+                        f"{', '.join(options[o.key_or_group])}"
+                    )
+            group_choices[o.key_or_group] = values
+    keys = [o for o in parsed if o.key_or_group not in options and not o.is_delete() and not o.is_add()
+            and not o.is_force_add()]  # fmt: skip
+    if not keys:
+        return
+    combos = list(itertools.product(*[[(g, v) for v in vs] for g, vs in group_choices.items()]))
+    for combo in combos[:_MAX_COMBINATIONS]:
+        cfg = _compose([f"{g}={v}" for g, v in combo])
+        for o in keys:
+            _check_key(cfg, o.key_or_group, options, dict(combo))
+
+
+def _value_str(o: Override) -> str:
+    value = o.value()
+    return "null" if value is None else str(value)
+
+
+def _compose(group_overrides: list[str]) -> DictConfig:
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return compose(CONFIG_NAME, overrides=group_overrides)
+    except HydraException as exc:
+        raise OverrideError(str(exc)) from None
+
+
+def _check_key(cfg: DictConfig, key: str, options: dict[str, list[str]], combo: dict[str, str]) -> None:
+    if OmegaConf.select(cfg, key, default=_MISSING, throw_on_resolution_failure=False) is not _MISSING:
+        return
+    parts = key.split(".")
+    parent_path = ""
+    node: Any = cfg
+    for i, part in enumerate(parts):
+        if isinstance(node, DictConfig) and part in node:
+            node = node[part]
+            parent_path = ".".join(parts[: i + 1])
+        else:
+            break
+    where = f"under {parent_path!r}" if parent_path else "at the top level"
+    if isinstance(node, DictConfig):
+        valid = sorted(str(k) for k in node.keys())
+        bad = parts[len(parent_path.split(".")) if parent_path else 0]
+        close = difflib.get_close_matches(bad, valid + ([] if parent_path else list(options)), n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        groups_note = f" Config groups: {', '.join(options)} (e.g. agent=openai)." if not parent_path else ""
+        context = f" (with {', '.join(f'{g}={v}' for g, v in combo.items())})" if combo and parent_path else ""
+        raise OverrideError(
+            f"unknown config key {key!r}{context}; valid keys {where}: {', '.join(valid)}.{hint}{groups_note} "
+            f"To add a new key on purpose, write +{key}=..."
+        )
+    raise OverrideError(f"cannot set {key!r}: {parent_path!r} is a value ({node!r}), not a group of keys")

@@ -1,0 +1,544 @@
+"""The run store: everything a run produced, durable and resumable.
+
+Layout of `runs/<name>/`:
+
+- `config.yaml`      the resolved config the run was started with (for people; the DB keeps its own copy)
+- `attempts.sqlite`  SQLite (WAL) database: one row per attempt, plus run metadata and sessions
+- `code/<problem>/<sample>_<turn>.py`   each candidate's extracted source
+- `results.jsonl`    one JSON line per attempt (derived from the database; repaired on open)
+
+The database is the source of truth. An attempt is committed to it first; its code file and
+its `results.jsonl` line follow (flushed and fsync'd). A `kill -9` between those steps leaves a
+missing or torn line, which `RunStore.open` rewrites from the database, so a resumed run neither
+repeats nor loses finished attempts.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import math
+import os
+import re
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import yaml
+
+from eval.result import EvalResult, Status
+
+SCHEMA_VERSION = 1
+DB_NAME = "attempts.sqlite"
+JSONL_NAME = "results.jsonl"
+CONFIG_NAME = "config.yaml"
+CODE_DIR = "code"
+LOCK_NAME = ".lock"
+
+AGENT_ERROR = "agent_error"  # attempt status when the agent produced no reply (provider error after retries)
+ATTEMPT_STATUSES = frozenset({s.value for s in Status} | {AGENT_ERROR})
+
+_SAFE = re.compile(r"[^A-Za-z0-9._=+-]")
+
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE sessions (
+    id INTEGER PRIMARY KEY,
+    started_at REAL NOT NULL,
+    finished_at REAL,
+    stop_reason TEXT
+);
+CREATE TABLE attempts (
+    id INTEGER PRIMARY KEY,
+    session_id INTEGER NOT NULL REFERENCES sessions(id),
+    problem_id TEXT NOT NULL,
+    sample INTEGER NOT NULL,
+    turn INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    speedup REAL,
+    best_turn INTEGER,
+    best_status TEXT,
+    best_speedup REAL,
+    problem_hash TEXT NOT NULL,
+    prompt TEXT NOT NULL,
+    reply TEXT NOT NULL,
+    code TEXT,
+    code_path TEXT,
+    feedback TEXT NOT NULL,
+    error TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    cached_tokens INTEGER NOT NULL,
+    cost_usd REAL,
+    latency_s REAL NOT NULL,
+    model TEXT,
+    finish_reason TEXT,
+    requests INTEGER NOT NULL,
+    eval_s REAL NOT NULL,
+    from_cache INTEGER NOT NULL,
+    result TEXT,
+    started_at REAL NOT NULL,
+    finished_at REAL NOT NULL,
+    UNIQUE (problem_id, sample, turn)
+);
+"""
+
+_COLUMNS = (
+    "session_id", "problem_id", "sample", "turn", "status", "speedup", "best_turn", "best_status",
+    "best_speedup", "problem_hash", "prompt", "reply", "code", "code_path", "feedback", "error",
+    "input_tokens", "output_tokens", "cached_tokens", "cost_usd", "latency_s", "model", "finish_reason",
+    "requests", "eval_s", "from_cache",
+    "result", "started_at", "finished_at",
+)  # fmt: skip
+
+
+class StoreError(RuntimeError):
+    """A run directory that cannot be used as asked; the message says why and what to do."""
+
+
+@dataclass
+class Attempt:
+    """One turn of one sample of one problem: what was asked, answered and judged.
+
+    `status` is an `eval.Status` value, or `agent_error` when the agent gave no reply (then
+    `result` is None and `error` holds the provider's message). `best_*` describe the best
+    attempt of this (problem, sample) up to and including this turn.
+    """
+
+    problem_id: str
+    sample: int
+    turn: int
+    status: str
+    prompt: list[dict[str, str]]
+    reply: str = ""
+    code: str | None = None
+    result: EvalResult | None = None
+    feedback: str = ""
+    error: str = ""
+    problem_hash: str = ""
+    speedup: float | None = None
+    best_turn: int | None = None
+    best_status: str | None = None
+    best_speedup: float | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float | None = 0.0  # None: the agent has no prices configured (unknown, not free)
+    latency_s: float = 0.0
+    model: str | None = None
+    finish_reason: str | None = None
+    requests: int = 0  # requests made to the provider, retries included (0 when served from the cache)
+    eval_s: float = 0.0
+    from_cache: bool = False
+    started_at: float = field(default_factory=time.time)
+    finished_at: float = field(default_factory=time.time)
+    code_path: str | None = None  # relative to the run dir; set by the store
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.problem_id, self.sample, self.turn)
+
+    def summary(self) -> dict[str, Any]:
+        """The `results.jsonl` record: everything but the prompt (which grows with every turn)."""
+        return {
+            "problem_id": self.problem_id,
+            "sample": self.sample,
+            "turn": self.turn,
+            "status": self.status,
+            "correct": self.status == Status.CORRECT.value,
+            "speedup": self.speedup,
+            "best_turn": self.best_turn,
+            "best_status": self.best_status,
+            "best_speedup": self.best_speedup,
+            "problem_hash": self.problem_hash,
+            "reply": self.reply,
+            "code_path": self.code_path,
+            "feedback": self.feedback,
+            "error": self.error,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cached_tokens": self.cached_tokens,
+            "cost_usd": self.cost_usd,
+            "latency_s": self.latency_s,
+            "model": self.model,
+            "finish_reason": self.finish_reason,
+            "requests": self.requests,
+            "eval_s": self.eval_s,
+            "from_cache": self.from_cache,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "result": None if self.result is None else self.result.to_dict(),
+        }
+
+
+@dataclass
+class Totals:
+    """Usage summed over every attempt recorded so far (all sessions)."""
+
+    attempts: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+def safe_name(text: str) -> str:
+    """A path component made of `text`: unsafe characters become `_`; a hash keeps it unique."""
+    cleaned = _SAFE.sub("_", text).strip(".") or "_"
+    if cleaned != text:
+        cleaned = f"{cleaned[:80]}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+    return cleaned
+
+
+def code_path(problem_id: str, sample: int, turn: int) -> str:
+    """Where a candidate's source goes, relative to the run dir: `code/<problem>/<sample>_<turn>.py`.
+
+    A `/` in the problem id (`L1/01_square_matmul`) makes nested folders; every component is
+    made path-safe, so no id can escape the run directory.
+    """
+    parts = [safe_name(p) for p in problem_id.split("/")]
+    return "/".join([CODE_DIR, *parts, f"{sample}_{turn}.py"])
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False)
+
+
+def _finite_or_none(x: float | None) -> float | None:
+    return x if x is None or math.isfinite(x) else None
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def config_differences(old: dict[str, Any], new: dict[str, Any], volatile: Iterable[str] = ()) -> list[str]:
+    """Dotted keys whose values differ between two configs, ignoring keys under `volatile` prefixes."""
+    prefixes = tuple(volatile)
+
+    def ignored(key: str) -> bool:
+        return any(key == p or key.startswith(p + ".") for p in prefixes)
+
+    a, b = _flatten(old), _flatten(new)
+    return sorted(k for k in set(a) | set(b) if not ignored(k) and a.get(k, "<unset>") != b.get(k, "<unset>"))
+
+
+class RunStore:
+    """Durable record of one run directory. Thread-safe; one process at a time (a file lock)."""
+
+    def __init__(self, run_dir: Path, conn: sqlite3.Connection, lock_fd: int, config: dict[str, Any]) -> None:
+        self.run_dir = run_dir
+        self.config = config
+        self._conn = conn
+        self._lock_fd = lock_fd
+        self._mutex = threading.Lock()
+        self._session_id: int | None = None
+        self._jsonl = open(run_dir / JSONL_NAME, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+
+    # ----------------------------------------------------------------- opening
+    @classmethod
+    def open(
+        cls, run_dir: str | Path, config: dict[str, Any], *, volatile: Iterable[str] = (), harness_version: str = ""
+    ) -> "RunStore":
+        """Create `run_dir`, or reopen it to resume.
+
+        Resuming checks, before changing anything: the database is intact, was written by this
+        schema version, and the config matches the one the run started with (keys under a
+        `volatile` prefix, such as budgets, may change). Any failure raises `StoreError`.
+        """
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock_fd = _acquire_lock(run_dir)
+        try:
+            db_path = run_dir / DB_NAME
+            if db_path.exists():
+                conn = _open_existing(db_path)
+                try:
+                    stored = json.loads(_meta(conn)["config"])
+                    diff = config_differences(stored, config, volatile)
+                    if diff:
+                        raise StoreError(
+                            f"{run_dir} holds a run with a different config ({', '.join(diff[:8])}"
+                            f"{', ...' if len(diff) > 8 else ''} differ). Resume it with the same settings, "
+                            f"or start a new run with another name=."
+                        )
+                except BaseException:
+                    conn.close()
+                    raise
+                config = stored
+            else:
+                if (run_dir / JSONL_NAME).exists() and (run_dir / JSONL_NAME).stat().st_size > 0:
+                    raise StoreError(
+                        f"{run_dir} has {JSONL_NAME} but no {DB_NAME}; it is not a run directory this harness "
+                        f"can resume. Nothing was changed; choose another name=."
+                    )
+                _write_atomic(run_dir / CONFIG_NAME, yaml.safe_dump(config, sort_keys=False))
+                _create(db_path, config, harness_version)
+                conn = _open_existing(db_path)
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        store = cls(run_dir, conn, lock_fd, config)
+        store._reconcile_files()
+        return store
+
+    # ------------------------------------------------------------------ access
+    def attempts(self) -> list[Attempt]:
+        """Every recorded attempt, ordered by problem, sample, turn."""
+        with self._mutex:
+            return list(_read_attempts(self._conn))
+
+    def totals(self) -> Totals:
+        """Usage summed over all recorded attempts (responses served from the cache cost nothing)."""
+        with self._mutex:
+            row = self._conn.execute(
+                "SELECT COUNT(*), COALESCE(SUM(input_tokens),0), COALESCE(SUM(output_tokens),0), "
+                "COALESCE(SUM(cached_tokens),0), COALESCE(SUM(cost_usd),0) FROM attempts WHERE from_cache = 0"
+            ).fetchone()
+            n = self._conn.execute("SELECT COUNT(*) FROM attempts").fetchone()[0]
+        return Totals(attempts=n, input_tokens=row[1], output_tokens=row[2], cached_tokens=row[3], cost_usd=row[4])
+
+    # ---------------------------------------------------------------- sessions
+    def begin_session(self) -> int:
+        """Start a session (one invocation of the run); attempts recorded after this belong to it."""
+        with self._mutex, self._conn:
+            cur = self._conn.execute("INSERT INTO sessions (started_at) VALUES (?)", (time.time(),))
+            self._session_id = int(cur.lastrowid)
+        return self._session_id
+
+    def end_session(self, stop_reason: str) -> None:
+        """Close the current session with why it stopped (`finished`, `budget: ...`, `auth: ...`)."""
+        if self._session_id is None:
+            return
+        with self._mutex, self._conn:
+            self._conn.execute(
+                "UPDATE sessions SET finished_at = ?, stop_reason = ? WHERE id = ?",
+                (time.time(), stop_reason, self._session_id),
+            )
+
+    def sessions(self) -> list[dict[str, Any]]:
+        """All sessions of this run, oldest first."""
+        with self._mutex:
+            rows = self._conn.execute("SELECT id, started_at, finished_at, stop_reason FROM sessions ORDER BY id")
+            return [dict(zip(("id", "started_at", "finished_at", "stop_reason"), r)) for r in rows]
+
+    # ------------------------------------------------------------------ record
+    def record(self, attempt: Attempt) -> None:
+        """Commit one attempt, then write its code file and its `results.jsonl` line (fsync'd).
+
+        Raises `StoreError` if this (problem, sample, turn) was already recorded.
+        """
+        if attempt.status not in ATTEMPT_STATUSES:
+            raise ValueError(f"unknown attempt status {attempt.status!r}")
+        if self._session_id is None:
+            raise RuntimeError("record() before begin_session()")
+        if attempt.code is not None:
+            attempt.code_path = code_path(attempt.problem_id, attempt.sample, attempt.turn)
+        attempt.speedup = _finite_or_none(attempt.speedup)
+        attempt.best_speedup = _finite_or_none(attempt.best_speedup)
+        with self._mutex:
+            try:
+                with self._conn:
+                    self._conn.execute(
+                        f"INSERT INTO attempts ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
+                        _row(attempt, self._session_id),
+                    )
+            except sqlite3.IntegrityError:
+                raise StoreError(
+                    f"attempt {attempt.key} is already recorded in {self.run_dir}; it is never overwritten"
+                ) from None
+            if attempt.code is not None:
+                _write_atomic(self.run_dir / attempt.code_path, attempt.code)
+            self._jsonl.write(_dumps(attempt.summary()) + "\n")
+            self._jsonl.flush()
+            os.fsync(self._jsonl.fileno())
+
+    def close(self) -> None:
+        """Release the database, the jsonl file and the directory lock."""
+        with self._mutex:
+            self._jsonl.close()
+            self._conn.close()
+            os.close(self._lock_fd)
+
+    def __enter__(self) -> "RunStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- repair
+    def _reconcile_files(self) -> None:
+        """Make `results.jsonl` and the code files agree with the database (after a crash)."""
+        attempts = self.attempts()
+        expected = "".join(_dumps(a.summary()) + "\n" for a in attempts)
+        path = self.run_dir / JSONL_NAME
+        current = path.read_text(encoding="utf-8") if path.exists() else ""
+        if current != expected:
+            self._jsonl.close()
+            _write_atomic(path, expected)
+            self._jsonl = open(path, "a", encoding="utf-8")  # noqa: SIM115
+        for a in attempts:
+            if a.code is not None and a.code_path and not (self.run_dir / a.code_path).exists():
+                _write_atomic(self.run_dir / a.code_path, a.code)
+
+
+# ---------------------------------------------------------------------- helpers
+def _acquire_lock(run_dir: Path) -> int:
+    fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreError(f"{run_dir} is in use by another harness process; wait for it or choose another name=")
+    return fd
+
+
+def _connect(db_path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(db_path, check_same_thread=False, isolation_level="DEFERRED", timeout=30)
+    return conn
+
+
+def _create(db_path: Path, config: dict[str, Any], harness_version: str) -> None:
+    """Build the database under a temporary name, then rename it into place (a crash leaves no half-made DB)."""
+    tmp = db_path.with_name(f".{db_path.name}.tmp")
+    for stale in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm"), Path(f"{tmp}-journal")):
+        stale.unlink(missing_ok=True)
+    conn = _connect(tmp)
+    try:
+        with conn:
+            conn.executescript(_SCHEMA)
+            conn.executemany(
+                "INSERT INTO meta (key, value) VALUES (?, ?)",
+                [
+                    ("schema_version", str(SCHEMA_VERSION)),
+                    ("harness_version", harness_version),
+                    ("created_at", str(time.time())),
+                    ("config", _dumps(config)),
+                ],
+            )
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("PRAGMA journal_mode=WAL")
+    finally:
+        conn.close()
+    os.replace(tmp, db_path)
+
+
+def _open_existing(db_path: Path) -> sqlite3.Connection:
+    """Open and check an existing database without writing to it; raise `StoreError` if unusable."""
+    hint = "Nothing was changed. Move the directory away or choose another name=."
+    try:
+        conn = _connect(db_path)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open {db_path}: {exc}. {hint}") from None
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        check = conn.execute("PRAGMA quick_check").fetchall()
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise StoreError(f"{db_path} is corrupted ({exc}). {hint}") from None
+    if check != [("ok",)]:
+        conn.close()
+        detail = "; ".join(str(r[0]) for r in check[:3])
+        raise StoreError(f"{db_path} is corrupted (integrity check: {detail}). {hint}")
+    if version != SCHEMA_VERSION:
+        conn.close()
+        raise StoreError(
+            f"{db_path} was written with run-store schema version {version}; this harness reads version "
+            f"{SCHEMA_VERSION}. {hint}"
+        )
+    try:
+        meta = _meta(conn)
+        json.loads(meta["config"])
+    except (sqlite3.DatabaseError, KeyError, ValueError) as exc:
+        conn.close()
+        raise StoreError(f"{db_path} has no valid run metadata ({exc}). {hint}") from None
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn
+
+
+def _meta(conn: sqlite3.Connection) -> dict[str, str]:
+    return dict(conn.execute("SELECT key, value FROM meta").fetchall())
+
+
+def _row(a: Attempt, session_id: int) -> tuple[Any, ...]:
+    return (
+        session_id, a.problem_id, a.sample, a.turn, a.status, a.speedup, a.best_turn, a.best_status,
+        a.best_speedup, a.problem_hash, _dumps(a.prompt), a.reply, a.code, a.code_path, a.feedback, a.error,
+        a.input_tokens, a.output_tokens, a.cached_tokens, a.cost_usd, a.latency_s, a.model, a.finish_reason,
+        a.requests, a.eval_s, int(a.from_cache),
+        None if a.result is None else _dumps(a.result.to_dict()), a.started_at, a.finished_at,
+    )  # fmt: skip
+
+
+def _read_attempts(conn: sqlite3.Connection) -> Iterator[Attempt]:
+    cols = [c for c in _COLUMNS if c != "session_id"]
+    rows = conn.execute(f"SELECT {', '.join(cols)} FROM attempts ORDER BY problem_id, sample, turn")
+    for row in rows:
+        d = dict(zip(cols, row))
+        d["prompt"] = json.loads(d["prompt"])
+        d["result"] = None if d["result"] is None else EvalResult.from_dict(json.loads(d["result"]))
+        d["from_cache"] = bool(d["from_cache"])
+        yield Attempt(**d)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_attempts(run_dir: str | Path) -> list[Attempt]:
+    """Read a run's attempts without taking its lock (for reports; safe while the run is live)."""
+    db_path = Path(run_dir) / DB_NAME
+    if not db_path.exists():
+        raise StoreError(f"{run_dir} is not a run directory (no {DB_NAME})")
+    conn = _open_existing(db_path)
+    try:
+        return list(_read_attempts(conn))
+    finally:
+        conn.close()
+
+
+def read_config(run_dir: str | Path) -> dict[str, Any]:
+    """The config a run was started with (from its database)."""
+    db_path = Path(run_dir) / DB_NAME
+    if not db_path.exists():
+        raise StoreError(f"{run_dir} is not a run directory (no {DB_NAME})")
+    conn = _open_existing(db_path)
+    try:
+        return json.loads(_meta(conn)["config"])
+    finally:
+        conn.close()
+
+
+def export_jsonl(run_dir: str | Path, out: str | Path, *, include_prompts: bool = True) -> int:
+    """Write every attempt of a run as JSON lines to `out` (with the prompts unless told not to)."""
+    attempts = read_attempts(run_dir)
+    lines = []
+    for a in attempts:
+        rec = a.summary()
+        rec["code"] = a.code
+        if include_prompts:
+            rec["prompt"] = a.prompt
+        lines.append(_dumps(rec) + "\n")
+    _write_atomic(Path(out), "".join(lines))
+    return len(attempts)

@@ -1,0 +1,94 @@
+"""The end-of-run summary: what happened, and fast_p by turn (best so far over samples)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from eval.result import EvalResult
+from eval.scoring import DEFAULT_PS, fast_p
+from harness.loop import LoopOutcome, best_key
+from harness.store import Attempt
+
+_MAX_PROBLEM_ROWS = 40
+
+
+def best_results_by_turn(
+    attempts: Sequence[Attempt], problem_ids: Sequence[str], turns: int
+) -> dict[int, dict[str, EvalResult | None]]:
+    """For each turn t, each problem's best result over all samples and turns <= t (None: no result yet)."""
+    out: dict[int, dict[str, EvalResult | None]] = {}
+    by_problem: dict[str, list[Attempt]] = {pid: [] for pid in problem_ids}
+    for a in attempts:
+        if a.problem_id in by_problem and a.result is not None:
+            by_problem[a.problem_id].append(a)
+    for t in range(1, turns + 1):
+        row: dict[str, EvalResult | None] = {}
+        for pid, items in by_problem.items():
+            upto = [a for a in items if a.turn <= t]
+            row[pid] = max(upto, key=lambda a: best_key(a.status, a.speedup)).result if upto else None
+        out[t] = row
+    return out
+
+
+def fast_p_table(by_turn: dict[int, dict[str, EvalResult | None]], ps: Sequence[float] = DEFAULT_PS) -> Table:
+    """Rows: turns (best so far); columns: correct share and fast_p for each p."""
+    table = Table(title="fast_p by turn (best so far over samples; share of all problems)")
+    table.add_column("turn", justify="right")
+    table.add_column("correct", justify="right")
+    for p in ps:
+        table.add_column(f"fast_{p:g}", justify="right")
+    for t, results in by_turn.items():
+        n = len(results) or 1
+        correct = sum(1 for r in results.values() if r is not None and r.is_correct) / n
+        table.add_row(str(t), f"{correct:.2f}", *(f"{fast_p(results, p):.2f}" for p in ps))
+    return table
+
+
+def print_summary(
+    console: Console,
+    *,
+    run_dir: str,
+    outcome: LoopOutcome,
+    attempts: Sequence[Attempt],
+    problem_ids: Sequence[str],
+    turns: int,
+) -> None:
+    """Print the run's outcome, per-problem bests (small runs) and the fast_p table."""
+    st = outcome.stats
+    statuses = ", ".join(f"{k} {v}" for k, v in sorted(st.statuses.items(), key=lambda kv: -kv[1])) or "none"
+    console.print(f"[bold]run[/bold] {run_dir}")
+    console.print(f"stopped: {outcome.stop_reason}")
+    console.print(
+        f"attempts: {st.attempts_done} recorded ({st.attempts_this_session} this session) of {st.attempts_planned} "
+        f"planned; problems finished {st.problems_done}/{st.problems}"
+    )
+    console.print(f"statuses: {statuses}")
+    console.print(
+        f"{st.info()}  wall {outcome.wall_s:.1f}s (agent {outcome.agent_s:.1f}s, evaluator {outcome.eval_s:.1f}s)",
+        markup=False,
+    )
+    by_turn = best_results_by_turn(attempts, problem_ids, turns)
+    final = by_turn[turns]
+    if len(problem_ids) <= _MAX_PROBLEM_ROWS:
+        table = Table(title="best attempt per problem")
+        for col in ("problem", "status", "speedup", "turn"):
+            table.add_column(col)
+        for pid in problem_ids:
+            best = max((a for a in attempts if a.problem_id == pid), key=lambda a: best_key(a.status, a.speedup),
+                       default=None)  # fmt: skip
+            if best is None:
+                table.add_row(pid, "-", "-", "-")
+                continue
+            speed = "-" if best.speedup is None else f"{best.speedup:.2f}x"
+            table.add_row(pid, best.status, speed, f"{best.turn} (sample {best.sample})")
+        console.print(table)
+    console.print(fast_p_table(by_turn))
+    correct = [r for r in final.values() if r is not None and r.is_correct]
+    if correct and not any(r.timing_meaningful for r in correct):
+        console.print(
+            "note: no timing was measured on this device (CPU: the Triton interpreter checks correctness only), "
+            "so fast_p counts no problem; `correct` is the share that passed."
+        )

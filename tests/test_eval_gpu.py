@@ -1,0 +1,102 @@
+"""Evaluator checks that need a CUDA GPU (run on the device machine: `pytest -m gpu`)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eval import EvalConfig, Evaluator, Status
+from harness.bench import candidates
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+FORWARD = "        return out\n"
+
+
+@pytest.fixture(scope="module")
+def evaluator(tmp_path_factory):
+    with Evaluator(EvalConfig(device="cuda", cache_dir=str(tmp_path_factory.mktemp("cache")))) as ev:
+        yield ev
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return candidates.problem(1 << 24)
+
+
+def _good(evaluator, problem):
+    r = evaluator.evaluate(problem, candidates.triton_candidate(1024, 4) + f"\n# {id(object())}\n")
+    assert r.status is Status.CORRECT, r.reason + r.error
+
+
+def test_triton_candidate_timed(evaluator, problem):
+    r = evaluator.evaluate(problem, candidates.triton_candidate(1024, 4))
+    assert r.status is Status.CORRECT, r.reason + r.error
+    assert r.timing_meaningful and r.speedup is not None
+    # eager runs three memory-bound kernels, the fused kernel one: about 2-3x on a big input
+    assert 1.5 < r.speedup < 4.5, r.speedup
+    assert r.kernels.own_kernels_launched == ["add_relu_scale"]
+    assert r.kernels.own_time_fraction is not None and r.kernels.own_time_fraction > 0.9
+    assert r.candidate_timing.rel_stderr < 0.05
+
+
+def test_cuda_candidate(evaluator, problem):
+    r = evaluator.evaluate(problem, candidates.cuda_candidate("gputest", 256), backend="cuda")
+    assert r.status is Status.CORRECT, r.reason + r.error
+    assert r.kernels.own_kernels_launched == ["add_relu_scale_cuda_gputest"]
+    assert r.speedup is not None and r.speedup > 1.5
+
+
+def test_cuda_compile_error(evaluator, problem):
+    r = evaluator.evaluate(problem, candidates.cuda_candidate("broken", 256, "this is not C++;"), backend="cuda")
+    assert r.status is Status.COMPILE_ERROR, r.reason
+    assert "error" in r.error.lower()
+
+
+@pytest.mark.parametrize("source", [
+    candidates.triton_candidate().replace("tl.store(out_ptr + offs,", "tl.store(out_ptr + offs + (1 << 40),"),
+    candidates.cuda_candidate("oobtest", 256).replace("out[i] =", "out[i + (1L << 40)] ="),
+])
+def test_illegal_memory_access_then_next_is_fine(evaluator, problem, source):
+    r = evaluator.evaluate(problem, source, backend="cuda" if "load_inline" in source else "triton")
+    assert r.status in (Status.RUNTIME_ERROR, Status.CRASH), r.status
+    assert "illegal" in (r.reason + r.error).lower() or r.status is Status.CRASH
+    _good(evaluator, problem)
+
+
+def test_side_stream_work_is_rejected(evaluator, problem):
+    source = candidates.triton_candidate().replace(
+        "        out = torch.empty_like(x)\n",
+        "        out = torch.empty_like(x)\n        s = getattr(self, 's', None) or torch.cuda.Stream()\n        self.s = s\n"
+        "        torch.cuda.current_stream().synchronize()\n        with torch.cuda.stream(s):\n"
+        "            for _ in range(20):\n                torch.sin(x, out=torch.empty_like(x))\n",
+    ).replace("        add_relu_scale[", "            add_relu_scale[")
+    r = evaluator.evaluate(problem, source)
+    assert r.status in (Status.REJECTED, Status.INCORRECT), f"{r.status}: {r.reason}"
+    _good(evaluator, problem)
+
+
+def test_phase_detection_is_caught(evaluator, problem):
+    # honest for the first calls (correctness trials), then skips the kernel (timing)
+    source = candidates.triton_candidate().replace(
+        "        out = torch.empty_like(x)\n",
+        "        out = torch.empty_like(x)\n        self.calls = getattr(self, 'calls', 0) + 1\n"
+        "        if self.calls > 12:\n            return out\n",
+    )
+    r = evaluator.evaluate(problem, source)
+    assert r.status in (Status.INCORRECT, Status.REJECTED), f"{r.status}: {r.reason}"
+
+
+def test_pointer_keyed_cache_is_caught(evaluator, problem):
+    source = candidates.triton_candidate().replace(
+        "        out = torch.empty_like(x)\n",
+        "        key = (x.data_ptr(), y.data_ptr())\n        memo = self.__dict__.setdefault('memo', {})\n"
+        "        if key in memo:\n            return memo[key].clone()\n        out = torch.empty_like(x)\n",
+    ).replace(FORWARD, "        memo[key] = out\n" + FORWARD)
+    r = evaluator.evaluate(problem, source)
+    assert r.status in (Status.INCORRECT, Status.REJECTED), f"{r.status}: {r.reason}"
+
+
+def test_sandbox_reports_isolation(evaluator, problem):
+    r = evaluator.evaluate(problem, candidates.triton_candidate(512, 4))
+    assert r.network_isolated is True
