@@ -15,8 +15,8 @@ from agents.base import AgentResponse, Message, Pricing, RetryableError, Usage, 
 class AnthropicAgent:
     """Messages API. System messages go into the separate `system` field; only text blocks make
     the reply (thinking blocks are dropped). The SDK's own retries are off (see `agents.retry`).
-    The SDK takes no sampling parameters; other request fields (e.g. adaptive thinking,
-    output_config) go through `extra_body`."""
+    temperature/top_p, when set, are sent as body fields (this SDK version has no parameters for
+    them); any other request field (e.g. adaptive thinking, output_config) goes through `extra_body`."""
 
     def __init__(
         self,
@@ -25,6 +25,8 @@ class AnthropicAgent:
         base_url: str | None = None,
         api_key_env: str | None = "ANTHROPIC_API_KEY",
         max_tokens: int = 8192,
+        temperature: float | None = None,
+        top_p: float | None = None,
         thinking_budget: int | None = None,
         timeout_s: float = 600.0,
         extra_body: Mapping[str, Any] | None = None,
@@ -41,8 +43,10 @@ class AnthropicAgent:
         self._params: dict[str, Any] = {"max_tokens": max_tokens}
         if thinking_budget is not None:
             self._params["thinking"] = {"type": "enabled", "budget_tokens": thinking_budget}
-        if extra_body:
-            self._params["extra_body"] = dict(extra_body)
+        # This SDK version lists no sampling parameters; set ones go in the body, for the API to judge.
+        sampling = {k: v for k, v in (("temperature", temperature), ("top_p", top_p)) if v is not None}
+        if extra_body or sampling:
+            self._params["extra_body"] = {**sampling, **dict(extra_body or {})}
 
     def __repr__(self) -> str:
         return f"AnthropicAgent(model={self.model!r}, base_url={self.base_url!r})"

@@ -21,11 +21,12 @@ _KIND_KEYS: dict[str, set[str]] = {
         "seed", "reasoning_effort", "timeout_s", "extra_body", "pricing",
     },
     "anthropic": {
-        "model", "base_url", "api_key_env", "max_tokens", "thinking_budget", "timeout_s", "extra_body", "pricing",
+        "model", "base_url", "api_key_env", "max_tokens", "temperature", "top_p", "thinking_budget", "timeout_s",
+        "extra_body", "pricing",
     },
     "command": {"command", "timeout_s", "input_format", "model"},
     "replay": {"path"},
-    "reference": set(),
+    "reference": {"solutions_dir"},
 }
 _REQUIRED: dict[str, tuple[str, ...]] = {
     "openai": ("model",), "anthropic": ("model",), "command": ("command",), "replay": ("path",), "reference": (),

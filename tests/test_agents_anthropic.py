@@ -64,9 +64,18 @@ def test_thinking_budget_must_be_valid(server: FakeLLMServer, budget: int) -> No
         agent_for(server, max_tokens=2000, thinking_budget=budget)
 
 
-def test_sampling_keys_the_sdk_lacks_are_refused_by_name(server: FakeLLMServer) -> None:
-    with pytest.raises(ConfigError, match="unknown key.*temperature.*valid: "):
-        agent_for(server, temperature=0.5)
+def test_sampling_parameters_are_sent_only_when_set(server: FakeLLMServer) -> None:
+    server.script(reply("a"), reply("b"))
+    ask(agent_for(server, temperature=0.3, top_p=None))
+    ask(agent_for(server))
+    first, second = (r.body for r in server.requests)
+    assert first["temperature"] == 0.3 and "top_p" not in first
+    assert "temperature" not in second and "top_p" not in second
+
+
+def test_unknown_key_is_refused_by_name(server: FakeLLMServer) -> None:
+    with pytest.raises(ConfigError, match="unknown key.*reasoning_effort.*valid: "):
+        agent_for(server, reasoning_effort="high")
 
 
 def test_overloaded_and_rate_limited_then_success(server: FakeLLMServer) -> None:

@@ -232,3 +232,14 @@ def test_hydra_node_is_accepted() -> None:
     agent = make_agent(cfg)
     assert ask(agent).text == "hi\n"
     assert agent.policy.max_attempts == 2 and agent.limiter is None
+
+
+def test_reference_from_another_solutions_dir(tmp_path: Path) -> None:
+    (tmp_path / "level1").mkdir()
+    (tmp_path / "level1" / "13_softmax.py").write_text("class ModelNew:\n    source = 'elsewhere'\n")
+    agent = make_agent({"kind": "reference", "solutions_dir": str(tmp_path)})
+    assert extract_code(ask(agent, problem_id="L1/13_softmax").text) == "class ModelNew:\n    source = 'elsewhere'\n"
+    r = ask(agent, problem_id="L1/24_gelu")
+    assert f"no reference solution for problem 'L1/24_gelu' in {tmp_path}" in r.text
+    with pytest.raises(ConfigError, match="is not a directory"):
+        make_agent({"kind": "reference", "solutions_dir": str(tmp_path / "missing")})
