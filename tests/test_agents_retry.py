@@ -180,3 +180,16 @@ def test_retrying_agent_uses_the_limiter_per_attempt() -> None:
     start = time.monotonic()
     limiter.acquire()  # both attempts took a request from the bucket, so this one waits
     assert time.monotonic() - start >= 0.05
+
+
+def test_parse_retry_after_forms() -> None:
+    import email.utils
+
+    from agents._sdk import parse_retry_after
+
+    assert parse_retry_after({"retry-after": "2"}) == 2.0
+    assert parse_retry_after({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
+    soon = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 25 <= parse_retry_after({"retry-after": soon}) <= 31
+    assert parse_retry_after({"retry-after": "soon-ish"}) is None
+    assert parse_retry_after({}) is None and parse_retry_after(None) is None
