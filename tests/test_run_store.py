@@ -1,0 +1,183 @@
+"""The run store: durable attempts, repair after a crash, and refusal of unusable run directories."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from eval.result import EvalResult, Mismatch, Status
+from harness.store import (
+    AGENT_ERROR,
+    Attempt,
+    RunStore,
+    StoreError,
+    code_path,
+    config_differences,
+    export_jsonl,
+    read_attempts,
+)
+
+CONFIG = {"name": "r", "turns": 2, "agent": {"kind": "reference", "retry": {"max_attempts": 1}}, "budget": {"max_tokens": 10}}
+VOLATILE = ("budget", "agent.retry")
+
+
+def attempt(problem: str = "L1/01_x", sample: int = 0, turn: int = 1, status: str = "incorrect", **kw) -> Attempt:
+    result = None if status == AGENT_ERROR else EvalResult(
+        status=Status(status), reason="why", problem_id=problem,
+        mismatch=Mismatch(output=0, reason="differs", max_abs_err=0.5) if status == "incorrect" else None,
+    )  # fmt: skip
+    return Attempt(problem_id=problem, sample=sample, turn=turn, status=status,
+                   prompt=[{"role": "user", "content": f"turn {turn}"}], reply=f"reply {turn}",
+                   code=None if status == AGENT_ERROR else f"# code {sample} {turn}\n", result=result,
+                   input_tokens=10, output_tokens=5, cost_usd=0.01, **{"feedback": "fb", **kw})  # fmt: skip
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_record_and_reopen_keeps_everything(tmp_path: Path) -> None:
+    run = tmp_path / "r"
+    with RunStore.open(run, CONFIG) as store:
+        store.begin_session()
+        store.record(attempt(turn=1))
+        store.record(attempt(turn=2, status="correct", speedup=1.5))
+        store.record(attempt(sample=1, status=AGENT_ERROR, error="HTTP 500 (gave up after 3 attempt(s))"))
+        store.end_session("finished")
+    with RunStore.open(run, CONFIG) as store:
+        got = store.attempts()
+        assert [(a.problem_id, a.sample, a.turn, a.status) for a in got] == [
+            ("L1/01_x", 0, 1, "incorrect"), ("L1/01_x", 0, 2, "correct"), ("L1/01_x", 1, 1, AGENT_ERROR)]
+        assert got[0].result.mismatch.max_abs_err == 0.5 and got[0].prompt == [{"role": "user", "content": "turn 1"}]
+        assert got[1].speedup == 1.5 and got[2].result is None and "HTTP 500" in got[2].error
+        totals = store.totals()
+        assert (totals.attempts, totals.tokens, round(totals.cost_usd, 6)) == (3, 45, 0.03)
+        assert [s["stop_reason"] for s in store.sessions()] == ["finished"]
+    lines = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
+    assert [(x["sample"], x["turn"], x["status"], x["speedup"]) for x in lines] == [
+        (0, 1, "incorrect", None), (0, 2, "correct", 1.5), (1, 1, AGENT_ERROR, None)]
+    assert lines[1]["reply"] == "reply 2" and lines[1]["result"]["status"] == "correct"
+    assert (run / "code/L1/01_x/0_2.py").read_text() == "# code 0 2\n"
+    assert not (run / "code/L1/01_x/1_1.py").exists()  # no code for an agent error
+    assert json.loads(json.dumps(read_attempts(run)[1].summary())) == lines[1]
+
+
+def test_an_attempt_is_never_recorded_twice(tmp_path: Path) -> None:
+    with RunStore.open(tmp_path / "r", CONFIG) as store:
+        store.begin_session()
+        store.record(attempt())
+        with pytest.raises(StoreError, match="already recorded"):
+            store.record(attempt(status="correct"))
+        assert [a.status for a in store.attempts()] == ["incorrect"]
+
+
+def test_torn_jsonl_and_missing_code_are_repaired_from_the_database(tmp_path: Path) -> None:
+    run = tmp_path / "r"
+    with RunStore.open(run, CONFIG) as store:
+        store.begin_session()
+        store.record(attempt(turn=1))
+        store.record(attempt(turn=2))
+    good = (run / "results.jsonl").read_text()
+    # a crash after the DB commit: the last line is torn and a code file is missing
+    (run / "results.jsonl").write_text(good.splitlines(keepends=True)[0] + good.splitlines()[1][:25])
+    (run / "code/L1/01_x/0_2.py").unlink()
+    with RunStore.open(run, CONFIG):
+        pass
+    assert (run / "results.jsonl").read_text() == good
+    assert (run / "code/L1/01_x/0_2.py").read_text() == "# code 0 2\n"
+    # a crash before the jsonl line was written at all: the line is added back
+    (run / "results.jsonl").write_text(good.splitlines(keepends=True)[0])
+    with RunStore.open(run, CONFIG):
+        pass
+    assert (run / "results.jsonl").read_text() == good
+
+
+def test_resume_refuses_a_different_config_but_allows_volatile_keys(tmp_path: Path) -> None:
+    run = tmp_path / "r"
+    RunStore.open(run, CONFIG, volatile=VOLATILE).close()
+    changed_budget = {**CONFIG, "budget": {"max_tokens": 99}, "agent": {**CONFIG["agent"], "retry": {"max_attempts": 5}}}
+    RunStore.open(run, changed_budget, volatile=VOLATILE).close()
+    with pytest.raises(StoreError, match=r"different config \(turns differ\)"):
+        RunStore.open(run, {**CONFIG, "turns": 3}, volatile=VOLATILE)
+
+
+def test_config_differences_names_nested_keys() -> None:
+    a = {"x": 1, "agent": {"model": "a", "retry": {"n": 1}}}
+    b = {"x": 1, "agent": {"model": "b", "retry": {"n": 2}}, "new": 0}
+    assert config_differences(a, b) == ["agent.model", "agent.retry.n", "new"]
+    assert config_differences(a, b, ["agent.retry", "new"]) == ["agent.model"]
+
+
+def test_one_process_at_a_time(tmp_path: Path) -> None:
+    with RunStore.open(tmp_path / "r", CONFIG):
+        with pytest.raises(StoreError, match="in use by another harness process"):
+            RunStore.open(tmp_path / "r", CONFIG)
+
+
+def test_incompatible_schema_version_is_refused_and_untouched(tmp_path: Path) -> None:
+    run = tmp_path / "r"
+    with RunStore.open(run, CONFIG) as store:
+        store.begin_session()
+        store.record(attempt())
+    conn = sqlite3.connect(run / "attempts.sqlite")
+    conn.execute("PRAGMA user_version = 99")
+    conn.commit()
+    conn.close()
+    before = sha(run / "attempts.sqlite"), sha(run / "results.jsonl")
+    with pytest.raises(StoreError, match="schema version 99; this harness reads version 1"):
+        RunStore.open(run, CONFIG)
+    assert (sha(run / "attempts.sqlite"), sha(run / "results.jsonl")) == before
+
+
+@pytest.mark.parametrize("damage", ["garbage", "pages"])
+def test_corrupted_database_is_refused_and_untouched(tmp_path: Path, damage: str) -> None:
+    run = tmp_path / "r"
+    with RunStore.open(run, CONFIG) as store:
+        store.begin_session()
+        for t in range(1, 40):  # enough rows for several pages
+            store.record(attempt(turn=t, feedback="x" * 500))
+    db = run / "attempts.sqlite"
+    data = bytearray(db.read_bytes())
+    if damage == "garbage":
+        data[:100] = b"this is not a database" + b"\0" * 78
+    else:  # keep the header, scramble the pages behind it
+        for i in range(4096 + 200, len(data), 7):
+            data[i] = (data[i] * 31 + 7) % 256
+    db.write_bytes(bytes(data))
+    before = sha(db), sha(run / "results.jsonl")
+    with pytest.raises(StoreError, match="corrupted"):
+        RunStore.open(run, CONFIG)
+    assert (sha(db), sha(run / "results.jsonl")) == before
+
+
+def test_jsonl_without_database_is_not_overwritten(tmp_path: Path) -> None:
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "results.jsonl").write_text('{"problem_id": "p"}\n')
+    with pytest.raises(StoreError, match="no attempts.sqlite"):
+        RunStore.open(run, CONFIG)
+    assert (run / "results.jsonl").read_text() == '{"problem_id": "p"}\n'
+    assert not (run / "attempts.sqlite").exists()
+
+
+def test_code_paths_stay_inside_the_run_directory() -> None:
+    assert code_path("L1/01_square_matmul", 0, 1) == "code/L1/01_square_matmul/0_1.py"
+    for pid in ("../../etc/passwd", "/abs", "a/../../b", "..", "hf:Org/Name 3"):
+        parts = code_path(pid, 2, 3).split("/")
+        assert parts[0] == "code" and parts[-1] == "2_3.py"
+        assert all(p not in ("", ".", "..") and not p.startswith(".") for p in parts)
+    assert code_path("a:b", 0, 1) != code_path("a_b", 0, 1)  # sanitised names stay distinct
+
+
+def test_export_includes_prompts_and_code(tmp_path: Path) -> None:
+    run = tmp_path / "r"
+    with RunStore.open(run, CONFIG) as store:
+        store.begin_session()
+        store.record(attempt())
+    n = export_jsonl(run, tmp_path / "out.jsonl")
+    rec = json.loads((tmp_path / "out.jsonl").read_text())
+    assert n == 1 and rec["prompt"] == [{"role": "user", "content": "turn 1"}] and rec["code"] == "# code 0 1\n"
