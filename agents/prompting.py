@@ -31,8 +31,8 @@ EXAMPLES_DIR = PROMPTS_DIR / "examples"
 BACKENDS = ("triton", "cuda")
 CONTEXT_POLICIES = ("full", "last_k")
 
-_TASK_VARS = {"problem_source", "hardware", "example_reference", "example_solution"}
-_FEEDBACK_VARS = {"turn", "feedback"}
+_TASK_VARS = frozenset({"problem_source", "hardware", "example_reference", "example_solution"})
+_FEEDBACK_VARS = frozenset({"turn", "feedback"})
 _NO_CODE = "(This reply contained no usable code block.)"
 _HIDDEN_NAMES = ("META", "get_extra_inputs")  # harness metadata and shapes checked but never shown
 
@@ -62,7 +62,7 @@ def available_templates(prompts_dir: str | Path | None = None) -> list[str]:
     return sorted({p.stem for d in [*dirs, PROMPTS_DIR] if d.is_dir() for p in d.glob("*.md")})
 
 
-def load_template(name: str, prompts_dir: str | Path | None = None, *, allowed: set[str] = frozenset()) -> string.Template:
+def load_template(name: str, prompts_dir: str | Path | None = None, *, allowed: frozenset[str] = frozenset()) -> string.Template:
     """Find template `name` and check that it uses only the placeholders in `allowed`."""
     path = _resolve(name, prompts_dir)
     try:
@@ -157,7 +157,7 @@ class PromptBuilder:
         self.last_k = last_k
         self._task = load_template(template or backend, prompts_dir, allowed=_TASK_VARS)
         self._feedback = load_template(feedback, prompts_dir, allowed=_FEEDBACK_VARS)
-        self._system = load_template(system, prompts_dir).template.strip() if system else None
+        self._system = load_template(system, prompts_dir).substitute().strip() if system else None
         try:
             facts = hardware_facts(hardware)
         except ValueError as exc:

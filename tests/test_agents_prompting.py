@@ -242,3 +242,9 @@ def get_extra_inputs():
 def test_problem_source_that_does_not_parse() -> None:
     with pytest.raises(PromptError, match="does not parse"):
         PromptBuilder("triton").first_prompt("class Model(:\n")
+
+
+def test_custom_system_template_unescapes_dollars(tmp_path: Path) -> None:
+    (tmp_path / "sys.md").write_text("You earn $$100 per kernel.\n")
+    msgs = PromptBuilder("triton", system="sys", prompts_dir=tmp_path).messages(PROBLEM)
+    assert msgs[0].content == "You earn $100 per kernel."

@@ -27,7 +27,7 @@ torch::Tensor add_relu(torch::Tensor a, torch::Tensor b) {
     const int64_t n = a_c.numel();
     if (n > 0) {
         const int threads = 256;
-        const int64_t blocks = (n + threads - 1) / threads;
+        const unsigned int blocks = (unsigned int)((n + threads - 1) / threads);
         // Launch on PyTorch's current stream so the work is ordered with the caller's.
         add_relu_kernel<<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
             a_c.data_ptr<float>(), b_c.data_ptr<float>(), out.data_ptr<float>(), n);
