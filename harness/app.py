@@ -54,12 +54,13 @@ class BadInput(Exception):
 def main(argv: list[str]) -> int:
     """Entry point of `harness run ARGS...`: check the overrides, then hand over to Hydra."""
     args = get_args_parser().parse_args(argv)  # Hydra's own flags and overrides
-    err = Console(stderr=True)
     try:
         ov.validate(args.overrides)
+        for name in ov.values_of(args.overrides, "name"):  # checked before Hydra makes directories from it
+            _check_name(name)
         swept = ov.sweep_keys(args.overrides) if args.multirun else []
-    except ov.OverrideError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+    except (ov.OverrideError, BadInput) as exc:
+        _say(f"error: {exc}")
         return EXIT_BAD_INPUT
     _exit_codes.clear()
     with _argv(["harness run", *argv]), _env(_SWEEP_ENV, ",".join(swept)):
@@ -76,15 +77,14 @@ def _hydra_main(cfg: DictConfig) -> int:
 
 def run_job(cfg: DictConfig) -> int:
     """Run one job of the Hydra app; return its exit code (messages go to stderr)."""
-    err = Console(stderr=True)
     try:
-        return _run(cfg, err)
+        return _run(cfg)
     except BadInput as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        _say(f"error: {exc}")
         return EXIT_BAD_INPUT
 
 
-def _run(cfg: DictConfig, err: Console) -> int:
+def _run(cfg: DictConfig) -> int:
     name = _job_name(cfg)
     try:
         config: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
@@ -94,7 +94,7 @@ def _run(cfg: DictConfig, err: Console) -> int:
     settings = _settings(config)
     problems = _problems(config["problems"])
     try:
-        agent = make_agent(config["agent"], problems=problems)  # a missing API key stops here, before any work
+        agent = make_agent(config["agent"])  # a missing API key stops here, before any work
         prompts = PromptBuilder(
             settings.backend, context=config["context"]["policy"], last_k=config["context"]["k"], **config["prompt"]
         )
@@ -125,16 +125,16 @@ def _run(cfg: DictConfig, err: Console) -> int:
         store.begin_session()
         resumed = store.totals().attempts
         if resumed and not quiet:
-            err.print(f"resuming {run_dir}: {resumed} attempt(s) already recorded", highlight=False)
+            _say(f"resuming {run_dir}: {resumed} attempt(s) already recorded")
         loop = RunLoop(
             store=store, agent=agent, evaluator=evaluator, problems=problems, prompts=prompts, settings=settings,
-            display=QuietDisplay() if quiet else RichDisplay(err), response_cache=cache, agent_config=config["agent"],
+            display=QuietDisplay() if quiet else RichDisplay(Console(stderr=True)), response_cache=cache, agent_config=config["agent"],
         )  # fmt: skip
         try:
             outcome = loop.run()
         except KeyboardInterrupt:
             store.end_session("interrupted")
-            err.print("interrupted; every finished attempt is saved. Re-run the same command to resume.")
+            _say("interrupted; every finished attempt is saved. Re-run the same command to resume.")
             os._exit(EXIT_STOPPED)  # agent requests may still be in flight; their threads must not hold the exit
         store.end_session(outcome.stop_reason)
         if quiet:
@@ -145,11 +145,10 @@ def _run(cfg: DictConfig, err: Console) -> int:
                 problem_ids=[p.id for p in problems], turns=settings.turns,
             )  # fmt: skip
     for e in outcome.errors:
-        err.print(f"[red]error:[/red] {e}", highlight=False)
+        _say(f"error: {e}")
     if outcome.finished and not outcome.errors:
         return EXIT_OK
-    err.print(f"stopped: {outcome.stop_reason}. Finished attempts are saved; re-run the same command to resume.",
-              highlight=False)  # fmt: skip
+    _say(f"stopped: {outcome.stop_reason}. Finished attempts are saved; re-run the same command to resume.")
     if outcome.stop_reason.startswith("auth:"):
         return EXIT_AUTH
     if outcome.stop_reason.startswith(("budget:", "interrupted")):
@@ -159,9 +158,7 @@ def _run(cfg: DictConfig, err: Console) -> int:
 
 def _job_name(cfg: DictConfig) -> str:
     """`name`, plus the swept values in a multirun (`ablation-search=serial`), checked to be path-safe."""
-    name = str(cfg.name)
-    if safe_name(name) != name or name.startswith("."):
-        raise BadInput(f"name={name!r}: use only letters, digits and . _ = + - (it names the run directory)")
+    name = _check_name(str(cfg.name))
     hc = HydraConfig.get()
     if hc.mode != RunMode.MULTIRUN:
         return name
@@ -171,19 +168,38 @@ def _job_name(cfg: DictConfig) -> str:
     return f"{name}-{suffix}"
 
 
+def _check_name(name: str) -> str:
+    if safe_name(name) != name or name.startswith("."):
+        raise BadInput(f"name={name!r}: use only letters, digits and . _ = + - (it names the run directory)")
+    return name
+
+
 def _settings(config: dict[str, Any]) -> LoopSettings:
+    budget = config["budget"]
     try:
         return LoopSettings(
-            turns=int(config["turns"]),
-            samples=int(config["samples"]),
+            turns=_number(config, "turns", int),
+            samples=_number(config, "samples", int),
             backend=str(config["backend"]),
-            max_concurrency=int(config["max_concurrency"]),
-            target_speedup=None if config["target_speedup"] is None else float(config["target_speedup"]),
-            max_tokens=None if config["budget"]["max_tokens"] is None else int(config["budget"]["max_tokens"]),
-            max_cost_usd=None if config["budget"]["max_cost_usd"] is None else float(config["budget"]["max_cost_usd"]),
+            max_concurrency=_number(config, "max_concurrency", int),
+            target_speedup=_number(config, "target_speedup", float, optional=True),
+            max_tokens=_number(budget, "max_tokens", int, optional=True, prefix="budget."),
+            max_cost_usd=_number(budget, "max_cost_usd", float, optional=True, prefix="budget."),
         )
-    except (TypeError, ValueError) as exc:
+    except ValueError as exc:
         raise BadInput(str(exc)) from None
+
+
+def _number(cfg: dict[str, Any], key: str, kind: type, *, optional: bool = False, prefix: str = "") -> Any:
+    """`cfg[key]` as an int or float; a clear message naming the key when it is not one."""
+    value = cfg[key]
+    if value is None and optional:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (kind is float or float(value).is_integer())
+    if not ok:
+        what = "an integer" if kind is int else "a number"
+        raise BadInput(f"{prefix}{key} must be {what}{' or null' if optional else ''}, got {value!r}")
+    return kind(value)
 
 
 def _problems(cfg: dict[str, Any]) -> list[Problem]:
@@ -199,6 +215,11 @@ def _problems(cfg: dict[str, Any]) -> list[Problem]:
     if not problems:
         raise BadInput(f"problems.spec={cfg['spec']!r} selects no problem")
     return problems
+
+
+def _say(text: str) -> None:
+    """A message for the user on stderr, unwrapped (so it can be read and grepped whole)."""
+    print(text, file=sys.stderr, flush=True)
 
 
 @contextmanager

@@ -50,6 +50,11 @@ def sweep_keys(overrides: list[str]) -> list[str]:
     return [o.key_or_group for o in parse(overrides) if o.is_sweep_override()]
 
 
+def values_of(overrides: list[str], key: str) -> list[str]:
+    """Every value given to `key` (all of a sweep's values)."""
+    return [v for o in parse(overrides) if o.key_or_group == key and not o.is_delete() for v in _values(o)]
+
+
 def validate(overrides: list[str]) -> None:
     """Raise `OverrideError` for an unknown group, group option or config key."""
     parsed = [o for o in parse(overrides) if not o.key_or_group.startswith("hydra")]
@@ -57,7 +62,7 @@ def validate(overrides: list[str]) -> None:
     group_choices: dict[str, list[str]] = {}
     for o in parsed:
         if o.key_or_group in options and not o.is_delete():
-            values = [str(v) for v in o.sweep_string_iterator()] if o.is_sweep_override() else [_value_str(o)]
+            values = _values(o)
             for v in values:
                 if v not in options[o.key_or_group]:
                     raise OverrideError(
@@ -76,9 +81,12 @@ def validate(overrides: list[str]) -> None:
             _check_key(cfg, o.key_or_group, options, dict(combo))
 
 
-def _value_str(o: Override) -> str:
+def _values(o: Override) -> list[str]:
+    """The value of an override as text, or each value of a sweep."""
+    if o.is_sweep_override():
+        return [str(v) for v in o.sweep_string_iterator()]
     value = o.value()
-    return "null" if value is None else str(value)
+    return ["null" if value is None else str(value)]
 
 
 def _compose(group_overrides: list[str]) -> DictConfig:

@@ -1,0 +1,218 @@
+"""`harness run` end to end on CPU: the real OpenAI SDK agent against a local fake server, the real
+evaluator (Triton interpreter), the run store on disk."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from tests.fakes.llm_server import FakeLLMServer, error, raw, reply
+from tests.run_fixtures import BROKEN, GOOD, WRONG, base_overrides, fenced, rows, write_problem
+
+KEY = "sk-run-test-9f8e7d6c5b4a"
+
+
+@pytest.fixture(scope="module")
+def eval_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One evaluator result cache for the module: an identical candidate is judged for real once."""
+    return tmp_path_factory.mktemp("eval_cache")
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLMServer]:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    with FakeLLMServer(api_key=KEY) as srv:
+        yield srv
+
+
+@pytest.fixture
+def base(tmp_path: Path, eval_cache: Path) -> list[str]:
+    return base_overrides(tmp_path, write_problem(tmp_path / "problems"), eval_cache)
+
+
+def openai_args(server: FakeLLMServer, name: str, **extra: object) -> list[str]:
+    args = ["agent=openai", f"agent.base_url={server.openai_base_url}", "agent.model=fake-coder", f"name={name}",
+            "agent.retry.initial_delay_s=0.01", "agent.retry.max_delay_s=0.05", "agent.retry.max_attempts=3"]
+    return args + [f"{k}={v}" for k, v in extra.items()]
+
+
+def user_messages(server: FakeLLMServer, i: int) -> list[str]:
+    return [m["content"] for m in server.requests[i].body["messages"] if m["role"] == "user"]
+
+
+def results(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+
+
+def test_three_turns_from_compile_error_to_incorrect_to_correct(server, base, tmp_path) -> None:
+    server.script(
+        reply(fenced(BROKEN, "First try."), input_tokens=1000, output_tokens=100),
+        reply(fenced(WRONG, "Fixed the syntax."), input_tokens=2000, output_tokens=100),
+        reply(fenced(GOOD, "Added the ReLU."), input_tokens=3000, output_tokens=100),
+    )
+    code = main(["run", *base, *openai_args(server, "multi", turns=3, samples=1, model="gpt-4o")])
+    assert code == 0
+    run = tmp_path / "runs" / "multi"
+    assert rows(run) == [("add_relu", 0, 1, "compile_error"), ("add_relu", 0, 2, "incorrect"), ("add_relu", 0, 3, "correct")]
+    # each prompt carries the verdict on the previous turn
+    assert len(server.requests) == 3
+    first, second, third = (user_messages(server, i) for i in range(3))
+    assert len(first) == 1 and "class Model(nn.Module)" in first[0] and "torch.relu(a + b)" in first[0]
+    assert "Status: compile_error" in second[-1] and "syntax error at line 3" in second[-1]
+    assert "Status: incorrect" in third[-1] and "values differ" in third[-1] and "Mismatch: output 0" in third[-1]
+    assert "Status: compile_error" in third[1]  # full context: the whole history is resent
+    assistant = [m["content"] for m in server.requests[2].body["messages"] if m["role"] == "assistant"]
+    assert assistant == [fenced(BROKEN, "First try."), fenced(WRONG, "Fixed the syntax.")]
+    lines = results(run)
+    assert [(x["turn"], x["status"], x["best_turn"], x["best_status"]) for x in lines] == [
+        (1, "compile_error", None, None), (2, "incorrect", None, None), (3, "correct", 3, "correct")]
+    assert lines[2]["reply"] == fenced(GOOD, "Added the ReLU.") and lines[2]["result"]["trials"] >= 2
+    assert (run / lines[2]["code_path"]).read_text() == GOOD
+    # cost from the gpt-4o preset prices: $2.50 / $10 per million input / output tokens
+    assert lines[0]["cost_usd"] == pytest.approx((1000 * 2.5 + 100 * 10) / 1e6)
+    stored = rows(run, "prompt")
+    assert json.loads(stored[2][0])[-1]["content"] == third[-1]
+    # the API key is never written into the run directory
+    assert not any(KEY in p.read_text(errors="replace") for p in run.rglob("*") if p.is_file())
+    assert "OPENAI_API_KEY" in (run / "config.yaml").read_text()  # only the variable's name
+
+
+def test_the_documented_command_line(server, tmp_path, eval_cache) -> None:
+    server.script(*[reply("I could not write it this time.")] * 3)
+    code = main(["run", *openai_args(server, "doc"), "problems=smoke", "problems.limit=1", "turns=3", "samples=1",
+                 f"runs_dir={tmp_path / 'runs'}", f"eval.cache_dir={eval_cache}", "quiet=true"])
+    assert code == 0
+    got = rows(tmp_path / "runs" / "doc")
+    assert [(s, t, st) for _, s, t, st in got] == [(0, 1, "format_error"), (0, 2, "format_error"), (0, 3, "format_error")]
+    assert "no fenced code block" in user_messages(server, 1)[-1]
+
+
+def test_last_k_context_keeps_only_recent_code_and_feedback(server, base, tmp_path) -> None:
+    server.script(reply(fenced(BROKEN, "Reasoning one.")), reply("no code, just thoughts"),
+                  reply(fenced(BROKEN, "Reasoning three.")))
+    assert main(["run", *base, *openai_args(server, "lastk", turns=3), "context.policy=last_k", "context.k=1"]) == 0
+    third = server.requests[2].body["messages"]
+    assert "1 earlier attempt(s) are omitted" in third[1]["content"]
+    assert [m["role"] for m in third] == ["system", "user", "assistant", "user"]
+    assert "no usable code block" in third[2]["content"] and "Reasoning one" not in json.dumps(third)
+    assert "Status: format_error" in third[3]["content"]
+
+
+def test_malformed_empty_and_ten_block_replies(server, base, tmp_path) -> None:
+    blocks = "".join(fenced(f"helper_{i} = {i}\n", f"Block {i}.") for i in range(9))
+    ten = blocks.replace("Block 6.", fenced(GOOD, "The real one.") + "Block 6.")
+    assert ten.count("```python") == 10
+    server.script(
+        raw(b"{not json"),  # malformed body: retried
+        reply(""),  # empty reply: a format error with feedback
+        reply(ten),  # ten code blocks: the one defining ModelNew is evaluated
+    )
+    assert main(["run", *base, *openai_args(server, "odd", turns=2, samples=1)]) == 0
+    lines = results(tmp_path / "runs" / "odd")
+    assert [(x["turn"], x["status"], x["requests"]) for x in lines] == [(1, "format_error", 2), (2, "correct", 1)]
+    assert "The reply was empty" in lines[0]["feedback"] and lines[0]["reply"] == ""
+    assert "The reply was empty" in user_messages(server, 2)[-1]
+    assert (tmp_path / "runs" / "odd" / lines[1]["code_path"]).read_text() == GOOD
+
+
+def test_429_and_500_are_retried_then_recorded_as_agent_error(server, base, tmp_path) -> None:
+    server.script(
+        error(429, "slow down", retry_after=0.01), error(500, "oops"), reply(fenced(BROKEN)),  # sample 0: ok on try 3
+        error(500, "down"), error(502, "down"), error(503, "still down"),  # sample 1: gives up
+    )
+    args = openai_args(server, "flaky", turns=1, samples=2, max_concurrency=1)
+    assert main(["run", *base, *args]) == 0
+    lines = results(tmp_path / "runs" / "flaky")
+    assert [(x["sample"], x["status"]) for x in lines] == [(0, "compile_error"), (1, "agent_error")]
+    assert lines[0]["requests"] == 3
+    assert "HTTP 503" in lines[1]["error"] and "gave up after 3 attempt(s)" in lines[1]["error"]
+    assert lines[1]["result"] is None and lines[1]["reply"] == ""
+    # a resume does not repeat the recorded failure
+    assert main(["run", *base, *args]) == 0 and len(server.requests) == 6
+
+
+def test_401_stops_the_run_with_the_message(server, base, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-wrong")
+    code = main(["run", *base, *openai_args(server, "denied", samples=3)])
+    assert code == 4
+    err = capsys.readouterr().err
+    assert "HTTP 401" in err and "Incorrect API key" in err and "sk-wrong" not in err
+    assert rows(tmp_path / "runs" / "denied") == []
+    assert len(server.requests) <= 3  # no retries of a 401
+
+
+def test_missing_api_key_fails_before_any_work(server, base, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY")
+    assert main(["run", *base, *openai_args(server, "nokey")]) == 2
+    assert "OPENAI_API_KEY" in capsys.readouterr().err
+    assert not (tmp_path / "runs" / "nokey").exists() and server.requests == []
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["turnz=3"], "unknown config key 'turnz'; valid keys at the top level: agent, backend, budget"),
+        (["turnz=3"], "Did you mean turns?"),
+        (["agent=gpt"], "unknown agent 'gpt'; valid choices for agent: anthropic, command, openai, reference, replay"),
+        (["problems=level9"], "valid choices for problems: all, kernelbench, level1"),
+        (["agent=openai", "agent.temprature=0.5"], "unknown config key 'agent.temprature' (with agent=openai); "
+                                                   "valid keys under 'agent': api_key_env, base_url"),
+        (["search=serial,sideways"], "unknown search 'sideways'"),
+        (["budget.max_tokens=lots"], "budget.max_tokens must be an integer or null, got 'lots'"),
+        (["turns=0"], "turns must be >= 1, got 0"),
+        (["backend=opencl"], "backend must be triton or cuda, got 'opencl'"),
+        (["name=../escape"], "name='../escape': use only letters, digits"),
+    ],
+)
+def test_bad_overrides_get_a_clear_message(args, expected, tmp_path, capsys) -> None:
+    code = main(["run", "-m", f"runs_dir={tmp_path / 'runs'}", *args])  # -m: the sweep case is checked too
+    err = capsys.readouterr().err
+    assert code != 0 and expected in err, err
+    assert "Traceback" not in err
+    runs = tmp_path / "runs"
+    assert not runs.exists() or not [p for p in runs.iterdir() if not p.name.startswith(".")]  # no run dir made
+
+
+def test_budget_stops_cleanly_and_a_resume_finishes_without_repeats(server, base, tmp_path) -> None:
+    server.script(*[reply("thinking...", input_tokens=600, output_tokens=100)] * 4)
+    args = openai_args(server, "budget", turns=2, samples=2, max_concurrency=1)
+    assert main(["run", *base, *args, "budget.max_tokens=1000"]) == 3
+    first = rows(tmp_path / "runs" / "budget")
+    assert len(first) == 2 and len(server.requests) == 2  # stopped once 1400 tokens were spent
+    assert main(["run", *base, *args, "budget.max_tokens=100000"]) == 0
+    final = rows(tmp_path / "runs" / "budget")
+    assert final[: len(first)] == first and len(final) == 4 and len(server.requests) == 4
+    assert len(set(final)) == 4
+
+
+def test_resume_with_a_different_config_is_refused(server, base, tmp_path, capsys) -> None:
+    server.script(reply("nothing"))
+    assert main(["run", *base, *openai_args(server, "cfg")]) == 0
+    assert main(["run", *base, *openai_args(server, "cfg", turns=2)]) == 2
+    assert "different config (turns differ)" in capsys.readouterr().err
+
+
+def test_response_cache_makes_a_repeated_run_free(server, base, tmp_path) -> None:
+    server.script(reply("first"), reply("second"))
+    cache = [f"response_cache.enabled=true", f"response_cache.path={tmp_path / 'responses.sqlite'}"]
+    assert main(["run", *base, *openai_args(server, "c1", turns=2), *cache]) == 0
+    assert main(["run", *base, *openai_args(server, "c2", turns=2), *cache]) == 0
+    assert len(server.requests) == 2
+    one, two = results(tmp_path / "runs" / "c1"), results(tmp_path / "runs" / "c2")
+    assert [x["reply"] for x in two] == [x["reply"] for x in one] == ["first", "second"]
+    assert [x["from_cache"] for x in two] == [True, True] and [x["requests"] for x in two] == [0, 0]
+
+
+def test_multirun_sweep_writes_one_run_per_job(tmp_path, base) -> None:
+    code = main(["run", "-m", *base, "name=abl", "search=serial,parallel", "search.attempts=2"])
+    assert code == 0
+    runs = tmp_path / "runs"
+    assert sorted(p.name for p in runs.iterdir() if not p.name.startswith(".")) == [
+        "abl-search=parallel", "abl-search=serial"]
+    assert [(s, t) for _, s, t, _ in rows(runs / "abl-search=serial")] == [(0, 1), (0, 2)]
+    assert [(s, t) for _, s, t, _ in rows(runs / "abl-search=parallel")] == [(0, 1), (1, 1)]
+    assert "search:\n  name: serial" in (runs / "abl-search=serial" / "config.yaml").read_text()

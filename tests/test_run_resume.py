@@ -1,0 +1,103 @@
+"""`kill -9` of a running `harness run` at random moments, then resume: nothing repeated, nothing lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.run_fixtures import GOOD, base_overrides, fenced, rows, write_problem
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES, TURNS = 6, 3
+
+
+def _agent_script(tmp: Path) -> tuple[Path, Path]:
+    """A `command` agent that logs every request it gets and answers slowly; turn 2 brings a real kernel."""
+    log = tmp / "requests.log"
+    good = tmp / "good_reply.md"
+    good.write_text(fenced(GOOD))
+    script = tmp / "agent.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        "cat > /dev/null\n"
+        f'echo "$HARNESS_PROBLEM_ID $HARNESS_SAMPLE $HARNESS_TURN" >> {log}\n'
+        "sleep 0.15\n"
+        f'if [ "$HARNESS_TURN" = 2 ]; then cat {good}; else echo "Still thinking, no code yet."; fi\n'
+    )
+    return script, log
+
+
+def _logged(log: Path) -> list[tuple[str, int, int]]:
+    if not log.exists():
+        return []
+    out = []
+    for line in log.read_text().splitlines():
+        pid, sample, turn = line.split()
+        out.append((pid, int(sample), int(turn)))
+    return out
+
+
+def _recorded(run: Path) -> set[tuple[str, int, int]]:
+    if not (run / "attempts.sqlite").exists():
+        return set()
+    got = rows(run, "problem_id, sample, turn")
+    assert len(got) == len(set(got))  # the UNIQUE key holds
+    return set(got)
+
+
+def test_kill_9_at_random_moments_then_resume(tmp_path: Path) -> None:
+    script, log = _agent_script(tmp_path)
+    problem = write_problem(tmp_path / "problems")
+    args = [*base_overrides(tmp_path, problem, tmp_path / "eval_cache"), "agent=command",
+            f"agent.command=sh {script}", f"samples={SAMPLES}", f"turns={TURNS}", "max_concurrency=3", "name=k9"]
+    run = tmp_path / "runs" / "k9"
+    rng = random.Random(1234)
+    recorded: set[tuple[str, int, int]] = set()
+    kills = 0
+    for session in range(30):
+        log_mark = len(_logged(log))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.cli", "run", *args], cwd=REPO, start_new_session=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        # the first kill lands during start-up; later ones after 0-2 new attempts, at a random instant
+        target = None if session == 0 else len(recorded) + rng.randint(0, 2)
+        deadline = time.monotonic() + (rng.uniform(0.5, 2.5) if session == 0 else 120)
+        while proc.poll() is None and time.monotonic() < deadline:
+            if target is not None and len(_recorded(run)) >= target:
+                time.sleep(rng.uniform(0, 0.3))
+                break
+            time.sleep(0.02)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            kills += 1
+        out, err = proc.communicate(timeout=60)
+        now = _recorded(run)
+        assert recorded <= now, f"attempts lost after a kill: {sorted(recorded - now)}"
+        # a request for an attempt recorded before this session started was never made again
+        again = [k for k in _logged(log)[log_mark:] if k in recorded]
+        assert not again, f"recorded attempts were requested again: {again}"
+        recorded = now
+        if proc.returncode == 0:
+            break
+        assert proc.returncode == -signal.SIGKILL, f"exit {proc.returncode}: {err[-2000:]}"
+    else:
+        raise AssertionError("the run never finished")
+    assert kills >= 3, "the test should have killed the run several times"
+    expected = {("add_relu", s, t) for s in range(SAMPLES) for t in range(1, TURNS + 1)}
+    assert recorded == expected
+    lines = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
+    assert sorted((x["problem_id"], x["sample"], x["turn"]) for x in lines) == sorted(expected)
+    statuses = {(x["sample"], x["turn"]): x["status"] for x in lines}
+    assert all(statuses[(s, 2)] == "correct" for s in range(SAMPLES))
+    assert all(statuses[(s, t)] == "format_error" for s in range(SAMPLES) for t in (1, 3))
+    for x in lines:  # the conversation of every turn holds exactly the turns before it
+        if x["turn"] > 1:
+            prompt = json.loads(rows(run, "prompt")[sorted(expected).index((x["problem_id"], x["sample"], x["turn"]))][0])
+            assert sum(m["role"] == "assistant" for m in prompt) == x["turn"] - 1
