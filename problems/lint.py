@@ -1,0 +1,361 @@
+"""Suite lint: is each problem sound enough to score candidates against?
+
+Per problem, in a subprocess of its own (so one that hangs or crashes cannot stall the rest):
+
+- load:          the source parses, defines Model/get_inputs/get_init_inputs and imports
+- memory:        at full size, the reference's traced peak plus a candidate's copy of inputs,
+                 parameters and outputs fits the budget (`problems.cost`, no allocation needed)
+- metadata:      META's flops/bytes (if given) agree with the measured ones
+- run:           Model(*get_init_inputs())(*get_inputs()) runs and returns tensors
+- finite:        every output is finite
+- deterministic: a second forward on the same inputs gives the same outputs
+- input-dependence: outputs for another input seed differ by far more than the tolerance
+- zero-output:   an all-zero output fails the evaluator's tolerance check
+- constant-output: a constant output (mean or median of another seed's output, i.e. something
+                 a candidate could hard-code) fails the tolerance check
+- extra-inputs:  every `get_extra_inputs()` set runs and gives finite outputs
+
+It needs nothing but the KernelBench format, so it runs unchanged on KernelBench itself.
+On the CPU, problems that declare `META["small"]` run at those reduced sizes (`--scale auto`);
+the memory check always uses the full sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from problems.kernelbench import Entry, LoadFailure
+from problems.problem import Problem, problem_from_source
+
+DEFAULT_BUDGET_BYTES = 24 * 10**9
+MODEL_SEED = 1234
+SEED_A, SEED_B, SEED_EXTRA = 1, 2, 3
+DEPENDENCE_RATIO = 10.0  # outputs across seeds must differ by this many tolerances ...
+DEPENDENCE_FRACTION = 0.01  # ... on at least this share of elements
+DETERMINISM_SHARE = 0.01  # reruns may differ (GPU reductions) by at most this share of the tolerance
+_PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Check:
+    """One lint check: status is "pass", "fail" or "skip" (could not be assessed; detail says why)."""
+
+    name: str
+    status: str
+    detail: str = ""
+
+
+@dataclass
+class LintReport:
+    """All checks of one problem."""
+
+    problem_id: str
+    checks: list[Check] = field(default_factory=list)
+    scale: str = "full"
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """No check failed (skipped checks do not fail a problem)."""
+        return all(c.status != "fail" for c in self.checks)
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if c.status == "fail"]
+
+
+# ----------------------------------------------------------------------------- checks (worker side)
+
+
+def _tolerance(problem: Problem) -> tuple[float, float]:
+    from eval.config import EvalConfig
+
+    return EvalConfig().tolerance(problem.dtype, problem.atol, problem.rtol)
+
+
+def _as_float(t: torch.Tensor) -> torch.Tensor:
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    return t.double() if (t.dtype == torch.float64 or not t.is_floating_point()) else t.float()
+
+
+def _excess(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> tuple[float, float]:
+    """(max |a-b| / (atol + rtol|b|), share of elements beyond tolerance), with b as the expected value."""
+    if a.shape != b.shape:
+        return float("inf"), 1.0
+    if a.numel() == 0:
+        return 0.0, 0.0
+    fa, fb = _as_float(a), _as_float(b)
+    ratio = (fa - fb).abs() / (atol + rtol * fb.abs())
+    ratio = torch.nan_to_num(ratio, nan=float("inf"))
+    return float(ratio.max()), float((ratio > 1).double().mean())
+
+
+def _compare(expected: list[torch.Tensor], got: list[torch.Tensor], atol: float, rtol: float):
+    from eval.correctness import compare
+
+    return compare(expected, got, atol, rtol)
+
+
+def _constant_like(t: torch.Tensor, source: torch.Tensor, how: str) -> torch.Tensor:
+    """A tensor shaped like `t` filled with the mean or median of `source` (in t's dtype)."""
+    values = _as_float(source).reshape(-1)
+    finite = values[torch.isfinite(values)]
+    if finite.numel() == 0:
+        value = 0.0
+    else:
+        value = float(finite.mean() if how == "mean" else finite.median())
+    if not (t.is_floating_point() or t.is_complex()):
+        value = round(value)
+    return torch.full_like(t, value)
+
+
+def _memory_check(problem: Problem, budget: int) -> tuple[Check, Check | None, bool, int | None]:
+    """(memory check, metadata check or None, fits, lower bound) from a traced full-size cost.
+
+    When the forward cannot be traced without data, the check is decided from the inputs and
+    parameters alone if they already exceed the budget, is settled by the measured peak of the real
+    run on a GPU, and is skipped otherwise; the lower bound (bytes) is returned for that.
+    """
+    from problems.cost import describe_bytes, estimate_memory, measure_cost, static_bytes
+
+    try:
+        cost = measure_cost(problem)
+    except Exception as exc:  # data-dependent shapes, ops without a fake kernel, numpy inside
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}" if str(exc) else type(exc).__name__
+        try:
+            lower = 2 * sum(static_bytes(problem))
+        except Exception:
+            return Check("memory", "skip", f"full size could not be traced ({reason})"), None, True, None
+        if lower > budget:
+            detail = f"inputs and parameters alone need {describe_bytes(lower)} with a candidate copy, over {describe_bytes(budget)}"
+            return Check("memory", "fail", detail), None, False, lower
+        detail = (
+            f"forward not traceable without data ({reason}); inputs+params with a candidate copy need "
+            f"{describe_bytes(lower)}, intermediates unknown"
+        )
+        return Check("memory", "skip", detail), None, True, lower
+    need = estimate_memory(cost)
+    fits = need <= budget
+    detail = (
+        f"needs ~{describe_bytes(need)} (reference peak {describe_bytes(cost.peak_bytes)} + candidate copy of "
+        f"inputs/params/outputs) of a {describe_bytes(budget)} budget"
+    )
+    memory = Check("memory", "pass" if fits else "fail", detail)
+    metadata = None
+    if "bytes" in problem.meta or "flops" in problem.meta:
+        stale = []
+        if problem.bytes_moved is not None and abs(problem.bytes_moved - cost.bytes) > 0.01 * max(cost.bytes, 1):
+            stale.append(f"bytes {problem.bytes_moved:.0f} != measured {cost.bytes}")
+        if (
+            problem.flops is not None
+            and problem.meta.get("flops_method") != "hand"
+            and abs(problem.flops - cost.flops) > 0.01 * max(cost.flops, 1)
+        ):
+            stale.append(f"flops {problem.flops:.0f} != measured {cost.flops}")
+        metadata = Check(
+            "metadata",
+            "fail" if stale else "pass",
+            "; ".join(stale) + " (run python -m problems.update_meta --write)" if stale else "flops/bytes match",
+        )
+    return memory, metadata, fits, None
+
+
+def _run_checks(problem: Problem, device: str, scale: str, budget: int, report: LintReport) -> None:
+    from problems.runtime import (
+        build_model,
+        has_small_sizes,
+        load_module,
+        make_extra_inputs,
+        make_inputs,
+        output_tensors,
+        run_forward,
+    )
+
+    checks = report.checks
+    small = scale == "small" or (scale == "auto" and device == "cpu" and has_small_sizes(problem))
+    report.scale = "small" if small and has_small_sizes(problem) else "full"
+    memory, metadata, fits, lower_bound = _memory_check(problem, budget)
+    checks.append(memory)
+    if metadata is not None:
+        checks.append(metadata)
+    if report.scale == "full" and not fits:
+        checks.append(Check("run", "skip", "not run: the full-size problem does not fit the memory budget"))
+        return
+    try:
+        module = load_module(problem, small=report.scale == "small")
+    except Exception as exc:
+        checks.append(Check("load", "fail", _short_exc(exc)))
+        return
+    checks.append(Check("load", "pass"))
+    atol, rtol = _tolerance(problem)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        model = build_model(module, MODEL_SEED, device)
+        inputs_a = make_inputs(module, SEED_A, device)
+        out_a = output_tensors(run_forward(model, inputs_a))
+        out_a2 = output_tensors(run_forward(model, inputs_a))
+        out_b = output_tensors(run_forward(model, make_inputs(module, SEED_B, device)))
+    except Exception as exc:
+        checks.append(Check("run", "fail", _short_exc(exc)))
+        return
+    if not out_a:
+        checks.append(Check("run", "fail", "forward returned no tensors"))
+        return
+    shapes = ", ".join(f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}" for t in out_a)
+    checks.append(Check("run", "pass", f"outputs {shapes}"))
+    if device == "cuda" and report.scale == "full" and memory.status == "skip" and lower_bound is not None:
+        # settle the untraceable case with the measured peak (+ a candidate copy: the lower bound's half)
+        need = torch.cuda.max_memory_allocated() + lower_bound // 2 + sum(t.numel() * t.element_size() for t in out_a)
+        memory.status = "pass" if need <= budget else "fail"
+        memory.detail = f"measured: needs ~{need / 1e9:.2f} GB (peak allocated + candidate copy) of {budget / 1e9:.1f} GB"
+
+    bad = [i for i, t in enumerate(out_a) if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(_as_float(t)).all())]
+    checks.append(Check("finite", "fail" if bad else "pass", f"non-finite values in output(s) {bad}" if bad else ""))
+
+    worst = max(_excess(a2, a, atol, rtol)[0] for a, a2 in zip(out_a, out_a2)) if len(out_a) == len(out_a2) else float("inf")
+    identical = len(out_a) == len(out_a2) and all(
+        a.shape == a2.shape and torch.equal(_as_float(a).nan_to_num(), _as_float(a2).nan_to_num()) for a, a2 in zip(out_a, out_a2)
+    )
+    if identical:
+        checks.append(Check("deterministic", "pass", "bitwise identical reruns"))
+    elif worst <= DETERMINISM_SHARE:
+        checks.append(Check("deterministic", "pass", f"reruns differ by {worst:.2g} of the tolerance"))
+    else:
+        checks.append(Check("deterministic", "fail", f"two forwards on the same inputs differ by {worst:.3g}x the tolerance (randomness in forward?)"))
+
+    deps = []
+    for i, (a, b) in enumerate(zip(out_a, out_b)):
+        ratio, share = _excess(a, b, atol, rtol)
+        if ratio < DEPENDENCE_RATIO or share < DEPENDENCE_FRACTION:
+            deps.append(f"output {i} changes by at most {ratio:.3g}x the tolerance, on {share:.2%} of elements")
+    checks.append(Check("input-dependence", "fail" if deps else "pass", "; ".join(deps) or f"atol={atol:g} rtol={rtol:g}"))
+
+    zero = _compare(out_a, [torch.zeros_like(t) for t in out_a], atol, rtol)
+    checks.append(
+        Check("zero-output", "fail", "an all-zero output passes the tolerance check")
+        if zero is None
+        else Check("zero-output", "pass", f"zeros mismatch {zero.mismatch_fraction or 0:.1%} of output {zero.output}")
+    )
+    passing = [
+        how for how in ("mean", "median")
+        if _compare(out_a, [_constant_like(a, b, how) for a, b in zip(out_a, out_b)], atol, rtol) is None
+    ]
+    checks.append(
+        Check("constant-output", "fail", f"a constant output (the {' and '.join(passing)} of another seed's output) passes the tolerance check")
+        if passing
+        else Check("constant-output", "pass")
+    )
+
+    try:
+        extra = make_extra_inputs(module, SEED_EXTRA, device)
+        extra_bad = []
+        for j, inputs in enumerate(extra):
+            outs = output_tensors(run_forward(model, inputs))
+            if not outs or not all(bool(torch.isfinite(_as_float(t)).all()) for t in outs):
+                extra_bad.append(f"set {j}: no tensors or non-finite outputs")
+        checks.append(
+            Check("extra-inputs", "fail", "; ".join(extra_bad)) if extra_bad
+            else Check("extra-inputs", "pass" if extra else "skip", f"{len(extra)} set(s)" if extra else "none defined")
+        )
+    except Exception as exc:
+        checks.append(Check("extra-inputs", "fail", _short_exc(exc)))
+
+
+def _short_exc(exc: BaseException) -> str:
+    tail = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    return tail[:500]
+
+
+def lint_problem_here(problem: Problem, *, device: str = "cpu", scale: str = "auto", budget: int = DEFAULT_BUDGET_BYTES) -> LintReport:
+    """Lint one problem in this process (the subprocess worker calls this; so can trusted tests)."""
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = False
+    report = LintReport(problem.id)
+    start = time.perf_counter()
+    try:
+        _run_checks(problem, device, scale, budget, report)
+    except Exception as exc:  # a bug surfacing through a weird problem must still give a report
+        report.checks.append(Check("lint", "fail", f"lint itself failed: {_short_exc(exc)}"))
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+# ----------------------------------------------------------------------------- driver (parent side)
+
+
+def _problem_payload(problem: Problem) -> dict:
+    return {"source": problem.source, "id": problem.id, "name": problem.name, "level": problem.level, "path": problem.path}
+
+
+def lint_entry(entry: Entry, *, device: str = "cpu", scale: str = "auto", budget: int = DEFAULT_BUDGET_BYTES,
+               timeout_s: float = 300.0, threads: int | None = None) -> LintReport:
+    """Lint one loaded problem (or report its load failure) in a fresh subprocess with a timeout."""
+    if isinstance(entry, LoadFailure):
+        return LintReport(entry.id, [Check("load", "fail", entry.error)])
+    payload = json.dumps({"problem": _problem_payload(entry), "device": device, "scale": scale, "budget": budget})
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "problems.lint"], input=payload, capture_output=True, text=True,
+            timeout=timeout_s, env=env, cwd=str(_PROJECT_ROOT),
+        )
+    except subprocess.TimeoutExpired:
+        return LintReport(entry.id, [Check("run", "fail", f"timed out after {timeout_s:.0f} s (hangs, or far too slow here)")],
+                          seconds=time.perf_counter() - start)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return LintReport(entry.id, [Check("run", "fail", f"lint worker exited with {proc.returncode}: {' | '.join(tail)[:500]}")],
+                          seconds=time.perf_counter() - start)
+    data = json.loads(lines[-1])
+    return LintReport(data["problem_id"], [Check(**c) for c in data["checks"]], data["scale"], data["seconds"])
+
+
+def lint_entries(entries: list[Entry], *, device: str = "cpu", scale: str = "auto", budget: int = DEFAULT_BUDGET_BYTES,
+                 timeout_s: float = 300.0, jobs: int = 1, on_report=None) -> list[LintReport]:
+    """Lint many problems, `jobs` subprocesses at a time; `on_report(report)` is called as each finishes."""
+    threads = max(1, (os.cpu_count() or 1) // jobs) if device == "cpu" else None
+
+    def one(entry: Entry) -> LintReport:
+        report = lint_entry(entry, device=device, scale=scale, budget=budget, timeout_s=timeout_s, threads=threads)
+        if on_report is not None:
+            on_report(report)
+        return report
+
+    if jobs <= 1:
+        return [one(e) for e in entries]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(one, entries))
+
+
+def _worker_main() -> int:
+    """Subprocess entry: read one problem as JSON on stdin, print its report as one JSON line."""
+    data = json.loads(sys.stdin.read())
+    p = data["problem"]
+    problem = problem_from_source(p["source"], name=p["name"], problem_id=p["id"], level=p["level"], path=p["path"])
+    report = lint_problem_here(problem, device=data["device"], scale=data["scale"], budget=int(data["budget"]))
+    sys.stdout.write("\n" + json.dumps({"problem_id": report.problem_id, "checks": [asdict(c) for c in report.checks],
+                                         "scale": report.scale, "seconds": report.seconds}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main())

@@ -1,0 +1,39 @@
+"""Softplus log(1 + exp(x)) with the usual linear region above 20, elementwise (fp32)."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ROWS = 8192
+COLS = 8192
+
+# "flops" and "bytes" are computed by `python -m problems.update_meta --write` (see problems/update_meta.py).
+META = {
+    "level": "level1",
+    "dtype": "float32",
+    "tags": ["elementwise", "activation", "memory-bound"],
+    "flops": 0,
+    "bytes": 536870912,
+    "small": {"ROWS": 64, "COLS": 1000},
+}
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.softplus(x)
+
+
+def get_inputs():
+    # spread wide enough to exercise both the exp/log branch and the linear branch
+    return [torch.randn(ROWS, COLS) * 8]
+
+
+def get_init_inputs():
+    return []
+
+
+def get_extra_inputs():
+    return [[torch.randn(ROWS // 2 + 3, COLS // 8 + 1) * 8]]

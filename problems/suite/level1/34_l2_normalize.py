@@ -1,0 +1,38 @@
+"""Row-wise L2 normalisation x / max(||x||_2, eps) (fp32)."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ROWS = 16384
+COLS = 4096
+
+# "flops" and "bytes" are computed by `python -m problems.update_meta --write` (see problems/update_meta.py).
+META = {
+    "level": "level1",
+    "dtype": "float32",
+    "tags": ["normalization", "reduction", "memory-bound"],
+    "flops": 0,
+    "bytes": 536870912,
+    "small": {"ROWS": 64, "COLS": 300},
+}
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(x, p=2.0, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(ROWS, COLS) * 4]
+
+
+def get_init_inputs():
+    return []
+
+
+def get_extra_inputs():
+    return [[torch.randn(ROWS // 4 + 1, COLS // 2 + 3) * 4]]
