@@ -6,8 +6,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from rich.console import Console
+from rich.console import Console, Group
+from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from harness.store import Attempt
 
@@ -80,28 +82,25 @@ class QuietDisplay:
 
 
 class RichDisplay:
-    """Two bars on stderr (problems, attempts) with tokens, cost and best speedup beside them."""
+    """Live bars on stderr (problems, attempts) with a line of tokens, cost and best speedup below."""
 
     def __init__(self, console: Console | None = None) -> None:
         self._console = console or Console(stderr=True)
         self._progress = Progress(
-            TextColumn("{task.description:<9}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[info]}"),
+            TextColumn("{task.description:<9}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=self._console,
-            transient=False,
-        )
+        )  # fmt: skip
+        self._info = Text("")
+        self._live = Live(Group(self._progress, self._info), console=self._console, refresh_per_second=8)
         self._lock = threading.Lock()
         self._problems: TaskID | None = None
         self._attempts: TaskID | None = None
 
     def start(self, stats: RunStats) -> None:
         with self._lock:
-            self._problems = self._progress.add_task("problems", total=stats.problems, info="")
-            self._attempts = self._progress.add_task("attempts", total=stats.attempts_planned, info="")
-            self._progress.start()
+            self._problems = self._progress.add_task("problems", total=stats.problems)
+            self._attempts = self._progress.add_task("attempts", total=stats.attempts_planned)
+            self._live.start()
         self.update(stats)
 
     def update(self, stats: RunStats) -> None:
@@ -109,13 +108,14 @@ class RichDisplay:
             if self._problems is None or self._attempts is None:
                 return
             self._progress.update(self._problems, completed=stats.problems_done, total=stats.problems)
-            self._progress.update(
-                self._attempts, completed=stats.attempts_done, total=stats.attempts_planned, info=stats.info()
-            )
+            self._progress.update(self._attempts, completed=stats.attempts_done, total=stats.attempts_planned)
+            self._info.plain = stats.info()
 
     def message(self, text: str) -> None:
-        self._progress.console.print(text, markup=False, highlight=False)
+        self._console.print(text, markup=False, highlight=False)
 
     def stop(self) -> None:
         with self._lock:
-            self._progress.stop()
+            self._live.stop()
+            if not self._console.is_terminal:  # Live ends a terminal's last line itself, not a file's
+                self._console.line()

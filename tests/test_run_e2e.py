@@ -216,3 +216,37 @@ def test_multirun_sweep_writes_one_run_per_job(tmp_path, base) -> None:
     assert [(s, t) for _, s, t, _ in rows(runs / "abl-search=serial")] == [(0, 1), (0, 2)]
     assert [(s, t) for _, s, t, _ in rows(runs / "abl-search=parallel")] == [(0, 1), (1, 1)]
     assert "search:\n  name: serial" in (runs / "abl-search=serial" / "config.yaml").read_text()
+
+
+def test_anthropic_agent_with_a_model_preset(server, base, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    server.script(reply("No code from me.", input_tokens=1000, output_tokens=200))
+    args = ["agent=anthropic", "model=claude-haiku-4-5", f"agent.base_url={server.anthropic_base_url}", "name=claude"]
+    assert main(["run", *base, *args]) == 0
+    body = server.requests[0].body
+    assert server.requests[0].path.endswith("/v1/messages") and body["model"] == "claude-haiku-4-5"
+    assert body["system"] and body["messages"][0]["role"] == "user"
+    (line,) = results(tmp_path / "runs" / "claude")
+    assert line["status"] == "format_error" and line["cost_usd"] == pytest.approx((1000 * 1 + 200 * 5) / 1e6)
+
+
+def test_summary_and_fast_p_table_unless_quiet(server, base, tmp_path, capsys) -> None:
+    server.script(reply("nothing yet"), reply("still nothing"))
+    assert main(["run", *base, *openai_args(server, "loud", turns=2), "quiet=false"]) == 0
+    out = capsys.readouterr().out
+    assert f"run {tmp_path / 'runs' / 'loud'}" in out and "stopped: finished" in out
+    assert "statuses: format_error 2" in out and "best attempt per problem" in out
+    assert "fast_p by turn" in out and "fast_1.5" in out
+    assert main(["run", *base, *openai_args(server, "loud", turns=2), "quiet=true"]) == 0  # resume: nothing to do
+    assert capsys.readouterr().out.strip() == str(tmp_path / "runs" / "loud")
+
+
+def test_export_writes_prompts_and_code(server, base, tmp_path, capsys) -> None:
+    server.script(reply(fenced(BROKEN)))
+    assert main(["run", *base, *openai_args(server, "exp")]) == 0
+    run = tmp_path / "runs" / "exp"
+    assert main(["export", str(run)]) == 0
+    (rec,) = [json.loads(x) for x in (run / "export.jsonl").read_text().splitlines()]
+    assert rec["code"] == BROKEN and rec["prompt"][-1]["role"] == "user" and rec["status"] == "compile_error"
+    assert main(["export", str(tmp_path / "nope")]) == 2
+    assert "not a run directory" in capsys.readouterr().err
