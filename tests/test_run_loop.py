@@ -159,3 +159,12 @@ def test_cost_budget_counts_earlier_sessions(tmp_path: Path) -> None:
 def test_settings_are_checked(settings: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         LoopSettings(**settings)
+
+
+def test_loop_bench_measures_overhead_over_cache_hits() -> None:
+    from harness.bench_loop import run_loop_bench
+
+    report = run_loop_bench(20)
+    assert report["attempts"] == 20 and report["turns"] == 10
+    assert 0 < report["loop_overhead_ms_per_attempt"] < report["target_ms_per_attempt"]
+    assert report["wall_s"] >= report["agent_s"] + report["eval_s"]
