@@ -64,6 +64,12 @@ def _trim(text: str, n: int = _ERROR_CHARS) -> str:
     return f"{text[:head]}\n... [{len(text) - n} characters trimmed] ...\n{text[-(n - head):]}"
 
 
+def _lap(result: EvalResult, name: str, since: float) -> float:
+    now = time.perf_counter()
+    result.phase_seconds[name] = round(now - since, 4)
+    return now
+
+
 def _versions() -> dict[str, str]:
     versions = {"torch": torch.__version__, "python": sys.version.split()[0]}
     try:
@@ -212,7 +218,9 @@ class Evaluator:
             if not report.kernels and self.config.own_kernel_policy == "reject":
                 raise _Verdict(Status.REJECTED, "the candidate defines no kernel of its own (no @triton.jit function and "
                                                 "no CUDA __global__ function): PyTorch-only solutions are not accepted")
+            waited = time.perf_counter()
             prep = prepared.result() if prepared is not None else None
+            _lap(result, "wait_for_build", waited)
             if prep is not None and not prep.get("ok"):
                 raise _Verdict(Status.COMPILE_ERROR, "building the candidate failed", prep.get("error", ""))
             if self.device.type == "cpu" and (report.cuda_kernels or report.uses_load_inline or job.backend == "cuda"):
@@ -245,7 +253,9 @@ class Evaluator:
         weight_seed = derive_seed(secret, "weights")
         ref = Reference(job.problem, weight_seed, self.device)
         atol, rtol = cfg.tolerance(job.problem.dtype, job.problem.atol, job.problem.rtol)
+        phase = time.perf_counter()
         worker = self._acquire_worker()
+        phase = _lap(result, "worker", phase)
         result.network_isolated = worker.info.get("network_isolated")
         result.unprivileged = worker.unprivileged
         if worker.info.get("device_name"):
@@ -260,11 +270,16 @@ class Evaluator:
             reason = {"import": "importing the candidate failed", "construct": "constructing ModelNew failed",
                       "integrity": f"integrity: {load.get('error', '')}"}.get(stage, load.get("error", "load failed"))
             raise _Verdict(status, _trim(reason, 600), load.get("error", ""))
+        phase = _lap(result, "load", phase)
         self._correctness_trials(worker, ref, result, atol, rtol)
+        phase = _lap(result, "correctness", phase)
         self._own_kernels(worker, ref, report, result, secret)
+        phase = _lap(result, "kernels", phase)
         if self.device.type == "cuda":
             self._hidden_work(worker, ref, secret)
+            phase = _lap(result, "hidden_work", phase)
             self._time(worker, job, ref, result, secret, atol, rtol)
+            _lap(result, "timing", phase)
         result.status, result.reason = Status.CORRECT, "correct" + ("" if result.timing_meaningful else
                                                                      " (CPU interpreter: timings not meaningful)")
 

@@ -91,6 +91,7 @@ class EvalResult:
     device: str = ""
     versions: dict[str, str] = field(default_factory=dict)
     eval_seconds: float = 0.0
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # where the evaluation time went
     cached: bool = False
 
     @property
