@@ -118,6 +118,7 @@ def _run(cfg: DictConfig) -> int:
             )
         except (StoreError, ValueError, RuntimeError) as exc:
             raise BadInput(str(exc)) from None
+        _check_problem_sources(store, problems)
         cache = None
         if config["response_cache"]["enabled"]:
             cache = ResponseCache(config["response_cache"]["path"])
@@ -166,6 +167,17 @@ def _job_name(cfg: DictConfig) -> str:
     parts = [o for o in hc.overrides.task if o.split("=", 1)[0].lstrip("+~") in keys]
     suffix = "-".join(safe_name(p) for p in parts) or f"job{hc.job.num}"
     return f"{name}-{suffix}"
+
+
+def _check_problem_sources(store: RunStore, problems: list[Problem]) -> None:
+    """Refuse to resume when a problem's source changed since its attempts were recorded."""
+    current = {p.id: p.source_hash for p in problems}
+    changed = sorted({a.problem_id for a in store.attempts() if current.get(a.problem_id, a.problem_hash) != a.problem_hash})
+    if changed:
+        raise BadInput(
+            f"{len(changed)} problem(s) changed since this run recorded attempts for them ({', '.join(changed[:5])}"
+            f"{', ...' if len(changed) > 5 else ''}); resuming would mix two versions. Start a new run with another name=."
+        )
 
 
 def _check_name(name: str) -> str:

@@ -243,7 +243,9 @@ class RunLoop:
             self._request_stop(f"auth: {exc}")
             raise _Stop from None
         except AgentError as exc:
-            return self._commit(Attempt(status=AGENT_ERROR, error=str(exc), started_at=started, **base), history)
+            failed = Attempt(status=AGENT_ERROR, error=str(exc), requests=getattr(exc, "attempts", 1), started_at=started,
+                             **base)  # fmt: skip
+            return self._commit(failed, history)
         self._charge(response, from_cache)
         try:
             code: str | None = extract_code(response.text)

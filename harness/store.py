@@ -155,7 +155,7 @@ class Attempt:
             "best_status": self.best_status,
             "best_speedup": self.best_speedup,
             "problem_hash": self.problem_hash,
-            "reply": self.reply,
+            "reply": None if self.status == AGENT_ERROR else self.reply,  # null: the agent gave no reply
             "code_path": self.code_path,
             "feedback": self.feedback,
             "error": self.error,

@@ -130,7 +130,7 @@ def test_429_and_500_are_retried_then_recorded_as_agent_error(server, base, tmp_
     assert [(x["sample"], x["status"]) for x in lines] == [(0, "compile_error"), (1, "agent_error")]
     assert lines[0]["requests"] == 3
     assert "HTTP 503" in lines[1]["error"] and "gave up after 3 attempt(s)" in lines[1]["error"]
-    assert lines[1]["result"] is None and lines[1]["reply"] == ""
+    assert lines[1]["result"] is None and lines[1]["reply"] is None and lines[1]["requests"] == 3
     # a resume does not repeat the recorded failure
     assert main(["run", *base, *args]) == 0 and len(server.requests) == 6
 
@@ -250,3 +250,14 @@ def test_export_writes_prompts_and_code(server, base, tmp_path, capsys) -> None:
     assert rec["code"] == BROKEN and rec["prompt"][-1]["role"] == "user" and rec["status"] == "compile_error"
     assert main(["export", str(tmp_path / "nope")]) == 2
     assert "not a run directory" in capsys.readouterr().err
+
+
+def test_resume_refuses_a_changed_problem(server, tmp_path, eval_cache, capsys) -> None:
+    problem = write_problem(tmp_path / "problems")
+    base = base_overrides(tmp_path, problem, eval_cache)
+    server.script(reply("nothing"))
+    assert main(["run", *base, *openai_args(server, "moved", turns=2), "budget.max_tokens=1"]) == 3
+    problem.write_text(problem.read_text().replace("N = 4096", "N = 2048"))
+    assert main(["run", *base, *openai_args(server, "moved", turns=2)]) == 2
+    assert "1 problem(s) changed since this run recorded attempts for them (add_relu)" in capsys.readouterr().err
+    assert len(rows(tmp_path / "runs" / "moved")) == 1

@@ -101,3 +101,29 @@ def test_kill_9_at_random_moments_then_resume(tmp_path: Path) -> None:
         if x["turn"] > 1:
             prompt = json.loads(rows(run, "prompt")[sorted(expected).index((x["problem_id"], x["sample"], x["turn"]))][0])
             assert sum(m["role"] == "assistant" for m in prompt) == x["turn"] - 1
+
+
+def test_ctrl_c_finishes_attempts_in_flight_and_saves_state(tmp_path: Path) -> None:
+    script, log = _agent_script(tmp_path)
+    problem = write_problem(tmp_path / "problems")
+    args = [*base_overrides(tmp_path, problem, tmp_path / "eval_cache"), "agent=command", f"agent.command=sh {script}",
+            "samples=4", "turns=3", "max_concurrency=2", "name=intr"]  # fmt: skip
+    run = tmp_path / "runs" / "intr"
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", *args], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not _recorded(run) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    assert "finishing the attempts in flight" in err and "stopped: interrupted" in err
+    partial = _recorded(run)
+    assert 0 < len(partial) < 12
+    requested = set(_logged(log))
+    assert requested == partial  # every request that was sent got recorded
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "run", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert _recorded(run) == {("add_relu", s, t) for s in range(4) for t in range(1, 4)}
+    assert len(_logged(log)) == 12  # nothing asked twice
