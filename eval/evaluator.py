@@ -444,9 +444,11 @@ class Evaluator:
 
     # -- workers -----------------------------------------------------------------------------
     def _spawn(self) -> WorkerProcess:
+        # the same arch list as the builds made ahead, so loading a built extension finds it up to date
+        env = {"TORCH_CUDA_ARCH_LIST": self._arch, **self.config.extra_env}
         worker = WorkerProcess(device=self.device.type, gpu_index=self.gpu_index if self.device.type == "cuda" else None,
                                log_cap_bytes=self.config.log_cap_bytes, isolate_network=self.config.isolate_network,
-                               extra_env=self.config.extra_env)
+                               extra_env=env)
         try:
             reply, _ = worker.request({"cmd": "hello", "device": "cuda:0" if self.device.type == "cuda" else "cpu"},
                                       timeout=300)

@@ -73,10 +73,9 @@ class Reference:
     def inputs(self, seed: int, extra_index: int | None = None) -> list[Any]:
         """Fresh inputs from `seed` (on the evaluation device); extra_index picks a hidden shape."""
         seed_everything(seed)
-        if extra_index is None:
-            raw = self.module.get_inputs()
-        else:
-            raw = self.module.get_extra_inputs()[extra_index]
+        # drawn directly on the evaluation device: CPU random numbers dominate evaluation time otherwise
+        with self.device:
+            raw = self.module.get_inputs() if extra_index is None else self.module.get_extra_inputs()[extra_index]
         return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in raw]
 
     def extra_count(self) -> int:
