@@ -25,7 +25,7 @@ from rich.console import Console
 from agents import ConfigError, PromptBuilder, PromptError, make_agent
 from eval import EvalConfig, Evaluator
 from harness import overrides as ov
-from harness.loop import LoopSettings, RunLoop
+from harness.loop import LoopOutcome, LoopSettings, RunLoop
 from harness.progress import QuietDisplay, RichDisplay
 from harness.response_cache import ResponseCache
 from harness.store import RunStore, StoreError, safe_name
@@ -93,21 +93,7 @@ def _run(cfg: DictConfig) -> int:
     config["name"] = name
     settings = _settings(config)
     problems = _problems(config["problems"])
-    try:
-        agent = make_agent(config["agent"])  # a missing API key stops here, before any work
-        prompts = PromptBuilder(
-            settings.backend, context=config["context"]["policy"], last_k=config["context"]["k"], **config["prompt"]
-        )
-        eval_config = EvalConfig(**config["eval"])
-    except (ConfigError, PromptError, TypeError, ValueError) as exc:
-        raise BadInput(str(exc)) from None
-    if settings.max_cost_usd is not None and config["agent"]["kind"] in ("openai", "anthropic") and not config[
-        "agent"
-    ].get("pricing"):
-        raise BadInput(
-            "budget.max_cost_usd is set but the agent has no prices: pick a model preset (model=gpt-4o, ...) "
-            "or set agent.pricing={input: USD_PER_M, output: USD_PER_M}"
-        )
+    agent, prompts, eval_config = _build(config, settings)
     run_dir = Path(config["runs_dir"]) / name
     quiet = bool(config["quiet"])
     with ExitStack() as stack:
@@ -116,20 +102,19 @@ def _run(cfg: DictConfig) -> int:
             store = stack.enter_context(
                 RunStore.open(run_dir, config, volatile=VOLATILE_KEYS, harness_version=HARNESS_VERSION)
             )
-        except (StoreError, ValueError, RuntimeError) as exc:
+            _check_problem_sources(store, problems)
+            cache = None
+            if config["response_cache"]["enabled"]:
+                cache = stack.enter_context(ResponseCache(config["response_cache"]["path"]))
+        except (StoreError, ValueError, RuntimeError) as exc:  # unusable run dir or cache, no such device
             raise BadInput(str(exc)) from None
-        _check_problem_sources(store, problems)
-        cache = None
-        if config["response_cache"]["enabled"]:
-            cache = ResponseCache(config["response_cache"]["path"])
-            stack.callback(cache.close)
         store.begin_session()
-        resumed = store.totals().attempts
-        if resumed and not quiet:
+        if (resumed := store.totals().attempts) and not quiet:
             _say(f"resuming {run_dir}: {resumed} attempt(s) already recorded")
         loop = RunLoop(
             store=store, agent=agent, evaluator=evaluator, problems=problems, prompts=prompts, settings=settings,
-            display=QuietDisplay() if quiet else RichDisplay(Console(stderr=True)), response_cache=cache, agent_config=config["agent"],
+            display=QuietDisplay() if quiet else RichDisplay(Console(stderr=True)), response_cache=cache,
+            agent_config=config["agent"],
         )  # fmt: skip
         try:
             outcome = loop.run()
@@ -145,6 +130,30 @@ def _run(cfg: DictConfig) -> int:
                 Console(), run_dir=str(run_dir), outcome=outcome, attempts=store.attempts(),
                 problem_ids=[p.id for p in problems], turns=settings.turns,
             )  # fmt: skip
+    return _exit_code(outcome)
+
+
+def _build(config: dict[str, Any], settings: LoopSettings) -> tuple[Any, PromptBuilder, EvalConfig]:
+    """The agent (a missing API key fails here, before any work), the prompt builder and the evaluator settings."""
+    agent_cfg = config["agent"]
+    unpriced = agent_cfg["kind"] in ("openai", "anthropic") and not agent_cfg.get("pricing")
+    if settings.max_cost_usd is not None and unpriced:
+        raise BadInput(
+            "budget.max_cost_usd is set but the agent has no prices: pick a model preset (model=gpt-4o, ...) "
+            "or set agent.pricing={input: USD_PER_M, output: USD_PER_M}"
+        )
+    try:
+        agent = make_agent(agent_cfg)
+        prompts = PromptBuilder(
+            settings.backend, context=config["context"]["policy"], last_k=config["context"]["k"], **config["prompt"]
+        )
+        return agent, prompts, EvalConfig(**config["eval"])
+    except (ConfigError, PromptError, TypeError, ValueError) as exc:
+        raise BadInput(str(exc)) from None
+
+
+def _exit_code(outcome: LoopOutcome) -> int:
+    """Report how the run ended; the exit code says it to scripts."""
     for e in outcome.errors:
         _say(f"error: {e}")
     if outcome.finished and not outcome.errors:
@@ -172,11 +181,14 @@ def _job_name(cfg: DictConfig) -> str:
 def _check_problem_sources(store: RunStore, problems: list[Problem]) -> None:
     """Refuse to resume when a problem's source changed since its attempts were recorded."""
     current = {p.id: p.source_hash for p in problems}
-    changed = sorted({a.problem_id for a in store.attempts() if current.get(a.problem_id, a.problem_hash) != a.problem_hash})
+    changed = sorted(
+        {a.problem_id for a in store.attempts() if current.get(a.problem_id, a.problem_hash) != a.problem_hash}
+    )
     if changed:
         raise BadInput(
             f"{len(changed)} problem(s) changed since this run recorded attempts for them ({', '.join(changed[:5])}"
-            f"{', ...' if len(changed) > 5 else ''}); resuming would mix two versions. Start a new run with another name=."
+            f"{', ...' if len(changed) > 5 else ''}); resuming would mix two versions. "
+            "Start a new run with another name=."
         )
 
 
@@ -207,8 +219,8 @@ def _number(cfg: dict[str, Any], key: str, kind: type, *, optional: bool = False
     value = cfg[key]
     if value is None and optional:
         return None
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (kind is float or float(value).is_integer())
-    if not ok:
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not numeric or (kind is int and not float(value).is_integer()):
         what = "an integer" if kind is int else "a number"
         raise BadInput(f"{prefix}{key} must be {what}{' or null' if optional else ''}, got {value!r}")
     return kind(value)

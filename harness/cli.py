@@ -13,7 +13,7 @@ import sys
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("harness.commands.eval_cmd", "evaluate one candidate against one problem"),
-    "export": ("harness.commands.export_cmd", "export every attempt of a run as JSON lines (prompts and code included)"),
+    "export": ("harness.commands.export_cmd", "export every attempt of a run as JSON lines (prompts and code too)"),
     "bench": ("harness.commands.bench_cmd", "benchmarks of the harness itself (eval repeatability, throughput)"),
 }
 # commands that take their own argv (Hydra apps)

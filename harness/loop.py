@@ -243,8 +243,8 @@ class RunLoop:
             self._request_stop(f"auth: {exc}")
             raise _Stop from None
         except AgentError as exc:
-            failed = Attempt(status=AGENT_ERROR, error=str(exc), requests=getattr(exc, "attempts", 1), started_at=started,
-                             **base)  # fmt: skip
+            requests = getattr(exc, "attempts", 1)
+            failed = Attempt(status=AGENT_ERROR, error=str(exc), requests=requests, started_at=started, **base)
             return self._commit(failed, history)
         self._charge(response, from_cache)
         try:

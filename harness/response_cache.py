@@ -48,7 +48,9 @@ class ResponseCache:
                     "created_at REAL NOT NULL)"
                 )
         except sqlite3.DatabaseError as exc:
-            raise RuntimeError(f"response cache {self.path} is unusable ({exc}); delete it or disable the cache") from None
+            raise RuntimeError(
+                f"response cache {self.path} is unusable ({exc}); delete it or disable the cache"
+            ) from None
 
     def get(self, key: str) -> AgentResponse | None:
         """The stored response for `key`, priced at zero (a hit costs nothing), or None."""
@@ -79,3 +81,9 @@ class ResponseCache:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+    def __enter__(self) -> "ResponseCache":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -21,7 +21,8 @@ from harness.store import (
     read_attempts,
 )
 
-CONFIG = {"name": "r", "turns": 2, "agent": {"kind": "reference", "retry": {"max_attempts": 1}}, "budget": {"max_tokens": 10}}
+CONFIG = {"name": "r", "turns": 2, "agent": {"kind": "reference", "retry": {"max_attempts": 1}},
+          "budget": {"max_tokens": 10}}  # fmt: skip
 VOLATILE = ("budget", "agent.retry")
 
 
@@ -99,7 +100,8 @@ def test_torn_jsonl_and_missing_code_are_repaired_from_the_database(tmp_path: Pa
 def test_resume_refuses_a_different_config_but_allows_volatile_keys(tmp_path: Path) -> None:
     run = tmp_path / "r"
     RunStore.open(run, CONFIG, volatile=VOLATILE).close()
-    changed_budget = {**CONFIG, "budget": {"max_tokens": 99}, "agent": {**CONFIG["agent"], "retry": {"max_attempts": 5}}}
+    changed_budget = {**CONFIG, "budget": {"max_tokens": 99},
+                      "agent": {**CONFIG["agent"], "retry": {"max_attempts": 5}}}  # fmt: skip
     RunStore.open(run, changed_budget, volatile=VOLATILE).close()
     with pytest.raises(StoreError, match=r"different config \(turns differ\)"):
         RunStore.open(run, {**CONFIG, "turns": 3}, volatile=VOLATILE)
