@@ -4,13 +4,14 @@ evaluator (Triton interpreter), the run store on disk."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from harness.cli import main
-from tests.fakes.llm_server import FakeLLMServer, error, raw, reply
+from tests.fakes.llm_server import FakeLLMServer, error, raw, reply, slow
 from tests.run_fixtures import BROKEN, GOOD, WRONG, base_overrides, fenced, rows, write_problem
 
 KEY = "sk-run-test-9f8e7d6c5b4a"
@@ -261,3 +262,44 @@ def test_resume_refuses_a_changed_problem(server, tmp_path, eval_cache, capsys) 
     assert main(["run", *base, *openai_args(server, "moved", turns=2)]) == 2
     assert "1 problem(s) changed since this run recorded attempts for them (add_relu)" in capsys.readouterr().err
     assert len(rows(tmp_path / "runs" / "moved")) == 1
+
+
+def test_timeouts_are_retried_then_recorded(server, base, tmp_path) -> None:
+    server.script(slow(1.0), slow(1.0), reply(fenced(BROKEN)))
+    args = openai_args(server, "slow", samples=2, max_concurrency=1) + ["agent.timeout_s=0.2", "agent.retry.max_attempts=2"]
+    assert main(["run", *base, *args]) == 0
+    lines = results(tmp_path / "runs" / "slow")
+    assert [(x["sample"], x["status"]) for x in lines] == [(0, "agent_error"), (1, "compile_error")]
+    assert "timed out" in lines[0]["error"] and lines[0]["requests"] == 2
+
+
+@pytest.mark.parametrize("damage", ["version", "corrupt"])
+def test_unusable_run_directory_is_refused_untouched(server, base, tmp_path, capsys, damage) -> None:
+    server.script(reply("nothing"))
+    assert main(["run", *base, *openai_args(server, "old")]) == 0
+    run = tmp_path / "runs" / "old"
+    db = run / "attempts.sqlite"
+    if damage == "version":
+        conn = sqlite3.connect(db)
+        conn.execute("PRAGMA user_version = 7")
+        conn.commit()
+        conn.close()
+    else:
+        db.write_bytes(b"\0" * 64 + db.read_bytes()[64:])
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    assert main(["run", *base, *openai_args(server, "old")]) == 2
+    err = capsys.readouterr().err
+    assert ("schema version 7" if damage == "version" else "is corrupted") in err and "Nothing was changed" in err
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+    assert len(server.requests) == 1
+
+
+def test_replay_of_a_recorded_run_reproduces_it(server, base, tmp_path) -> None:
+    server.script(reply(fenced(BROKEN)), reply("no code"), error(500), error(500), error(500))
+    assert main(["run", *base, *openai_args(server, "orig", turns=2, samples=2, max_concurrency=1)]) == 0
+    original = rows(tmp_path / "runs" / "orig", "sample, turn, status, reply, code")
+    replay = ["agent=replay", f"agent.path={tmp_path / 'runs' / 'orig'}", "name=again", "turns=2", "samples=2"]
+    assert main(["run", *base, *replay]) == 0
+    assert rows(tmp_path / "runs" / "again", "sample, turn, status, reply, code") == original
+    assert [r[2] for r in original] == ["compile_error", "format_error", "agent_error"]
+    assert len(server.requests) == 5
