@@ -44,15 +44,36 @@ def summarize(samples_ms: list[float]) -> dict[str, float]:
 
 
 class L2Flusher:
-    """Evicts the L2 cache by writing a buffer of at least twice its size."""
+    """Before each timed call: evict the L2 cache, then keep the GPU busy for a moment.
 
-    def __init__(self, device: torch.device):
+    The flush writes a buffer of at least twice the L2 size. The spin that follows
+    (`torch.cuda._sleep`, about `lead_us`) lets the host enqueue the start event, the call
+    and the end event before the GPU reaches them, so the events bracket the call's GPU
+    work instead of the host's launch latency (about 85 us per call on the H100 machine
+    used here). A call whose host work outlasts the lead still shows it as idle GPU time.
+    """
+
+    def __init__(self, device: torch.device, lead_us: float = 200.0):
         l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or (64 << 20))
         self.nbytes = max(2 * l2, 8 << 20)
         self._buf = torch.empty(self.nbytes // 4, dtype=torch.int32, device=device)
+        self._spin_cycles = int(lead_us * _cycles_per_us())
 
     def __call__(self) -> None:
         self._buf.zero_()
+        torch.cuda._sleep(self._spin_cycles)
+
+
+def _cycles_per_us() -> float:
+    """GPU clock cycles per microsecond of `torch.cuda._sleep`, measured once."""
+    cycles = 1_000_000
+    torch.cuda._sleep(cycles)  # warm the clocks
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    torch.cuda.synchronize()
+    return cycles / (start.elapsed_time(end) * 1000.0)
 
 
 def interleaved(
