@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("harness.commands.eval_cmd", "evaluate one candidate against one problem"),
     "export": ("harness.commands.export_cmd", "export every attempt of a run as JSON lines (prompts and code too)"),
     "bench": ("harness.commands.bench_cmd", "benchmarks of the harness itself (eval repeatability, throughput)"),
+    "problems": ("harness.commands.problems_cmd", "list, show and lint problems (our suite, KernelBench, files)"),
 }
 # commands that take their own argv (Hydra apps)
 PASSTHROUGH: dict[str, tuple[str, str]] = {

@@ -27,10 +27,11 @@ from problems.suite import LEVELS, SUITE_DIR, load_suite_file, suite_files, suit
 # fast problems across all levels of our suite, each with a reference solution
 SMOKE: tuple[str, ...] = (
     "L1/13_softmax",
-    "L1/24_gelu",
+    "L1/16_rms_norm",
     "L2/16_add_rmsnorm",
-    "L3/01_mlp",
+    "L3/03_causal_self_attention",
     "LLM/01_rmsnorm",
+    "LLM/03_silu_and_mul",
 )
 
 

@@ -13,7 +13,7 @@ META = {
     "tags": ["normalization", "rmsnorm", "memory-bound"],
     "flops": 0,
     "bytes": 536887296,
-    "small": {"ROWS": 64, "HIDDEN": 320},
+    "small": {"ROWS": 16, "HIDDEN": 4500},
 }
 
 

@@ -21,7 +21,7 @@ META = {
     "flops": 8598323200,
     "flops_method": "hand",
     "bytes": 603979776,
-    "small": {"BATCH": 2, "HEADS": 2, "SEQ": 40, "HEAD_DIM": 16},
+    "small": {"BATCH": 2, "HEADS": 2, "SEQ": 150, "HEAD_DIM": 16},
 }
 
 

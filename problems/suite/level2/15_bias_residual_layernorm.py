@@ -14,7 +14,7 @@ META = {
     "tags": ["residual", "layernorm", "memory-bound", "fusion"],
     "flops": 0,
     "bytes": 805355520,
-    "small": {"ROWS": 64, "HIDDEN": 320},
+    "small": {"ROWS": 16, "HIDDEN": 2500},
 }
 
 

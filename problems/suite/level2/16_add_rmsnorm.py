@@ -13,7 +13,7 @@ META = {
     "tags": ["residual", "rmsnorm", "memory-bound", "fusion"],
     "flops": 0,
     "bytes": 1073758208,
-    "small": {"ROWS": 64, "HIDDEN": 320},
+    "small": {"ROWS": 16, "HIDDEN": 4500},
 }
 
 

@@ -21,7 +21,7 @@ META = {
     "flops": 103095992320,
     "flops_method": "hand",
     "bytes": 83902464,
-    "small": {"BATCH": 2, "SEQ": 40, "HIDDEN": 64, "HEADS": 4},
+    "small": {"BATCH": 2, "SEQ": 150, "HIDDEN": 64, "HEADS": 4},
 }
 
 

@@ -22,7 +22,7 @@ META = {
     "flops": 120275861504,
     "flops_method": "hand",
     "bytes": 109051904,
-    "small": {"BATCH": 2, "SEQ": 40, "HIDDEN": 64, "HEADS": 4, "KV_HEADS": 2},
+    "small": {"BATCH": 2, "SEQ": 150, "HIDDEN": 512, "HEADS": 4, "KV_HEADS": 2},
 }
 
 

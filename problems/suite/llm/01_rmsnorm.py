@@ -13,7 +13,7 @@ META = {
     "tags": ["rmsnorm", "normalization", "memory-bound"],
     "flops": 0,
     "bytes": 268443648,
-    "small": {"TOKENS": 64, "HIDDEN": 320},
+    "small": {"TOKENS": 16, "HIDDEN": 4500},
 }
 
 

@@ -14,7 +14,7 @@ META = {
     "tags": ["swiglu", "activation", "elementwise", "memory-bound"],
     "flops": 0,
     "bytes": 704643072,
-    "small": {"TOKENS": 64, "INTERMEDIATE": 300},
+    "small": {"TOKENS": 16, "INTERMEDIATE": 1100},
 }
 
 

@@ -23,7 +23,7 @@ META = {
     "flops": 137506062336,
     "flops_method": "hand",
     "bytes": 167772160,
-    "small": {"BATCH": 1, "HEADS": 4, "KV_HEADS": 2, "SEQ": 40, "HEAD_DIM": 16},
+    "small": {"BATCH": 1, "HEADS": 4, "KV_HEADS": 2, "SEQ": 300, "HEAD_DIM": 16},
 }
 
 

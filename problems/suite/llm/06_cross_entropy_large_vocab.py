@@ -20,7 +20,7 @@ META = {
     "bytes": 1050722304,
     "atol": 1e-3,
     "rtol": 1e-3,
-    "small": {"TOKENS": 64, "VOCAB": 1000},
+    "small": {"TOKENS": 16, "VOCAB": 9000},
 }
 
 

@@ -22,7 +22,7 @@ META = {
     "tags": ["quantization", "fp8", "reduction", "memory-bound"],
     "flops": 0,
     "bytes": 402718720,
-    "small": {"TOKENS": 64, "HIDDEN": 320},
+    "small": {"TOKENS": 16, "HIDDEN": 4500},
 }
 
 

@@ -23,7 +23,7 @@ META = {
     "flops": 2147483648,
     "flops_method": "hand",
     "bytes": 537395200,
-    "small": {"BATCH": 2, "HEADS": 4, "KV_HEADS": 2, "CACHE": 50, "HEAD_DIM": 16},
+    "small": {"BATCH": 2, "HEADS": 4, "KV_HEADS": 2, "CACHE": 300, "HEAD_DIM": 16},
 }
 
 

@@ -13,7 +13,7 @@ META = {
     "tags": ["rmsnorm", "residual", "normalization", "memory-bound"],
     "flops": 0,
     "bytes": 536879104,
-    "small": {"TOKENS": 64, "HIDDEN": 320},
+    "small": {"TOKENS": 16, "HIDDEN": 4500},
 }
 
 
