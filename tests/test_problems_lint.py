@@ -1,0 +1,87 @@
+"""Lint catches each planted defect (fixtures in KernelBench's layout) and passes sound problems."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from problems.kernelbench import load_kernelbench_dir
+from problems.lint import lint_entries, lint_problem_here
+from problems.problem import load_problem_file, problem_from_source
+from problems.suite import suite_problem
+
+FIXTURE = Path(__file__).parent / "fixtures" / "kernelbench"
+
+# problem id -> the checks that must fail (and no others)
+EXPECTED_FAILURES = {
+    "KB/L1/1_Sound_matmul": set(),
+    "KB/L1/2_Constant_output": {"input-dependence", "constant-output"},
+    "KB/L1/3_Zero_output": {"input-dependence", "zero-output", "constant-output"},
+    "KB/L1/4_Random_forward": {"deterministic"},
+    "KB/L1/5_Input_independent": {"input-dependence"},
+    "KB/L1/6_Too_big_for_memory": {"memory"},
+    "KB/L1/7_Missing_get_inputs": {"load"},
+    "KB/L1/8_Nan_output": {"finite"},
+    "KB/L2/1_Sound_gemm_relu": set(),
+    "KB/L2/2_Min_clamp_zero": {"input-dependence", "zero-output", "constant-output"},
+    "KB/L2/3_Scalar_mean_loss": {"input-dependence", "constant-output"},
+    "KB/L3/1_Sound_mlp": set(),
+    "KB/L3/2_Hangs": {"run"},
+}
+
+
+@pytest.fixture(scope="module")
+def fixture_reports():
+    entries = load_kernelbench_dir(FIXTURE)
+    return {r.problem_id: r for r in lint_entries(entries, device="cpu", timeout_s=20, jobs=2)}
+
+
+def test_each_planted_defect_is_caught_and_sound_problems_pass(fixture_reports):
+    assert set(fixture_reports) == set(EXPECTED_FAILURES)
+    got = {pid: {c.name for c in r.failures} for pid, r in fixture_reports.items()}
+    assert got == EXPECTED_FAILURES
+    for pid, expected in EXPECTED_FAILURES.items():
+        assert fixture_reports[pid].ok == (not expected)
+
+
+def test_failures_say_why(fixture_reports):
+    def detail(pid: str, check: str) -> str:
+        return next(c.detail for c in fixture_reports[pid].checks if c.name == check)
+
+    assert "all-zero output passes" in detail("KB/L2/2_Min_clamp_zero", "zero-output")
+    assert "differ by" in detail("KB/L1/4_Random_forward", "deterministic")
+    assert "GB budget" in detail("KB/L1/6_Too_big_for_memory", "memory")
+    assert "missing get_inputs" in detail("KB/L1/7_Missing_get_inputs", "load")
+    assert "timed out" in detail("KB/L3/2_Hangs", "run")
+    # the too-big problem is judged without allocating it, and then not run at all
+    too_big = {c.name: c.status for c in fixture_reports["KB/L1/6_Too_big_for_memory"].checks}
+    assert too_big == {"memory": "fail", "run": "skip"}
+
+
+def test_budget_and_scale_options():
+    sound = load_problem_file(FIXTURE / "KernelBench/level1/1_Sound_matmul.py")
+    tight = lint_problem_here(sound, budget=10_000)
+    assert [c.name for c in tight.failures] == ["memory"]
+    softmax = suite_problem("L1/13_softmax")
+    assert lint_problem_here(softmax, scale="auto").scale == "small"
+    assert lint_problem_here(sound, scale="small").scale == "full"  # no reduced sizes declared: full size
+
+
+def test_stale_metadata_and_bad_small_sizes_fail(tmp_path):
+    softmax = suite_problem("L1/13_softmax")
+    stale = problem_from_source(softmax.source.replace(f'"bytes": {softmax.meta["bytes"]}', '"bytes": 1000'),
+                                name="stale", problem_id="stale")
+    assert [c.name for c in lint_problem_here(stale).failures] == ["metadata"]
+    bad_small = problem_from_source(softmax.source.replace('"small": {"ROWS": 16', '"small": {"NOT_A_CONSTANT": 1, "ROWS": 16'),
+                                    name="bad", problem_id="bad")
+    assert [c.name for c in lint_problem_here(bad_small).failures] == ["load"]
+
+
+def test_forward_returning_no_tensor_fails(tmp_path):
+    path = tmp_path / "1_No_tensor.py"
+    shutil.copy(FIXTURE / "KernelBench/level1/1_Sound_matmul.py", path)
+    path.write_text(path.read_text().replace("return torch.matmul(A, B)", "return None"))
+    report = lint_problem_here(load_problem_file(path))
+    assert [(c.name, c.detail) for c in report.failures] == [("run", "forward returned no tensors")]
