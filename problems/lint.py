@@ -26,16 +26,28 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
+from problems.cost import describe_bytes, estimate_memory, measure_cost, static_bytes
 from problems.kernelbench import Entry, LoadFailure
 from problems.problem import Problem, problem_from_source
+from problems.runtime import (
+    build_model,
+    has_small_sizes,
+    load_module,
+    make_extra_inputs,
+    make_inputs,
+    output_tensors,
+    run_forward,
+)
 
 DEFAULT_BUDGET_BYTES = 24 * 10**9
 MODEL_SEED = 1234
@@ -78,7 +90,7 @@ class LintReport:
 
 
 def _tolerance(problem: Problem) -> tuple[float, float]:
-    from eval.config import EvalConfig
+    from eval.config import EvalConfig  # the evaluator's rules, so lint judges as it will
 
     return EvalConfig().tolerance(problem.dtype, problem.atol, problem.rtol)
 
@@ -127,8 +139,6 @@ def _memory_check(problem: Problem, budget: int) -> tuple[Check, Check | None, b
     parameters alone if they already exceed the budget, is settled by the measured peak of the real
     run on a GPU, and is skipped otherwise; the lower bound (bytes) is returned for that.
     """
-    from problems.cost import describe_bytes, estimate_memory, measure_cost, static_bytes
-
     try:
         cost = measure_cost(problem)
     except Exception as exc:  # data-dependent shapes, ops without a fake kernel, numpy inside
@@ -138,7 +148,8 @@ def _memory_check(problem: Problem, budget: int) -> tuple[Check, Check | None, b
         except Exception:
             return Check("memory", "skip", f"full size could not be traced ({reason})"), None, True, None
         if lower > budget:
-            detail = f"inputs and parameters alone need {describe_bytes(lower)} with a candidate copy, over {describe_bytes(budget)}"
+            detail = (f"inputs and parameters alone need {describe_bytes(lower)} with a candidate copy, "
+                      f"over {describe_bytes(budget)}")
             return Check("memory", "fail", detail), None, False, lower
         detail = (
             f"forward not traceable without data ({reason}); inputs+params with a candidate copy need "
@@ -172,16 +183,6 @@ def _memory_check(problem: Problem, budget: int) -> tuple[Check, Check | None, b
 
 
 def _run_checks(problem: Problem, device: str, scale: str, budget: int, report: LintReport) -> None:
-    from problems.runtime import (
-        build_model,
-        has_small_sizes,
-        load_module,
-        make_extra_inputs,
-        make_inputs,
-        output_tensors,
-        run_forward,
-    )
-
     checks = report.checks
     small = scale == "small" or (scale == "auto" and device == "cpu" and has_small_sizes(problem))
     report.scale = "small" if small and has_small_sizes(problem) else "full"
@@ -217,60 +218,80 @@ def _run_checks(problem: Problem, device: str, scale: str, budget: int, report: 
     checks.append(Check("run", "pass", f"outputs {shapes}"))
     if device == "cuda" and report.scale == "full" and memory.status == "skip" and lower_bound is not None:
         # settle the untraceable case with the measured peak (+ a candidate copy: the lower bound's half)
-        need = torch.cuda.max_memory_allocated() + lower_bound // 2 + sum(t.numel() * t.element_size() for t in out_a)
+        outputs = sum(t.numel() * t.element_size() for t in out_a)
+        need = torch.cuda.max_memory_allocated() + lower_bound // 2 + outputs
         memory.status = "pass" if need <= budget else "fail"
-        memory.detail = f"measured: needs ~{need / 1e9:.2f} GB (peak allocated + candidate copy) of {budget / 1e9:.1f} GB"
+        memory.detail = (f"measured: needs ~{need / 1e9:.2f} GB (peak allocated + candidate copy) "
+                         f"of {budget / 1e9:.1f} GB")
+    checks.append(_check_finite(out_a))
+    checks.append(_check_deterministic(out_a, out_a2, atol, rtol))
+    checks.append(_check_dependence(out_a, out_b, atol, rtol))
+    checks.extend(_check_degenerate(out_a, out_b, atol, rtol))
+    checks.append(_check_extra_inputs(module, model, device))
 
-    bad = [i for i, t in enumerate(out_a) if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(_as_float(t)).all())]
-    checks.append(Check("finite", "fail" if bad else "pass", f"non-finite values in output(s) {bad}" if bad else ""))
 
-    worst = max(_excess(a2, a, atol, rtol)[0] for a, a2 in zip(out_a, out_a2)) if len(out_a) == len(out_a2) else float("inf")
-    identical = len(out_a) == len(out_a2) and all(
-        a.shape == a2.shape and torch.equal(_as_float(a).nan_to_num(), _as_float(a2).nan_to_num()) for a, a2 in zip(out_a, out_a2)
-    )
-    if identical:
-        checks.append(Check("deterministic", "pass", "bitwise identical reruns"))
-    elif worst <= DETERMINISM_SHARE:
-        checks.append(Check("deterministic", "pass", f"reruns differ by {worst:.2g} of the tolerance"))
-    else:
-        checks.append(Check("deterministic", "fail", f"two forwards on the same inputs differ by {worst:.3g}x the tolerance (randomness in forward?)"))
+def _check_finite(outs: list[torch.Tensor]) -> Check:
+    floating = [(i, t) for i, t in enumerate(outs) if t.is_floating_point() or t.is_complex()]
+    bad = [i for i, t in floating if not bool(torch.isfinite(_as_float(t)).all())]
+    return Check("finite", "fail", f"non-finite values in output(s) {bad}") if bad else Check("finite", "pass")
 
-    deps = []
+
+def _check_deterministic(first: list[torch.Tensor], second: list[torch.Tensor], atol: float, rtol: float) -> Check:
+    if len(first) != len(second) or any(a.shape != b.shape for a, b in zip(first, second)):
+        return Check("deterministic", "fail", "two forwards on the same inputs return different shapes")
+    if all(torch.equal(_as_float(a).nan_to_num(), _as_float(b).nan_to_num()) for a, b in zip(first, second)):
+        return Check("deterministic", "pass", "bitwise identical reruns")
+    worst = max(_excess(b, a, atol, rtol)[0] for a, b in zip(first, second))
+    if worst <= DETERMINISM_SHARE:  # e.g. atomics in GPU reductions: harmless next to the tolerance
+        return Check("deterministic", "pass", f"reruns differ by {worst:.2g} of the tolerance")
+    return Check("deterministic", "fail",
+                 f"two forwards on the same inputs differ by {worst:.3g}x the tolerance (randomness in forward?)")
+
+
+def _check_dependence(out_a: list[torch.Tensor], out_b: list[torch.Tensor], atol: float, rtol: float) -> Check:
+    weak = []
     for i, (a, b) in enumerate(zip(out_a, out_b)):
         ratio, share = _excess(a, b, atol, rtol)
         if ratio < DEPENDENCE_RATIO or share < DEPENDENCE_FRACTION:
-            deps.append(f"output {i} changes by at most {ratio:.3g}x the tolerance, on {share:.2%} of elements")
-    checks.append(Check("input-dependence", "fail" if deps else "pass", "; ".join(deps) or f"atol={atol:g} rtol={rtol:g}"))
+            weak.append(f"output {i} changes by at most {ratio:.3g}x the tolerance, on {share:.2%} of elements")
+    if weak:
+        return Check("input-dependence", "fail", "; ".join(weak))
+    return Check("input-dependence", "pass", f"atol={atol:g} rtol={rtol:g}")
 
+
+def _check_degenerate(out_a: list[torch.Tensor], out_b: list[torch.Tensor], atol: float, rtol: float) -> list[Check]:
+    """Would an all-zero output, or a constant a candidate could hard-code, pass the evaluator's check?"""
     zero = _compare(out_a, [torch.zeros_like(t) for t in out_a], atol, rtol)
-    checks.append(
-        Check("zero-output", "fail", "an all-zero output passes the tolerance check")
-        if zero is None
-        else Check("zero-output", "pass", f"zeros mismatch {zero.mismatch_fraction or 0:.1%} of output {zero.output}")
-    )
+    if zero is None:
+        zero_check = Check("zero-output", "fail", "an all-zero output passes the tolerance check")
+    else:
+        share = zero.mismatch_fraction or 0
+        zero_check = Check("zero-output", "pass", f"zeros mismatch {share:.1%} of output {zero.output}")
     passing = [
         how for how in ("mean", "median")
         if _compare(out_a, [_constant_like(a, b, how) for a, b in zip(out_a, out_b)], atol, rtol) is None
     ]
-    checks.append(
-        Check("constant-output", "fail", f"a constant output (the {' and '.join(passing)} of another seed's output) passes the tolerance check")
-        if passing
-        else Check("constant-output", "pass")
-    )
+    if passing:
+        detail = f"a constant output (the {' and '.join(passing)} of another seed's output) passes the tolerance check"
+        return [zero_check, Check("constant-output", "fail", detail)]
+    return [zero_check, Check("constant-output", "pass")]
 
+
+def _check_extra_inputs(module, model: torch.nn.Module, device: str) -> Check:
     try:
         extra = make_extra_inputs(module, SEED_EXTRA, device)
-        extra_bad = []
+        bad = []
         for j, inputs in enumerate(extra):
             outs = output_tensors(run_forward(model, inputs))
             if not outs or not all(bool(torch.isfinite(_as_float(t)).all()) for t in outs):
-                extra_bad.append(f"set {j}: no tensors or non-finite outputs")
-        checks.append(
-            Check("extra-inputs", "fail", "; ".join(extra_bad)) if extra_bad
-            else Check("extra-inputs", "pass" if extra else "skip", f"{len(extra)} set(s)" if extra else "none defined")
-        )
+                bad.append(f"set {j}: no tensors or non-finite outputs")
     except Exception as exc:
-        checks.append(Check("extra-inputs", "fail", _short_exc(exc)))
+        return Check("extra-inputs", "fail", _short_exc(exc))
+    if bad:
+        return Check("extra-inputs", "fail", "; ".join(bad))
+    if not extra:
+        return Check("extra-inputs", "skip", "none defined")
+    return Check("extra-inputs", "pass", f"{len(extra)} set(s)")
 
 
 def _short_exc(exc: BaseException) -> str:
@@ -278,7 +299,8 @@ def _short_exc(exc: BaseException) -> str:
     return tail[:500]
 
 
-def lint_problem_here(problem: Problem, *, device: str = "cpu", scale: str = "auto", budget: int = DEFAULT_BUDGET_BYTES) -> LintReport:
+def lint_problem_here(problem: Problem, *, device: str = "cpu", scale: str = "auto",
+                      budget: int = DEFAULT_BUDGET_BYTES) -> LintReport:
     """Lint one problem in this process (the subprocess worker calls this; so can trusted tests)."""
     if device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -298,7 +320,8 @@ def lint_problem_here(problem: Problem, *, device: str = "cpu", scale: str = "au
 
 
 def _problem_payload(problem: Problem) -> dict:
-    return {"source": problem.source, "id": problem.id, "name": problem.name, "level": problem.level, "path": problem.path}
+    return {"source": problem.source, "id": problem.id, "name": problem.name, "level": problem.level,
+            "path": problem.path}
 
 
 def lint_entry(entry: Entry, *, device: str = "cpu", scale: str = "auto", budget: int = DEFAULT_BUDGET_BYTES,
@@ -318,26 +341,29 @@ def lint_entry(entry: Entry, *, device: str = "cpu", scale: str = "auto", budget
             timeout=timeout_s, env=env, cwd=str(_PROJECT_ROOT),
         )
     except subprocess.TimeoutExpired:
-        return LintReport(entry.id, [Check("run", "fail", f"timed out after {timeout_s:.0f} s (hangs, or far too slow here)")],
-                          seconds=time.perf_counter() - start)
+        detail = f"timed out after {timeout_s:.0f} s (hangs, or far too slow here)"
+        return LintReport(entry.id, [Check("run", "fail", detail)], seconds=time.perf_counter() - start)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        return LintReport(entry.id, [Check("run", "fail", f"lint worker exited with {proc.returncode}: {' | '.join(tail)[:500]}")],
-                          seconds=time.perf_counter() - start)
+        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])[:500]
+        detail = f"lint worker exited with {proc.returncode}: {tail}"
+        return LintReport(entry.id, [Check("run", "fail", detail)], seconds=time.perf_counter() - start)
     data = json.loads(lines[-1])
     return LintReport(data["problem_id"], [Check(**c) for c in data["checks"]], data["scale"], data["seconds"])
 
 
-def lint_entries(entries: list[Entry], *, device: str = "cpu", scale: str = "auto", budget: int = DEFAULT_BUDGET_BYTES,
-                 timeout_s: float = 300.0, jobs: int = 1, on_report=None) -> list[LintReport]:
+def lint_entries(entries: list[Entry], *, device: str = "cpu", scale: str = "auto",
+                 budget: int = DEFAULT_BUDGET_BYTES, timeout_s: float = 300.0, jobs: int = 1,
+                 on_report: Callable[[LintReport], None] | None = None) -> list[LintReport]:
     """Lint many problems, `jobs` subprocesses at a time; `on_report(report)` is called as each finishes."""
     threads = max(1, (os.cpu_count() or 1) // jobs) if device == "cpu" else None
+    lock = threading.Lock()
 
     def one(entry: Entry) -> LintReport:
         report = lint_entry(entry, device=device, scale=scale, budget=budget, timeout_s=timeout_s, threads=threads)
         if on_report is not None:
-            on_report(report)
+            with lock:  # reports from parallel jobs print whole, one at a time
+                on_report(report)
         return report
 
     if jobs <= 1:
@@ -352,8 +378,9 @@ def _worker_main() -> int:
     p = data["problem"]
     problem = problem_from_source(p["source"], name=p["name"], problem_id=p["id"], level=p["level"], path=p["path"])
     report = lint_problem_here(problem, device=data["device"], scale=data["scale"], budget=int(data["budget"]))
-    sys.stdout.write("\n" + json.dumps({"problem_id": report.problem_id, "checks": [asdict(c) for c in report.checks],
-                                         "scale": report.scale, "seconds": report.seconds}) + "\n")
+    result = {"problem_id": report.problem_id, "checks": [asdict(c) for c in report.checks], "scale": report.scale,
+              "seconds": report.seconds}
+    sys.stdout.write("\n" + json.dumps(result) + "\n")  # after anything the problem itself printed
     return 0
 
 

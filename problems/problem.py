@@ -5,6 +5,10 @@ It may also define a literal `META = {...}` dict (tolerances, FLOPs, tags, ...) 
 `get_extra_inputs()` function returning a list of extra input lists that the evaluator
 checks for correctness but never shows to the agent.
 
+META keys: level, dtype, tags, atol/rtol (or tolerance), flops, bytes (minimum bytes moved),
+flops_method ("hand" where FLOPs were counted by hand, see `problems.cost`), and small
+(shape-constant overrides for reduced-size runs, see `problems.runtime`).
+
 Loading only parses the source (no import): the trusted evaluator parent must be able to
 describe a problem without running it, and a broken file must fail with a clear message.
 """

@@ -20,7 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     ls = sub.add_parser("list", help="list problems with their level, dtype, FLOPs and bytes")
     source = ls.add_mutually_exclusive_group()
-    source.add_argument("selection", nargs="?", help="selection spec (default: all of our suite), e.g. level1, 'L2/*', smoke")
+    source.add_argument("selection", nargs="?",
+                        help="selection spec (default: all of our suite), e.g. level1, 'L2/*', smoke")
     source.add_argument("--level", help="one level of our suite: level1, level2, level3, llm")
     source.add_argument("--kernelbench", metavar="DIR", help="a local KernelBench checkout")
     source.add_argument("--file", metavar="PATH", help="a single problem file")
@@ -28,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     show = sub.add_parser("show", help="print one problem's metadata and source")
     show.add_argument("id", help="a suite id (L1/01_square_matmul), or any id within --from")
-    show.add_argument("--from", dest="source", metavar="SELECTION", help="where to look, e.g. kernelbench:/path/KernelBench")
+    show.add_argument("--from", dest="source", metavar="SELECTION",
+                      help="where to look, e.g. kernelbench:/path/KernelBench")
     show.add_argument("--json", action="store_true", help="print JSON metadata (with the source)")
 
     lint = sub.add_parser("lint", help="check problems for soundness (degenerate outputs, randomness, memory, ...)")
@@ -156,7 +158,8 @@ def _lint(args: argparse.Namespace) -> int:
                            timeout_s=args.timeout, jobs=jobs, on_report=on_report)
     failed = [r for r in reports if not r.ok]
     if not args.json:
-        print(f"{len(reports)} problems linted, {len(failed)} failed" + (": " + ", ".join(r.problem_id for r in failed) if failed else ""))
+        names = (": " + ", ".join(r.problem_id for r in failed)) if failed else ""
+        print(f"{len(reports)} problems linted, {len(failed)} failed{names}")
     return 1 if failed else 0
 
 
