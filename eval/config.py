@@ -27,6 +27,8 @@ class EvalConfig:
     atol: float | None = None  # None: problem override, then dtype default
     rtol: float | None = None
     own_kernel_policy: str = "reject"
+    # "auto": a problem's reduced sizes (META["small"]) on CPU, full sizes on a GPU; or "full" / "small"
+    problem_scale: str = "auto"
     # timing (GPU only)
     warmup_ms: float = 25.0
     min_reps: int = 20

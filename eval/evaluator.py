@@ -25,7 +25,7 @@ from eval import correctness, static_checks
 from eval.cache import JsonCache, cache_key
 from eval.config import EvalConfig
 from eval.integrity import strict_precision
-from eval.reference import Reference, derive_seed, encode_args
+from eval.reference import Reference, derive_seed, encode_args, size_overrides
 from eval.result import EvalResult, KernelShare, Status, Timing
 from eval.sandbox import (UNPRIVILEGED_UID, WorkerDied, WorkerProcess, WorkerTimeout, can_drop_privileges,
                           protect_parent)
@@ -93,6 +93,10 @@ class Evaluator:
         want = self.config.device
         if want not in ("auto", "cuda", "cpu"):
             raise ValueError(f"eval.device must be auto, cuda or cpu, not {want!r}")
+        if self.config.problem_scale not in ("auto", "full", "small"):
+            raise ValueError(f"eval.problem_scale must be auto, full or small, not {self.config.problem_scale!r}")
+        if self.config.own_kernel_policy not in ("reject", "report"):
+            raise ValueError(f"eval.own_kernel_policy must be reject or report, not {self.config.own_kernel_policy!r}")
         if want == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("eval.device=cuda but no CUDA GPU is visible")
         use_cuda = want == "cuda" or (want == "auto" and torch.cuda.is_available())
@@ -251,7 +255,9 @@ class Evaluator:
         cfg = self.config
         secret = secrets.randbits(62)
         weight_seed = derive_seed(secret, "weights")
-        ref = Reference(job.problem, weight_seed, self.device)
+        overrides = size_overrides(job.problem, cfg.problem_scale, self.device)
+        result.problem_scale = "small" if overrides else "full"
+        ref = Reference(job.problem, weight_seed, self.device, overrides)
         atol, rtol = cfg.tolerance(job.problem.dtype, job.problem.atol, job.problem.rtol)
         phase = time.perf_counter()
         worker = self._acquire_worker()
@@ -261,7 +267,8 @@ class Evaluator:
         if worker.info.get("device_name"):
             result.device = worker.info["device_name"]
         load = self._ask(worker, {"cmd": "load", "problem_source": job.problem.source, "candidate_source": job.source,
-                                  "weight_seed": weight_seed, "extensions_dir": prep.get("extensions_dir") if prep else None},
+                                  "weight_seed": weight_seed, "size_overrides": overrides,
+                                  "extensions_dir": prep.get("extensions_dir") if prep else None},
                          timeout=cfg.import_timeout_s)
         if not load.get("ok"):
             stage = load.get("stage")
@@ -280,8 +287,10 @@ class Evaluator:
             phase = _lap(result, "hidden_work", phase)
             self._time(worker, job, ref, result, secret, atol, rtol)
             _lap(result, "timing", phase)
-        result.status, result.reason = Status.CORRECT, "correct" + ("" if result.timing_meaningful else
-                                                                     " (CPU interpreter: timings not meaningful)")
+        notes = [] if result.timing_meaningful else ["CPU interpreter: timings not meaningful"]
+        if overrides:
+            notes.append("checked at the problem's reduced sizes")
+        result.status, result.reason = Status.CORRECT, "correct" + (f" ({'; '.join(notes)})" if notes else "")
 
     def _ask(self, worker: WorkerProcess, header: dict[str, Any], tensors: list[torch.Tensor] | None = None,
              timeout: float | None = None) -> dict[str, Any]:

@@ -24,9 +24,28 @@ _MODULE_DIR = Path(tempfile.mkdtemp(prefix="kh-problems-"))
 _modules: dict[str, ModuleType] = {}
 
 
-def problem_module(problem: Problem) -> ModuleType:
-    """Import the problem source (once per content hash) from a real file."""
-    key = problem.source_hash[:20]
+def size_overrides(problem: Problem, scale: str, device: torch.device) -> dict[str, Any]:
+    """The shape-constant overrides to apply: the problem's `META["small"]` when the scale asks for it."""
+    small = problem.meta.get("small") or {}
+    if not isinstance(small, dict):
+        raise ProblemError(f"{problem.path or problem.id}: META['small'] must be a dict of shape constants")
+    use_small = scale == "small" or (scale == "auto" and device.type == "cpu")
+    return dict(small) if use_small else {}
+
+
+def apply_overrides(module: ModuleType, overrides: dict[str, Any], origin: str) -> None:
+    """Assign module-level shape constants (get_inputs/get_init_inputs read them at call time)."""
+    for name, value in overrides.items():
+        if not hasattr(module, name):
+            raise ProblemError(f"{origin}: META['small'] names {name!r}, which the module does not define")
+        setattr(module, name, value)
+
+
+def problem_module(problem: Problem, overrides: dict[str, Any] | None = None) -> ModuleType:
+    """Import the problem source (once per content hash and size overrides) from a real file."""
+    overrides = overrides or {}
+    key = problem.source_hash[:20] + ("_" + hashlib.sha256(repr(sorted(overrides.items())).encode()).hexdigest()[:8]
+                                      if overrides else "")
     if key not in _modules:
         path = _MODULE_DIR / f"problem_{key}.py"
         path.write_text(problem.source)
@@ -38,6 +57,7 @@ def problem_module(problem: Problem) -> ModuleType:
         except Exception as exc:
             raise ProblemError(f"{problem.path or problem.id}: importing the problem failed: {exc!r}") from exc
         sys.modules[spec.name] = module
+        apply_overrides(module, overrides, problem.path or problem.id)
         _modules[key] = module
     return _modules[key]
 
@@ -62,9 +82,10 @@ def derive_seed(secret: int, label: str) -> int:
 class Reference:
     """The reference model of one problem, built with a given weight seed, on a device."""
 
-    def __init__(self, problem: Problem, weight_seed: int, device: torch.device):
+    def __init__(self, problem: Problem, weight_seed: int, device: torch.device, overrides: dict[str, Any] | None = None):
         self.problem = problem
-        self.module = problem_module(problem)
+        self.overrides = overrides or {}
+        self.module = problem_module(problem, self.overrides)
         self.device = device
         self.init_inputs = list(self.module.get_init_inputs())
         seed_everything(weight_seed)

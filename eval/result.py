@@ -86,6 +86,7 @@ class EvalResult:
     error: str = ""  # trimmed compile log / traceback tail
     stdout_tail: str = ""
     trials: int = 0
+    problem_scale: str = "full"  # "small" when the problem's reduced sizes (META["small"]) were used
     network_isolated: bool | None = None
     unprivileged: bool | None = None  # worker ran as an unprivileged user (only possible when the harness is root)
     device: str = ""

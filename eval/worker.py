@@ -131,6 +131,8 @@ class Worker:
         problem_path = workdir / f"problem_{digest}.py"
         problem_path.write_text(msg["problem_source"])
         problem = _import_file(problem_path, f"kh_problem_{digest}_{self._loaded}")
+        for name, value in (msg.get("size_overrides") or {}).items():
+            setattr(problem, name, value)
         init_inputs = problem.get_init_inputs()
         torch.manual_seed(msg["weight_seed"])
         self.reference = problem.Model(*init_inputs).to(self.device)

@@ -1,0 +1,145 @@
+"""Unit tests of the evaluator's parts: scoring, comparison, wire protocol, static checks, sandbox env."""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+
+import pytest
+import torch
+
+from eval import EvalConfig, EvalResult, Evaluator, Status
+from eval.correctness import compare
+from eval.scoring import fast_p, geomean_speedup, score
+from eval.sandbox import is_secret_name, scrubbed_env
+from eval.static_checks import analyze
+from eval.wire import Channel, ChannelClosed, ProtocolError
+from problems.problem import ProblemError, problem_from_source
+from tests.hostile import GOOD, PROBLEM
+
+
+def _r(status: str, speedup: float | None = None) -> EvalResult:
+    return EvalResult(status=Status(status), speedup=speedup)
+
+
+def test_fast_p_is_strict_and_counts_missing_problems():
+    results = {"a": _r("correct", 1.0), "b": _r("correct", 2.0), "c": _r("incorrect", 5.0), "d": None}
+    assert fast_p(results, 1.0) == 0.25  # 1.0 is not > 1.0; c is incorrect; d missing counts as failure
+    assert fast_p(results, 0.0) == 0.5
+    assert fast_p(results, 2.0) == 0.0
+    assert geomean_speedup(results) == pytest.approx(math.sqrt(2.0))
+    s = score(results)
+    assert s.n_problems == 4 and s.correct_rate == 0.5 and s.compile_rate == 0.75
+    assert s.fast_p[0.5] == 0.5
+
+
+def test_fast_p_ignores_correct_results_without_timing():
+    assert fast_p({"a": _r("correct", None)}, 0.0) == 0.0
+    assert geomean_speedup({"a": _r("correct", None)}) is None
+
+
+def test_compare_reports_where_and_how_much():
+    exp = [torch.zeros(4, 5)]
+    got = [torch.zeros(4, 5)]
+    got[0][2, 3] = 0.5
+    m = compare(exp, got, atol=1e-4, rtol=1e-4)
+    assert m is not None and m.worst_index == [2, 3] and m.max_abs_err == pytest.approx(0.5)
+    assert m.mismatch_fraction == pytest.approx(1 / 20)
+    assert compare(exp, [torch.zeros(4, 5) + 5e-5], 1e-4, 1e-4) is None
+
+
+def test_compare_nan_inf_shape_dtype_count():
+    nan = torch.tensor([1.0, float("nan")])
+    assert compare([nan], [nan.clone()], 1e-4, 1e-4) is None
+    assert "NaN" in compare([nan], [torch.tensor([1.0, 2.0])], 1e-4, 1e-4).reason
+    assert "NaN" in compare([torch.tensor([1.0, 2.0])], [nan], 1e-4, 1e-4).reason
+    inf = torch.tensor([float("inf")])
+    assert "Inf" in compare([inf], [-inf], 1e-4, 1e-4).reason
+    assert "shape" in compare([torch.zeros(3)], [torch.zeros(4)], 1e-4, 1e-4).reason
+    assert "dtype" in compare([torch.zeros(3)], [torch.zeros(3, dtype=torch.float64)], 1e-4, 1e-4).reason
+    assert "outputs" in compare([torch.zeros(3)], [], 1e-4, 1e-4).reason
+    assert compare([torch.arange(3)], [torch.arange(3)], 0, 0) is None
+    assert compare([torch.arange(3)], [torch.arange(3) + 1], 0, 0) is not None
+
+
+def _channel_pair() -> tuple[Channel, Channel]:
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    return Channel(r1, w2), Channel(r2, w1)
+
+
+def test_wire_roundtrip_all_dtypes():
+    a, b = _channel_pair()
+    tensors = [torch.randn(3, 4), torch.randn(5).to(torch.bfloat16), torch.arange(6).reshape(2, 3), torch.tensor(True),
+               torch.empty(0, 3)]
+    a.send({"cmd": "x", "v": 1}, tensors)
+    header, got = b.recv(timeout=5)
+    assert header == {"cmd": "x", "v": 1}
+    for t, g in zip(tensors, got):
+        assert g.dtype == t.dtype and g.shape == t.shape and torch.equal(g, t)
+
+
+@pytest.mark.parametrize("payload", [
+    b"not json",
+    b'{"tensors": [{"dtype": "object", "shape": [1], "nbytes": 8}]}',
+    b'{"tensors": [{"dtype": "float32", "shape": [4], "nbytes": 8}]}',
+    b'{"tensors": [{"dtype": "float32", "shape": [-1], "nbytes": 0}]}',
+    b"[1, 2]",
+])
+def test_wire_rejects_malformed_frames(payload):
+    a, b = _channel_pair()
+    os.write(a.write_fd, struct.pack(">I", len(payload)) + payload)
+    with pytest.raises(ProtocolError):
+        b.recv(timeout=5)
+
+
+def test_wire_detects_closed_channel():
+    a, b = _channel_pair()
+    os.close(a.write_fd)
+    with pytest.raises(ChannelClosed):
+        b.recv(timeout=5)
+
+
+def test_static_checks():
+    assert analyze(GOOD).status is None and analyze(GOOD).triton_kernels == ["add_relu_kernel"]
+    cuda = 'src = """__global__ void my_kernel(float* x) {}"""\nload_inline\nclass ModelNew: pass\n'
+    assert analyze(cuda).cuda_kernels == ["my_kernel"]
+    assert analyze("class ModelNew:\n  pass\nimport gc\ngc.get_objects()\n").status is Status.REJECTED
+
+
+def test_secrets_never_reach_the_worker_environment(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    monkeypatch.setenv("GITHUB_TOKEN", "x")
+    monkeypatch.setenv("DB_PASSWORD", "x")
+    monkeypatch.setenv("PATH", os.environ.get("PATH", "/usr/bin"))
+    env = scrubbed_env({"EXTRA_SECRET": "x", "TRITON_INTERPRET": "1"})
+    assert not any(is_secret_name(k) for k in env)
+    assert "OPENAI_API_KEY" not in env and "EXTRA_SECRET" not in env and env["TRITON_INTERPRET"] == "1"
+
+
+def test_problem_errors_name_the_file_and_what_is_missing(tmp_path):
+    with pytest.raises(ProblemError, match="missing get_inputs"):
+        problem_from_source("class Model: pass\ndef get_init_inputs(): return []\n", path="p.py")
+    with pytest.raises(ProblemError, match="p.py: syntax error"):
+        problem_from_source("def (", path="p.py")
+
+
+SMALL_PROBLEM = PROBLEM.replace("N = 4096", "N = 1 << 30").replace("import torch\n", 'import torch\nMETA = {"small": {"N": 1000}}\n', 1)
+
+
+def test_cpu_mode_uses_reduced_sizes_and_caches(tmp_path):
+    problem = problem_from_source(SMALL_PROBLEM, name="big")
+    with Evaluator(EvalConfig(device="cpu", cache_dir=str(tmp_path))) as ev:
+        first = ev.evaluate(problem, GOOD)
+        assert first.status is Status.CORRECT, first.reason + first.error
+        assert first.problem_scale == "small" and "reduced sizes" in first.reason
+        again = ev.evaluate(problem, GOOD)
+    assert again.cached and again.status is Status.CORRECT
+    with Evaluator(EvalConfig(device="cpu", cache_dir=str(tmp_path), trials=6)) as ev:
+        assert not ev.evaluate(problem, GOOD).cached  # other settings, other key
+
+
+def test_bad_config_is_refused():
+    with pytest.raises(ValueError, match="problem_scale"):
+        Evaluator(EvalConfig(device="cpu", problem_scale="tiny"))
