@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import re
 import sys
 import types
 from typing import Any
@@ -58,20 +57,6 @@ def apply_small_sizes(module: types.ModuleType, problem: Problem) -> None:
         if not hasattr(module, key):
             raise ProblemError(f"{problem.id}: META['small'] names {key!r}, which the module does not define")
         setattr(module, key, value)
-
-
-def small_source(problem: Problem) -> str:
-    """The problem's source with `META["small"]` written into its shape constants.
-
-    For tools that take a source rather than a module (the evaluator, on a CPU with the Triton
-    interpreter): each constant must be assigned on one top-level line `NAME = ...`.
-    """
-    source = problem.source
-    for key, value in (problem.meta.get("small") or {}).items():
-        source, count = re.subn(rf"^{re.escape(key)} = .*$", f"{key} = {value!r}", source, count=1, flags=re.M)
-        if count != 1:
-            raise ProblemError(f"{problem.id}: no top-level line '{key} = ...' to write the small size into")
-    return source
 
 
 def seed_everything(seed: int) -> None:

@@ -182,19 +182,16 @@ def test_every_solution_launches_its_own_kernels(interpreted):
 @pytest.mark.slow
 def test_solutions_pass_the_evaluator_on_cpu():
     """The real evaluator (sandboxed worker, several trials, hidden shapes, integrity and own-kernel
-    checks) accepts every solution on the CPU, on sources rewritten to their reduced sizes."""
+    checks) accepts every solution on the CPU, at the problems' reduced sizes."""
     from eval import EvalConfig, Evaluator, Status
-    from problems.problem import problem_from_source
-    from problems.runtime import small_source
     from problems.suite import suite_problem
 
     verdicts = {}
-    with Evaluator(EvalConfig(device="cpu", cache_dir=None)) as evaluator:
+    with Evaluator(EvalConfig(device="cpu", problem_scale="small", cache_dir=None)) as evaluator:
         for path in _solutions():
             problem = suite_problem(f"{LEVELS[path.parent.name]}/{path.stem}")
-            small = problem_from_source(small_source(problem), name=problem.name, problem_id=problem.id,
-                                        level=problem.level)
-            result = evaluator.evaluate(small, path.read_text(), backend="triton")
+            result = evaluator.evaluate(problem, path.read_text(), backend="triton")
+            assert result.problem_scale == "small"
             verdicts[problem.id] = (result.status, result.reason[:300])
     assert {pid: v for pid, v in verdicts.items() if v[0] != Status.CORRECT} == {}
 
