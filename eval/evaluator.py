@@ -27,6 +27,7 @@ from eval.config import EvalConfig
 from eval.integrity import strict_precision
 from eval.reference import Reference, derive_seed, encode_args, size_overrides
 from eval.result import EvalResult, KernelShare, Status, Timing
+from eval.roofline import IMPLAUSIBLE_BELOW_FLOOR, cached_ceilings
 from eval.sandbox import (UNPRIVILEGED_UID, WorkerDied, WorkerProcess, WorkerTimeout, can_drop_privileges,
                           protect_parent)
 from eval.tracing import kernel_base_name
@@ -115,6 +116,7 @@ class Evaluator:
         # CUDA/C++ builds of this session; readable by the unprivileged worker whatever the cache's location
         self._ext_root = Path(tempfile.mkdtemp(prefix="kh-extensions-"))
         self._ext_root.chmod(0o755)
+        self._ceilings = cached_ceilings(root, self.device_name) if use_cuda and self.config.cache_dir else None
         cores = self.config.parallel_compiles or os.cpu_count() or 2
         self._compile_pool = ThreadPoolExecutor(max_workers=cores, thread_name_prefix="kh-compile")
         self._compile_jobs = cores
@@ -405,12 +407,26 @@ class Evaluator:
         result.candidate_timing = Timing.from_dict(reply["candidate"])
         result.timing_meaningful = True
         result.speedup = result.reference_timing.median_ms / result.candidate_timing.median_ms
+        self._speed_of_light(job.problem, result)
         if self.config.compile_baseline:
             base = self.baseline_from_worker_free(job.problem)
             result.compile_timing = Timing.from_dict(base["compiled"])
             eager = base["eager"]["median_ms"]
             result.speedup_compile = result.compile_timing.median_ms / result.candidate_timing.median_ms * (
                 result.reference_timing.median_ms / eager)
+
+    def _speed_of_light(self, problem: Problem, result: EvalResult) -> None:
+        """SOL fraction against the probed ceilings; flag times under the roofline floor."""
+        if self._ceilings is None or result.candidate_timing is None:
+            return
+        floor = self._ceilings.floor_s(problem.flops, problem.bytes_moved, problem.dtype)
+        if floor is None:
+            return
+        measured = result.candidate_timing.median_ms / 1000.0
+        result.sol_fraction = floor / measured
+        if measured < IMPLAUSIBLE_BELOW_FLOOR * floor:
+            result.flags.append(f"implausible: {measured * 1e6:.1f} us beats the roofline floor of {floor * 1e6:.1f} us "
+                                "(FLOPs / peak, bytes / bandwidth); audit this result")
 
     def baseline_from_worker_free(self, problem: Problem) -> dict[str, Any]:
         """`baseline` for use inside an evaluation: keeps the current worker, times in a fresh one."""

@@ -143,3 +143,22 @@ def test_cpu_mode_uses_reduced_sizes_and_caches(tmp_path):
 def test_bad_config_is_refused():
     with pytest.raises(ValueError, match="problem_scale"):
         Evaluator(EvalConfig(device="cpu", problem_scale="tiny"))
+
+
+def test_roofline_floor_takes_the_larger_term():
+    from eval.roofline import Ceilings
+
+    c = Ceilings(device="x", copy_bytes_per_s=2e12, matmul_flops_per_s={"float32": 50e12, "bfloat16": 800e12})
+    assert c.floor_s(flops=1e12, nbytes=1e9, dtype="float32") == pytest.approx(0.02)  # compute-bound
+    assert c.floor_s(flops=1e9, nbytes=4e9, dtype="bfloat16") == pytest.approx(0.002)  # memory-bound
+    assert c.floor_s(flops=None, nbytes=None, dtype="float32") is None
+
+
+def test_gpu_commands_explain_themselves_without_a_gpu(capsys):
+    from harness.cli import main
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert main(["device", "probe"]) == 2
+    assert main(["baseline", "smoke"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().out

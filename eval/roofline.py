@@ -1,0 +1,97 @@
+"""Speed of light: the device's measured ceilings and a problem's roofline floor.
+
+`probe()` measures, once per device and software versions, the device-to-device copy bandwidth
+(bytes read plus bytes written) and dense matmul throughput per dtype (fp32 with TF32 off,
+as the checker runs it). A problem's floor is max(FLOPs / peak, bytes / bandwidth); a timing's
+SOL fraction is floor / time, and a time well under the floor is physically implausible.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from eval.cache import JsonCache, cache_key
+
+# a measured time this far under the floor is flagged (measurement noise stays well inside it)
+IMPLAUSIBLE_BELOW_FLOOR = 0.9
+_MATMUL_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass
+class Ceilings:
+    """Measured ceilings of one device."""
+
+    device: str
+    copy_bytes_per_s: float
+    matmul_flops_per_s: dict[str, float]
+
+    def floor_s(self, flops: float | None, nbytes: float | None, dtype: str) -> float | None:
+        """Roofline floor in seconds, or None when the problem gives neither FLOPs nor bytes."""
+        terms = []
+        if flops:
+            peak = self.matmul_flops_per_s.get(dtype) or self.matmul_flops_per_s.get("float32")
+            if peak:
+                terms.append(flops / peak)
+        if nbytes:
+            terms.append(nbytes / self.copy_bytes_per_s)
+        return max(terms) if terms else None
+
+
+def _median_event_ms(fn: Any, reps: int) -> float:
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def probe(device: torch.device | None = None) -> Ceilings:
+    """Measure copy bandwidth and matmul throughput on random data (never zeros)."""
+    device = device or torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    src = torch.randn(1 << 28, device=device)  # 1 GiB
+    dst = torch.empty_like(src)
+    copy_ms = _median_event_ms(lambda: dst.copy_(src), 20)
+    copy_bps = 2 * src.numel() * src.element_size() / (copy_ms / 1000.0)
+    del src, dst
+    flops: dict[str, float] = {}
+    n = 8192
+    for name in _MATMUL_DTYPES:
+        dtype = getattr(torch, name)
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        b = torch.randn(n, n, device=device, dtype=dtype)
+        ms = _median_event_ms(lambda: a @ b, 10)
+        flops[name] = 2 * n**3 / (ms / 1000.0)
+        del a, b
+    torch.cuda.empty_cache()
+    return Ceilings(device=torch.cuda.get_device_name(device), copy_bytes_per_s=copy_bps, matmul_flops_per_s=flops)
+
+
+def _key(device_name: str) -> str:
+    import triton
+
+    return cache_key(device=device_name, torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda)
+
+
+def cached_ceilings(cache_dir: str | Path, device_name: str) -> Ceilings | None:
+    """Ceilings measured earlier for this device and these versions, if any."""
+    hit = JsonCache(cache_dir, "device").get(_key(device_name))
+    return Ceilings(**{k: v for k, v in hit.items() if k != "measured_at"}) if hit else None
+
+
+def probe_and_cache(cache_dir: str | Path, device: torch.device | None = None) -> Ceilings:
+    """Measure the ceilings now and store them for later evaluations."""
+    ceilings = probe(device)
+    JsonCache(cache_dir, "device").put(_key(ceilings.device), {**asdict(ceilings), "measured_at": time.time()})
+    return ceilings
