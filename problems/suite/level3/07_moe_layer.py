@@ -2,8 +2,13 @@
 
 Deterministic by construction: tokens are grouped per expert with a stable sort and every result
 is written to its own slot (no atomic scatter-add), then the two slots per token are summed.
-The router weights are scaled so routing margins are wide: a candidate whose router logits differ
-in the last bits flips a token's expert choice with probability ~1e-3 per evaluation.
+
+Routing is exact, so every correct candidate routes every token the same way: inputs lie on a
+1/4 grid and router weights on a 1/64 grid, so each router logit is a multiple of 2^-8 below 256,
+which fp32 sums exactly in any order; a bias of distinct multiples of 2^-12 (smaller than that
+grid) rules out ties. With ordinary randn inputs and weights, two correct fp32 summation orders
+differ by up to 1.2e-5 and 7 in 200 input sets hold a token whose 2nd and 3rd logits are closer
+than that, so correct candidates would fail at random.
 """
 
 import torch
@@ -23,7 +28,7 @@ META = {
     "dtype": "float32",
     "tags": ["moe", "routing", "matmul", "gather"],
     "flops": 137573171200,
-    "bytes": 201359360,
+    "bytes": 201359392,
     "small": {"TOKENS": 64, "HIDDEN": 32, "FFN": 48, "EXPERTS": 4},
 }
 
@@ -32,9 +37,10 @@ class Model(nn.Module):
     def __init__(self, hidden: int, ffn: int, experts: int, top_k: int):
         super().__init__()
         self.top_k = top_k
-        self.router = nn.Linear(hidden, experts, bias=False)
-        with torch.no_grad():
-            self.router.weight.normal_(0.0, 4.0 / hidden**0.5)
+        self.router = nn.Linear(hidden, experts)
+        with torch.no_grad():  # exact routing, see the docstring
+            self.router.weight.copy_(torch.randint(-8, 9, (experts, hidden)) / 64)
+            self.router.bias.copy_(torch.randperm(experts) / 4096)
         self.w_in = nn.Parameter(torch.randn(experts, ffn, hidden) / hidden**0.5)
         self.w_out = nn.Parameter(torch.randn(experts, hidden, ffn) / ffn**0.5)
 
@@ -58,8 +64,12 @@ class Model(nn.Module):
         return slots.view(tokens, self.top_k, hidden).sum(dim=1)
 
 
+def _tokens(n: int) -> torch.Tensor:
+    return torch.randint(-8, 9, (n, HIDDEN)) / 4  # on a 1/4 grid: exact router logits, see the docstring
+
+
 def get_inputs():
-    return [torch.randn(TOKENS, HIDDEN)]
+    return [_tokens(TOKENS)]
 
 
 def get_init_inputs():
@@ -67,4 +77,4 @@ def get_init_inputs():
 
 
 def get_extra_inputs():
-    return [[torch.randn(TOKENS // 4 + 3, HIDDEN)]]
+    return [[_tokens(TOKENS // 4 + 3)]]
