@@ -119,7 +119,7 @@ def load_kernelbench_dataset(source: str = HF_DATASET, levels: list[int] | None 
         splits = _open_dataset(source, split)
     except ProblemError:
         raise
-    except Exception as exc:  # datasets raises many types; the user needs the message, not the type
+    except Exception as exc:  # datasets/network raise many types; the user needs the message, not the type
         raise ProblemError(f"cannot open KernelBench dataset {source!r}: {exc}") from exc
     chosen = [f"level_{n}" for n in levels] if levels else sorted(splits, key=lambda s: parse_level(s))
     entries: list[Entry] = []

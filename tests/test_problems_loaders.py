@@ -94,6 +94,12 @@ def test_dataset_saved_to_disk_matches_the_checkout(tmp_path):
         load_kernelbench_dataset(str(tmp_path / "kb"), [4])
 
 
+def test_dataset_saved_as_one_table_is_split_by_its_level_column(tmp_path):
+    rows = {key: _rows(1, True)[key] + _rows(3, True)[key] for key in ("code", "level", "name", "problem_id")}
+    datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "one"))
+    assert [e.id for e in load_kernelbench_dataset(str(tmp_path / "one"))] == EXPECTED_IDS[:8] + EXPECTED_IDS[11:]
+
+
 def test_dataset_as_hub_parquet_layout(tmp_path):
     data = tmp_path / "KernelBench" / "data"
     data.mkdir(parents=True)
