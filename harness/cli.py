@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("harness.commands.export_cmd", "export every attempt of a run as JSON lines (prompts and code too)"),
     "bench": ("harness.commands.bench_cmd", "benchmarks of the harness itself (eval repeatability, throughput)"),
     "problems": ("harness.commands.problems_cmd", "list, show and lint problems (our suite, KernelBench, files)"),
+    "report": ("harness.commands.report_cmd", "leaderboard (md, csv, json) and an HTML page with plots and transcripts"),
 }
 # commands that take their own argv (Hydra apps)
 PASSTHROUGH: dict[str, tuple[str, str]] = {

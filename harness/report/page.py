@@ -1,0 +1,254 @@
+"""leaderboard.html: one self-contained page with the tables, the plots and a transcript viewer.
+
+Nothing is fetched: CSS and JS are inlined, plots are inline SVG, and the data the script needs
+is embedded as JSON. Replies and prompts are untrusted text, so:
+- every string the page shows from a run is HTML-escaped (tables, SVG) or set with textContent
+  (the transcript viewer, from the embedded JSON);
+- the embedded JSON escapes `<`, `>` and `&`, so no reply can close its `<script>` element;
+- a Content-Security-Policy allows only the page's own script (by hash) and no network at all.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from html import escape
+from importlib import resources
+from typing import Any, Sequence
+
+from eval.scoring import DEFAULT_PS
+from harness.report import plots
+from harness.report.compare import Comparison
+from harness.report.load import RunData
+from harness.report.metrics import RunMetrics, rank
+from harness.report.tables import NOT_TIMED, leaderboard_table, level_table, notes, samples_table, turn_table
+
+_TEXT_COLUMNS = {"run", "agent", "model", "search", "backend", "device", "setting", "level"}
+
+
+def embed_json(data: Any) -> str:
+    """JSON safe inside a `<script type="application/json">` element."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    for ch, code in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
+        text = text.replace(ch, code)
+    return text
+
+
+def transcript_data(runs: Sequence[RunData], metrics: Sequence[RunMetrics]) -> dict[str, Any]:
+    """Every attempt of every run, with each distinct text stored once (prompts repeat across turns)."""
+    strings: list[str] = []
+    index: dict[str, int] = {}
+
+    def ref(text: str | None) -> int | None:
+        if text is None:
+            return None
+        if text not in index:
+            index[text] = len(strings)
+            strings.append(text)
+        return index[text]
+
+    out_runs = []
+    for run, m in zip(runs, metrics):
+        by_problem: dict[str, list[Any]] = {p.id: [] for p in run.problems}
+        for a in run.attempts:
+            by_problem.setdefault(a.problem_id, []).append(a)
+        problems = []
+        for p in run.problems:
+            attempts = by_problem[p.id]
+            best = max(attempts, key=lambda a: rank(a.result), default=None)
+            problems.append(
+                {
+                    "id": p.id,
+                    "level": p.level,
+                    "status": "no attempt" if best is None else best.status,
+                    "attempts": [_attempt(a, ref) for a in attempts],
+                }
+            )
+        out_runs.append({"name": m.name, "problems": problems})
+    return {"statuses": sorted(plots.STATUS_STYLE), "strings": strings, "runs": out_runs}
+
+
+def _attempt(a: Any, ref: Any) -> dict[str, Any]:
+    r = a.result
+    return {
+        "sample": a.sample,
+        "turn": a.turn,
+        "status": a.status,
+        "speedup": r.speedup if r is not None and r.is_correct and r.timing_meaningful else None,
+        "input_tokens": a.input_tokens,
+        "output_tokens": a.output_tokens,
+        "cost_usd": a.cost_usd,
+        "latency_s": a.latency_s,
+        "eval_s": a.eval_s,
+        "from_cache": a.from_cache,
+        "prompt": [[str(m.get("role", "?")), ref(str(m.get("content", "")))] for m in a.prompt],
+        "reply": None if a.status == "agent_error" else ref(a.reply),
+        "code": ref(a.code),
+        "feedback": ref(a.feedback),
+        "error": ref(a.error) if a.error else None,
+        "reason": ref(r.reason) if r is not None and r.reason else None,
+        "flags": list(r.flags) if r is not None else [],
+    }
+
+
+def _table(headers: list[str], rows: list[list[str]], table_id: str) -> str:
+    head = "".join(f"<th{' class=text' if h in _TEXT_COLUMNS else ''}>{escape(h)}</th>" for h in headers)
+    body = []
+    for row in rows:
+        cells = []
+        for h, c in zip(headers, row):
+            cls = "text" if h in _TEXT_COLUMNS else ("nt" if c == NOT_TIMED else "")
+            title = ' title="timings not measured (CPU)"' if c == NOT_TIMED else ""
+            cells.append(f'<td class="{cls}"{title}>{escape(c)}</td>')
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    return (
+        f'<div class="scroll"><table class="data" id="{table_id}"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
+
+
+def _variants(group: str, caption: str, options: list[tuple[str, str, str]], default: str) -> str:
+    """A figure whose plot is picked with a select (options: key, label, svg)."""
+    opts = "".join(
+        f'<option value="{escape(k)}"{" selected" if k == default else ""}>{escape(lbl)}</option>'
+        for k, lbl, _ in options
+    )
+    divs = "".join(
+        f'<div class="variant" data-group="{group}" data-key="{escape(k)}"{"" if k == default else " hidden"}>{s}</div>'
+        for k, _, s in options
+    )
+    return (
+        f'<figure id="plot-{group}"><figcaption>{escape(caption)}<select class="variant-select" '
+        f'data-group="{group}" aria-label="metric">{opts}</select></figcaption>{divs}</figure>'
+    )
+
+
+def _figure(fig_id: str, caption: str, content: str, *, wide: bool = False, wrap: str = "") -> str:
+    inner = f'<div class="{wrap}">{content}</div>' if wrap else content
+    cls = ' class="wide"' if wide else ""
+    return f'<figure id="{fig_id}"{cls}><figcaption>{escape(caption)}</figcaption>{inner}</figure>'
+
+
+def _plots_html(metrics: Sequence[RunMetrics]) -> str:
+    timed = any(m.timing_available for m in metrics)
+    metric_options = [("correct", "correct rate")] + [(f"{p:g}", f"fast_{p:g}") for p in DEFAULT_PS]
+    default = "1" if timed else "correct"
+
+    def by_metric(draw: Any) -> list[tuple[str, str, str]]:
+        return [(k, lbl, draw(metrics, None if k == "correct" else float(k))) for k, lbl in metric_options]
+
+    parts = [
+        _figure("plot-fastp", "fast_p against p (95% intervals at the standard p)", plots.fast_p_curve(metrics)),
+        _variants("turns", "By turn, best so far", by_metric(plots.turn_curves), default),
+        _variants("levels", "By level", by_metric(plots.level_bars), default),
+        _figure(
+            "plot-heatmap",
+            "Best result per problem and run (click a cell for its transcript)",
+            plots.heatmap(metrics),
+            wide=True,
+            wrap="heatwrap",
+        ),
+        _figure("plot-speedups", "Distribution of speedups (correct, timed)", plots.speedup_histogram(metrics)),
+        _figure("plot-sol", "Distribution of SOL fractions", plots.sol_histogram(metrics)),
+        _figure("plot-cost", "Cost against fast_1", plots.cost_scatter(metrics)),
+    ]
+    return '<div class="plots">' + "".join(parts) + "</div>"
+
+
+def _status_css() -> str:
+    rules = [f".st-{s} {{ background: {c}; }}" for s, (c, _) in plots.STATUS_STYLE.items()]
+    rules.append(".st-unknown { background: #757575; }")
+    return "\n".join(rules)
+
+
+def _asset(name: str) -> str:
+    return resources.files("harness.report").joinpath("static", name).read_text(encoding="utf-8")
+
+
+def render_page(
+    runs: Sequence[RunData],
+    metrics: Sequence[RunMetrics],
+    comparison: Comparison,
+    leaderboard_json: dict[str, Any],
+) -> str:
+    """The whole HTML document."""
+    script = _asset("report.js")
+    script_hash = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()
+    csp = f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-{script_hash}'"
+    n_boot, seed = leaderboard_json["bootstrap"]["n_boot"], leaderboard_json["bootstrap"]["seed"]
+    note_items = "".join(
+        f"<li>{escape(n.strip())}</li>" if not n.startswith("  ") else f"<ul><li>{escape(n.strip())}</li></ul>"
+        for n in notes(metrics, comparison)
+    )
+    samples_headers, samples_rows = samples_table(metrics)
+    sections = [
+        '<section id="leaderboard"><h2>Leaderboard</h2>',
+        _table(*leaderboard_table(metrics, comparison), "leaderboard-table"),
+        f'<p class="explain">fast_p: share of all problems in the selection solved correctly with a measured speedup '
+        f"strictly above p (best over samples and turns); problems, samples and turns without results count as "
+        f"failures. Brackets: 95% bootstrap interval over problems ({n_boot} resamples, seed {seed}). compile / "
+        f"correct: share of problems with an attempt that compiled / was correct. rejected: attempts that failed an "
+        f"integrity check. SOL: median fraction of the roofline speed of light over correct results.</p>",
+        f'<div class="notes"><ul>{note_items}</ul></div>' if note_items else "",
+        "</section>",
+    ]
+    if samples_rows:
+        sections += [
+            '<section id="samples"><h2>Several samples per problem: pass@k and fast_p@k</h2>',
+            _table(samples_headers, samples_rows, "samples-table"),
+            '<p class="explain">Unbiased estimator (Chen et al., 2021): 1 − C(n−c, k)/C(n, k) per problem, averaged '
+            "over problems; missing samples count as failures.</p></section>",
+        ]
+    sections += [
+        f'<section id="plots"><h2>Plots</h2>{_plots_html(metrics)}</section>',
+        f'<section id="levels"><h2>By level</h2>{_table(*level_table(metrics), "level-table")}</section>',
+        f'<section id="turns"><h2>By turn (best so far)</h2>{_table(*turn_table(metrics), "turn-table")}</section>',
+        '<section id="transcripts"><h2>Transcripts</h2><div class="controls">'
+        '<label>Run <select id="tx-run"></select></label>'
+        '<label>Problem <select id="tx-problem"></select></label>'
+        '<label>Sample <select id="tx-sample"></select></label></div><div id="tx-view"></div></section>',
+    ]
+    nav = "".join(
+        f'<a href="#{i}">{t}</a>'
+        for i, t in (
+            ("leaderboard", "Leaderboard"),
+            ("plots", "Plots"),
+            ("levels", "Levels"),
+            ("turns", "Turns"),
+            ("transcripts", "Transcripts"),
+        )
+    )
+    run_names = ", ".join(m.name for m in metrics)
+    generated = leaderboard_json["generated_at"]
+    return f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="{csp}">
+<title>Leaderboard · {escape(run_names)}</title>
+<style>
+{_asset("report.css")}
+{_status_css()}
+</style>
+</head>
+<body>
+<header class="top"><h1>Leaderboard</h1>
+<p class="meta">{len(metrics)} run(s): {escape(run_names)} · generated {escape(generated)}</p></header>
+<nav>{nav}</nav>
+<main>
+{"".join(sections)}
+</main>
+<script type="application/json" id="leaderboard-data">{embed_json(leaderboard_json)}</script>
+<script type="application/json" id="transcript-data">{embed_json(transcript_data(runs, metrics))}</script>
+<script>{script}</script>
+</body>
+</html>
+"""

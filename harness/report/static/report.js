@@ -1,0 +1,194 @@
+// Behaviour of leaderboard.html: sortable tables, plot variants, and the transcript viewer.
+// Every piece of run data is put into the page with textContent, never parsed as HTML.
+"use strict";
+
+(function () {
+  const TX = JSON.parse(document.getElementById("transcript-data").textContent);
+  const STATUSES = new Set(TX.statuses);
+
+  function str(i) {
+    return i === null || i === undefined ? null : TX.strings[i];
+  }
+
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  function badge(status) {
+    return el("span", "badge st-" + (STATUSES.has(status) ? status : "unknown"), status);
+  }
+
+  // ----------------------------------------------------------------- tables
+  function cellValue(td) {
+    const text = td.textContent.trim();
+    const m = text.match(/^[≥$\s]*(-?\d+(?:\.\d+)?)([kM]?)/);
+    if (!m) return { num: null, text: text };
+    const scale = m[2] === "k" ? 1e3 : m[2] === "M" ? 1e6 : 1;
+    return { num: parseFloat(m[1]) * scale, text: text };
+  }
+
+  function makeSortable(table) {
+    const headers = table.querySelectorAll("thead th");
+    headers.forEach(function (th, col) {
+      th.addEventListener("click", function () {
+        const desc = !th.classList.contains("sorted-desc");
+        headers.forEach(function (h) { h.classList.remove("sorted-asc", "sorted-desc"); });
+        th.classList.add(desc ? "sorted-desc" : "sorted-asc");
+        const body = table.tBodies[0];
+        const rows = Array.from(body.rows);
+        rows.sort(function (a, b) {
+          const x = cellValue(a.cells[col]), y = cellValue(b.cells[col]);
+          let c;
+          if (x.num !== null && y.num !== null) c = x.num - y.num;
+          else if (x.num !== null) c = 1;
+          else if (y.num !== null) c = -1;
+          else c = x.text.localeCompare(y.text);
+          return desc ? -c : c;
+        });
+        rows.forEach(function (r) { body.appendChild(r); });
+      });
+    });
+  }
+  document.querySelectorAll("table.data").forEach(makeSortable);
+
+  // ----------------------------------------------------------- plot variants
+  document.querySelectorAll("select.variant-select").forEach(function (select) {
+    function show() {
+      document.querySelectorAll('.variant[data-group="' + select.dataset.group + '"]').forEach(function (v) {
+        v.hidden = v.dataset.key !== select.value;
+      });
+    }
+    select.addEventListener("change", show);
+    show();
+  });
+
+  // ------------------------------------------------------- transcript viewer
+  const runSelect = document.getElementById("tx-run");
+  const problemSelect = document.getElementById("tx-problem");
+  const sampleSelect = document.getElementById("tx-sample");
+  const view = document.getElementById("tx-view");
+
+  function fill(select, options) {
+    select.replaceChildren();
+    options.forEach(function (o) {
+      const opt = el("option", null, o.label);
+      opt.value = o.value;
+      select.appendChild(opt);
+    });
+  }
+
+  function currentRun() { return TX.runs[Number(runSelect.value)]; }
+  function currentProblem() { return currentRun().problems[Number(problemSelect.value)]; }
+
+  function onRun() {
+    if (currentRun().problems.length === 0) {
+      fill(problemSelect, []);
+      fill(sampleSelect, []);
+      view.replaceChildren(el("p", "empty", "This run has no problems."));
+      return;
+    }
+    fill(problemSelect, currentRun().problems.map(function (p, i) {
+      return { value: String(i), label: p.id + " — " + p.status };
+    }));
+    onProblem();
+  }
+
+  function onProblem() {
+    const samples = Array.from(new Set(currentProblem().attempts.map(function (a) { return a.sample; })));
+    samples.sort(function (a, b) { return a - b; });
+    fill(sampleSelect, samples.map(function (s) { return { value: String(s), label: "sample " + s }; }));
+    sampleSelect.disabled = samples.length <= 1;
+    render();
+  }
+
+  function section(title, open, content) {
+    const d = el("details");
+    d.open = open;
+    d.appendChild(el("summary", null, title));
+    content.forEach(function (c) { d.appendChild(c); });
+    const s = el("section");
+    s.appendChild(d);
+    return s;
+  }
+
+  function fmtNum(x, digits) { return x === null || x === undefined ? "—" : Number(x).toFixed(digits); }
+
+  function turnCard(a) {
+    const card = el("article", "turn");
+    const head = el("header");
+    head.appendChild(el("span", "title", "Turn " + a.turn + " · sample " + a.sample));
+    head.appendChild(badge(a.status));
+    if (a.speedup !== null) head.appendChild(el("span", null, fmtNum(a.speedup, 2) + "× faster"));
+    else if (a.status === "correct") head.appendChild(el("span", "empty", "not timed"));
+    head.appendChild(el("span", null, (a.input_tokens + a.output_tokens) + " tokens"));
+    head.appendChild(el("span", null, a.cost_usd === null ? "cost unknown" : "$" + fmtNum(a.cost_usd, 4)));
+    head.appendChild(el("span", null, "agent " + fmtNum(a.latency_s, 1) + " s · eval " + fmtNum(a.eval_s, 1) + " s"));
+    if (a.from_cache) head.appendChild(el("span", "empty", "reply from cache"));
+    card.appendChild(head);
+
+    const prompt = a.prompt.map(function (m) {
+      const box = el("div", "msg");
+      box.appendChild(el("div", "role", m[0]));
+      box.appendChild(el("pre", "wrap", str(m[1])));
+      return box;
+    });
+    card.appendChild(section("Prompt (" + a.prompt.length + " messages)", false, prompt));
+
+    const reply = str(a.reply);
+    card.appendChild(section("Reply", true, [reply === null ? el("p", "empty", "no reply (agent error)") : el("pre", "wrap reply", reply)]));
+    const code = str(a.code);
+    card.appendChild(section("Extracted code", true, [code === null ? el("p", "empty", "no code extracted") : el("pre", "code", code)]));
+
+    const verdict = [];
+    const line = el("p");
+    line.appendChild(badge(a.status));
+    const reason = str(a.reason);
+    if (reason) line.appendChild(document.createTextNode(" " + reason));
+    verdict.push(line);
+    a.flags.forEach(function (f) { verdict.push(el("p", "flag", "⚑ " + f)); });
+    const error = str(a.error);
+    if (error) verdict.push(el("pre", "wrap", error));
+    const feedback = str(a.feedback);
+    verdict.push(feedback ? el("pre", "wrap feedback", feedback) : el("p", "empty", "no feedback"));
+    card.appendChild(section("Verdict and feedback", true, verdict));
+    return card;
+  }
+
+  function render() {
+    const p = currentProblem();
+    view.replaceChildren();
+    view.appendChild(el("p", "summary-line", currentRun().name + " · " + p.id + " (" + p.level + ") · best: " + p.status));
+    if (p.attempts.length === 0) {
+      view.appendChild(el("p", "empty", "No attempt recorded for this problem (counted as a failure)."));
+      return;
+    }
+    const sample = Number(sampleSelect.value);
+    p.attempts.filter(function (a) { return a.sample === sample; }).forEach(function (a) {
+      view.appendChild(turnCard(a));
+    });
+  }
+
+  function select(runIndex, problemId) {
+    runSelect.value = String(runIndex);
+    onRun();
+    const i = currentRun().problems.findIndex(function (p) { return p.id === problemId; });
+    if (i >= 0) {
+      problemSelect.value = String(i);
+      onProblem();
+    }
+    document.getElementById("transcripts").scrollIntoView();
+  }
+
+  fill(runSelect, TX.runs.map(function (r, i) { return { value: String(i), label: r.name }; }));
+  runSelect.addEventListener("change", onRun);
+  problemSelect.addEventListener("change", onProblem);
+  sampleSelect.addEventListener("change", render);
+  document.querySelectorAll("svg g.cell[data-run]").forEach(function (g) {
+    g.addEventListener("click", function () { select(Number(g.dataset.run), g.dataset.problem); });
+  });
+  if (TX.runs.length) onRun();
+  else view.appendChild(el("p", "empty", "No runs."));
+})();
