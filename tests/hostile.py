@@ -4,6 +4,8 @@ Each hostile candidate is the honest one with one change, so a test failure poin
 one evaluator check.
 """
 
+from harness.bench.candidates import problem_source
+
 GOOD = '''
 import torch
 import torch.nn as nn
@@ -36,29 +38,7 @@ class ModelNew(nn.Module):
         return launch(x, y, self.scale)
 '''
 
-PROBLEM = '''
-import torch
-import torch.nn as nn
-
-N = 4096
-
-
-class Model(nn.Module):
-    def __init__(self, scale: float):
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x, y):
-        return torch.relu(x + y) * self.scale
-
-
-def get_inputs():
-    return [torch.randn(N), torch.randn(N)]
-
-
-def get_init_inputs():
-    return [1.5]
-'''
+PROBLEM = problem_source(4096)
 
 
 def variant(old: str, new: str, base: str = GOOD) -> str:

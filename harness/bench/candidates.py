@@ -94,9 +94,14 @@ class ModelNew(nn.Module):
 '''
 
 
+def problem_source(n: int) -> str:
+    """Source of relu(x + y) * 1.5 over n float32 elements (three eager kernels; one fused kernel suffices)."""
+    return _PROBLEM.format(n=n)
+
+
 def problem(n: int) -> Problem:
-    """relu(x + y) * 1.5 over n float32 elements (three eager kernels; one fused kernel suffices)."""
-    return problem_from_source(_PROBLEM.format(n=n), name=f"add_relu_scale_{n}", problem_id=f"bench/add_relu_scale_{n}")
+    """The `problem_source(n)` problem, with a stable id."""
+    return problem_from_source(problem_source(n), name=f"add_relu_scale_{n}", problem_id=f"bench/add_relu_scale_{n}")
 
 
 def triton_candidate(block: int = 1024, warps: int = 4) -> str:

@@ -1,0 +1,45 @@
+"""`harness eval`: a readable report or one JSON object; exit 0 whatever the verdict."""
+
+from __future__ import annotations
+
+import json
+
+from harness.cli import main
+from tests.hostile import GOOD, HOSTILE, PROBLEM
+
+
+def _files(tmp_path, candidate: str):
+    problem = tmp_path / "problem.py"
+    cand = tmp_path / "candidate.py"
+    problem.write_text(PROBLEM)
+    cand.write_text(candidate)
+    return str(problem), str(cand)
+
+
+def test_json_verdicts_and_exit_codes(tmp_path, capsys):
+    problem, cand = _files(tmp_path, GOOD)
+    assert main(["eval", "--problem", problem, "--candidate", cand, "--device", "cpu", "--no-cache", "--json"]) == 0
+    good = json.loads(capsys.readouterr().out)
+    assert good["status"] == "correct" and good["speedup"] is None and good["reason"]
+    assert good["kernels"]["own_kernels_launched"] == ["add_relu_kernel"]
+    (tmp_path / "candidate.py").write_text(HOSTILE["wrong_values"][0])
+    assert main(["eval", "--problem", problem, "--candidate", cand, "--device", "cpu", "--no-cache", "--json"]) == 0
+    bad = json.loads(capsys.readouterr().out)
+    assert bad["status"] == "incorrect" and bad["mismatch"]["max_abs_err"] > 0
+
+
+def test_readable_report(tmp_path, capsys):
+    problem, cand = _files(tmp_path, GOOD)
+    assert main(["eval", "--problem", problem, "--candidate", cand, "--device", "cpu", "--no-cache"]) == 0
+    out = capsys.readouterr().out
+    assert "Status: correct" in out and "Own kernels launched: add_relu_kernel" in out
+
+
+def test_harness_failure_is_nonzero(tmp_path, capsys):
+    _, cand = _files(tmp_path, GOOD)
+    assert main(["eval", "--problem", str(tmp_path / "missing.py"), "--candidate", cand]) == 2
+    assert "missing.py" in capsys.readouterr().err
+    broken = tmp_path / "broken.py"
+    broken.write_text("class Model: pass\n")
+    assert main(["eval", "--problem", str(broken), "--candidate", cand]) == 2
+    assert "missing get_inputs, get_init_inputs" in capsys.readouterr().err
