@@ -118,30 +118,33 @@ class Browser:
 
     def __init__(self, profile: Path, timeout: float = 30.0) -> None:
         self.timeout = timeout
-        self.proc = subprocess.Popen(
-            [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        port = self._port()
+        profile.mkdir(parents=True, exist_ok=True)
+        self.log = profile / "chromium.log"  # a file, not a pipe: a full pipe would stall the browser
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        port = self._port(profile / "DevToolsActivePort")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=timeout) as r:
             page = next(t for t in json.load(r) if t["type"] == "page")
         self.ws = _WebSocket(page["webSocketDebuggerUrl"], timeout)
         self.events: list[dict[str, Any]] = []
         self._id = 0
 
-    def _port(self) -> int:
+    def _port(self, active_port: Path) -> int:
+        """The DevTools port, from the file Chromium writes once its server listens."""
         deadline = time.monotonic() + self.timeout
-        assert self.proc.stderr is not None
         while time.monotonic() < deadline:
-            line = self.proc.stderr.readline()
-            if m := re.search(r"DevTools listening on ws://127\.0\.0\.1:(\d+)/", line):
-                return int(m[1])
-            if not line and self.proc.poll() is not None:
+            if active_port.exists() and (first := active_port.read_text().split("\n")[0]).isdigit():
+                return int(first)
+            if self.proc.poll() is not None:
                 break
-        raise AssertionError(f"chromium did not start its DevTools server (exit code {self.proc.poll()})")
+            time.sleep(0.05)
+        self.close()
+        raise AssertionError(f"chromium did not start its DevTools server; its log:\n{self.log.read_text()[-3000:]}")
 
     def call(self, method: str, **params: Any) -> dict[str, Any]:
         self._id += 1
