@@ -279,6 +279,16 @@ def test_leaderboard_page_renders_without_console_errors(page: Path, tmp_path: P
         )
         assert shown == ["correct"]
 
+        # a click on a column header sorts the leaderboard by it (correct: 0.50 for cpu-evil, 0.33 for gpu-serial)
+        browser.js(
+            "Array.from(document.querySelectorAll('#leaderboard-table th')).find(th => th.textContent === 'correct')"
+            ".click()"
+        )
+        order = browser.js(
+            "Array.from(document.querySelectorAll('#leaderboard-table tbody tr')).map(r => r.cells[0].textContent)"
+        )
+        assert order == ["cpu-evil", "gpu-serial"]
+
         shot = base64.b64decode(
             browser.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
         )

@@ -99,6 +99,13 @@ def test_other_schema_version_and_garbage_are_refused_unchanged(tmp_path: Path) 
     with pytest.raises(StoreError, match="schema version 99"):
         load_run(run)
     assert snapshot(run) == before
+    conn = sqlite3.connect(run / "attempts.sqlite")
+    with conn:
+        conn.execute("PRAGMA user_version = 1")
+        conn.execute('UPDATE attempts SET result = \'{"status": "no-such-status"}\'')
+    conn.close()
+    with pytest.raises(StoreError, match="attempt of problem 'L1/13_softmax', sample 0, turn 1 cannot be read"):
+        load_run(run)
     (run / "attempts.sqlite").write_bytes(b"this is not a database" * 100)
     with pytest.raises(StoreError, match="cannot be read"):
         load_run(run)

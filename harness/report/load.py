@@ -105,7 +105,7 @@ def _read(db_path: Path, *, immutable: bool) -> tuple[dict[str, Any], list[Attem
     uri = f"{db_path.resolve().as_uri()}?mode=ro{'&immutable=1' if immutable else ''}"
     hint = "Nothing was changed."
     try:
-        conn = sqlite3.connect(uri, uri=True)
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None)  # transactions are explicit below
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open {db_path} read-only: {exc}. {hint}") from None
     try:
@@ -117,14 +117,15 @@ def _read(db_path: Path, *, immutable: bool) -> tuple[dict[str, Any], list[Attem
             )
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         config = json.loads(meta["config"])
-        with conn:  # one read transaction: attempts and sessions from the same snapshot
-            cur = conn.execute("SELECT * FROM attempts ORDER BY problem_id, sample, turn")
-            names = [d[0] for d in cur.description]
-            rows = cur.fetchall()
-            sessions = [
-                dict(zip(("id", "started_at", "finished_at", "stop_reason"), r))
-                for r in conn.execute("SELECT id, started_at, finished_at, stop_reason FROM sessions ORDER BY id")
-            ]
+        conn.execute("BEGIN")  # one read transaction: attempts and sessions from the same snapshot
+        cur = conn.execute("SELECT * FROM attempts ORDER BY problem_id, sample, turn")
+        names = [d[0] for d in cur.description]
+        rows = cur.fetchall()
+        sessions = [
+            dict(zip(("id", "started_at", "finished_at", "stop_reason"), r))
+            for r in conn.execute("SELECT id, started_at, finished_at, stop_reason FROM sessions ORDER BY id")
+        ]
+        conn.execute("COMMIT")
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{db_path} cannot be read ({exc}). {hint}") from None
     except (KeyError, ValueError) as exc:
@@ -134,10 +135,14 @@ def _read(db_path: Path, *, immutable: bool) -> tuple[dict[str, Any], list[Attem
     attempts, session_of = [], {}
     for row in rows:
         d = dict(zip(names, row))
-        session_of[(d["problem_id"], d["sample"], d["turn"])] = d["session_id"]
-        d["prompt"] = json.loads(d["prompt"])
-        d["result"] = None if d["result"] is None else EvalResult.from_dict(json.loads(d["result"]))
+        try:
+            d["prompt"] = json.loads(d["prompt"])
+            d["result"] = None if d["result"] is None else EvalResult.from_dict(json.loads(d["result"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            where = f"problem {d['problem_id']!r}, sample {d['sample']}, turn {d['turn']}"
+            raise StoreError(f"{db_path}: the attempt of {where} cannot be read ({exc}). {hint}") from None
         d["from_cache"] = bool(d["from_cache"])
+        session_of[(d["problem_id"], d["sample"], d["turn"])] = d["session_id"]
         attempts.append(Attempt(**{k: v for k, v in d.items() if k in _ATTEMPT_FIELDS}))
     return config, attempts, sessions, session_of
 

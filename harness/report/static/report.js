@@ -24,6 +24,10 @@
   // ----------------------------------------------------------------- tables
   function cellValue(td) {
     const text = td.textContent.trim();
+    const d = text.match(/^(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?$/);  // durations: 1h 02m, 6m 04s, 12s
+    if (d && (d[1] || d[2] || d[3])) {
+      return { num: Number(d[1] || 0) * 3600 + Number(d[2] || 0) * 60 + Number(d[3] || 0), text: text };
+    }
     const m = text.match(/^[≥$\s]*(-?\d+(?:\.\d+)?)([kM]?)/);
     if (!m) return { num: null, text: text };
     const scale = m[2] === "k" ? 1e3 : m[2] === "M" ? 1e6 : 1;
