@@ -119,6 +119,7 @@ class Browser:
     def __init__(self, profile: Path, timeout: float = 30.0) -> None:
         self.timeout = timeout
         profile.mkdir(parents=True, exist_ok=True)
+        (profile / "DevToolsActivePort").unlink(missing_ok=True)  # only the port of this browser counts
         self.log = profile / "chromium.log"  # a file, not a pipe: a full pipe would stall the browser
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
@@ -127,10 +128,14 @@ class Browser:
                 stderr=log,
                 start_new_session=True,
             )
-        port = self._port(profile / "DevToolsActivePort")
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=timeout) as r:
-            page = next(t for t in json.load(r) if t["type"] == "page")
-        self.ws = _WebSocket(page["webSocketDebuggerUrl"], timeout)
+        try:
+            port = self._port(profile / "DevToolsActivePort")
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=timeout) as r:
+                page = next(t for t in json.load(r) if t["type"] == "page")
+            self.ws = _WebSocket(page["webSocketDebuggerUrl"], timeout)
+        except BaseException:
+            self.close()  # never leave a browser behind
+            raise
         self.events: list[dict[str, Any]] = []
         self._id = 0
 
@@ -143,7 +148,6 @@ class Browser:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.05)
-        self.close()
         raise AssertionError(f"chromium did not start its DevTools server; its log:\n{self.log.read_text()[-3000:]}")
 
     def call(self, method: str, **params: Any) -> dict[str, Any]:
@@ -186,12 +190,17 @@ class Browser:
         return out
 
     def close(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=10)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        """End the browser's process group (this test started it in a session of its own)."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)
+                self.proc.wait(timeout=10)
+                return
+            except ProcessLookupError:
+                return
+            except subprocess.TimeoutExpired:
+                continue
+        self.proc.wait()
 
 
 # -------------------------------------------------------------------------------------- test
