@@ -104,7 +104,7 @@ class Evaluator:
         self.gpu_index = gpu_index
         self.device = torch.device(f"cuda:{gpu_index}") if use_cuda else torch.device("cpu")
         self.versions = _versions()
-        self.device_name = torch.cuda.get_device_name(self.device) if use_cuda else "cpu"
+        self.device_name = torch.cuda.get_device_name(self.device) if use_cuda else "cpu (Triton interpreter)"
         if use_cuda:
             cap = torch.cuda.get_device_capability(self.device)
             self._arch = f"{cap[0]}.{cap[1]}"

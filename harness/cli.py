@@ -16,6 +16,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("harness.commands.export_cmd", "export every attempt of a run as JSON lines (prompts and code too)"),
     "bench": ("harness.commands.bench_cmd", "benchmarks of the harness itself (eval repeatability, throughput)"),
     "problems": ("harness.commands.problems_cmd", "list, show and lint problems (our suite, KernelBench, files)"),
+    "baseline": ("harness.commands.baseline_cmd", "eager and torch.compile times per problem on this GPU (cached)"),
+    "device": ("harness.commands.device_cmd", "measure and cache this GPU's ceilings (harness device probe)"),
     "report": ("harness.commands.report_cmd", "leaderboard (md, csv, json) and an HTML page with plots and transcripts"),
 }
 # commands that take their own argv (Hydra apps)
