@@ -183,6 +183,8 @@ class Worker:
                 if msg.get("compile_only"):
                     return _compile_only(*args, **kwargs)
                 return original(*args, **kwargs)
+            except _CompileOnlyDone:
+                raise
             except BaseException as exc:  # noqa: BLE001
                 failures.append(_tail(str(exc) or _exc_text()))
                 raise
