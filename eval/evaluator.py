@@ -409,7 +409,7 @@ class Evaluator:
         result.speedup = result.reference_timing.median_ms / result.candidate_timing.median_ms
         self._speed_of_light(job.problem, result)
         if self.config.compile_baseline:
-            base = self.baseline_from_worker_free(job.problem)
+            base = self._baseline_in_fresh_worker(job.problem)
             result.compile_timing = Timing.from_dict(base["compiled"])
             eager = base["eager"]["median_ms"]
             result.speedup_compile = result.compile_timing.median_ms / result.candidate_timing.median_ms * (
@@ -428,7 +428,7 @@ class Evaluator:
             result.flags.append(f"implausible: {measured * 1e6:.1f} us beats the roofline floor of {floor * 1e6:.1f} us "
                                 "(FLOPs / peak, bytes / bandwidth); audit this result")
 
-    def baseline_from_worker_free(self, problem: Problem) -> dict[str, Any]:
+    def _baseline_in_fresh_worker(self, problem: Problem) -> dict[str, Any]:
         """`baseline` for use inside an evaluation: keeps the current worker, times in a fresh one."""
         saved, self._worker = self._worker, None
         try:

@@ -56,24 +56,26 @@ def _median_event_ms(fn: Any, reps: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def _copy_bytes_per_s(device: torch.device) -> float:
+    src = torch.randn(1 << 28, device=device)  # 1 GiB
+    dst = torch.empty_like(src)
+    ms = _median_event_ms(lambda: dst.copy_(src), 20)
+    return 2 * src.numel() * src.element_size() / (ms / 1000.0)
+
+
+def _matmul_flops_per_s(device: torch.device, dtype: torch.dtype, n: int = 8192) -> float:
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    ms = _median_event_ms(lambda: a @ b, 10)
+    return 2 * n**3 / (ms / 1000.0)
+
+
 def probe(device: torch.device | None = None) -> Ceilings:
     """Measure copy bandwidth and matmul throughput on random data (never zeros)."""
     device = device or torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = False
-    src = torch.randn(1 << 28, device=device)  # 1 GiB
-    dst = torch.empty_like(src)
-    copy_ms = _median_event_ms(lambda: dst.copy_(src), 20)
-    copy_bps = 2 * src.numel() * src.element_size() / (copy_ms / 1000.0)
-    del src, dst
-    flops: dict[str, float] = {}
-    n = 8192
-    for name in _MATMUL_DTYPES:
-        dtype = getattr(torch, name)
-        a = torch.randn(n, n, device=device, dtype=dtype)
-        b = torch.randn(n, n, device=device, dtype=dtype)
-        ms = _median_event_ms(lambda: a @ b, 10)
-        flops[name] = 2 * n**3 / (ms / 1000.0)
-        del a, b
+    copy_bps = _copy_bytes_per_s(device)
+    flops = {name: _matmul_flops_per_s(device, getattr(torch, name)) for name in _MATMUL_DTYPES}
     torch.cuda.empty_cache()
     return Ceilings(device=torch.cuda.get_device_name(device), copy_bytes_per_s=copy_bps, matmul_flops_per_s=flops)
 
