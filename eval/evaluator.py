@@ -156,14 +156,14 @@ class Evaluator:
                       ) -> list[EvalResult]:
         """Evaluate jobs in order, building CUDA/C++ candidates ahead on the CPU cores."""
         jobs = list(jobs)
+        reports = [static_checks.analyze(job.source) for job in jobs]
         prepared: list[Future[dict[str, Any]] | None] = []
-        for job in jobs:
-            report = static_checks.analyze(job.source)
+        for job, report in zip(jobs, reports):
             needs_build = report.status is None and (report.uses_load_inline or job.backend == "cuda")
             prepared.append(self._compile_pool.submit(self._prepare, job) if needs_build else None)
         results = []
         for i, job in enumerate(jobs):
-            result = self._evaluate_one(job, prepared[i])
+            result = self._evaluate_one(job, reports[i], prepared[i])
             results.append(result)
             if on_result is not None:
                 on_result(i, result)
@@ -204,7 +204,8 @@ class Evaluator:
         return value
 
     # -- one evaluation ----------------------------------------------------------------------
-    def _evaluate_one(self, job: Job, prepared: Future[dict[str, Any]] | None) -> EvalResult:
+    def _evaluate_one(self, job: Job, report: static_checks.SourceReport,
+                      prepared: Future[dict[str, Any]] | None) -> EvalResult:
         t0 = time.perf_counter()
         result = EvalResult(status=Status.CORRECT, problem_id=job.problem.id, backend=job.backend,
                             device=self.device_name, versions=dict(self.versions))
@@ -216,7 +217,6 @@ class Evaluator:
             if prepared is not None:
                 prepared.cancel()
             return cached
-        report = static_checks.analyze(job.source)
         self._used_worker = False
         try:
             if report.status is not None:
