@@ -7,9 +7,11 @@ cannot regenerate them, and reference outputs are computed on pristine copies.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
 import random
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -21,6 +23,7 @@ import torch
 from problems.problem import Problem, ProblemError
 
 _MODULE_DIR = Path(tempfile.mkdtemp(prefix="kh-problems-"))
+atexit.register(shutil.rmtree, _MODULE_DIR, ignore_errors=True)
 _modules: dict[str, ModuleType] = {}
 
 

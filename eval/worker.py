@@ -487,6 +487,10 @@ def _network_isolated() -> bool:
 def main() -> None:
     read_fd, write_fd = int(sys.argv[1]), int(sys.argv[2])
     Worker(Channel(read_fd, write_fd)).serve()
+    # the parent is gone or asked us to exit: leave no directory behind even if it was killed
+    import shutil
+
+    shutil.rmtree(Path.cwd(), ignore_errors=True)
 
 
 if __name__ == "__main__":
