@@ -25,7 +25,7 @@ from eval import correctness, static_checks
 from eval.cache import JsonCache, cache_key
 from eval.config import EvalConfig
 from eval.integrity import strict_precision
-from eval.reference import Reference, derive_seed, encode_args, size_overrides
+from eval.reference import Reference, derive_seed, encode_args, use_small_sizes
 from eval.result import EvalResult, KernelShare, Status, Timing
 from eval.roofline import IMPLAUSIBLE_BELOW_FLOOR, cached_ceilings
 from eval.sandbox import (UNPRIVILEGED_UID, WorkerDied, WorkerProcess, WorkerTimeout, can_drop_privileges,
@@ -257,9 +257,9 @@ class Evaluator:
         cfg = self.config
         secret = secrets.randbits(62)
         weight_seed = derive_seed(secret, "weights")
-        overrides = size_overrides(job.problem, cfg.problem_scale, self.device)
-        result.problem_scale = "small" if overrides else "full"
-        ref = Reference(job.problem, weight_seed, self.device, overrides)
+        small = use_small_sizes(job.problem, cfg.problem_scale, self.device)
+        result.problem_scale = "small" if small else "full"
+        ref = Reference(job.problem, weight_seed, self.device, small)
         atol, rtol = cfg.tolerance(job.problem.dtype, job.problem.atol, job.problem.rtol)
         phase = time.perf_counter()
         worker = self._acquire_worker()
@@ -268,8 +268,9 @@ class Evaluator:
         result.unprivileged = worker.unprivileged
         if worker.info.get("device_name"):
             result.device = worker.info["device_name"]
-        load = self._ask(worker, {"cmd": "load", "problem_source": job.problem.source, "candidate_source": job.source,
-                                  "weight_seed": weight_seed, "size_overrides": overrides,
+        load, _ = worker.request({"cmd": "load", "problem_source": job.problem.source, "candidate_source": job.source,
+                                  "weight_seed": weight_seed,
+                                  "size_overrides": job.problem.meta["small"] if small else {},
                                   "extensions_dir": prep.get("extensions_dir") if prep else None},
                          timeout=cfg.import_timeout_s)
         if not load.get("ok"):
@@ -290,14 +291,9 @@ class Evaluator:
             self._time(worker, job, ref, result, secret, atol, rtol)
             _lap(result, "timing", phase)
         notes = [] if result.timing_meaningful else ["CPU interpreter: timings not meaningful"]
-        if overrides:
+        if small:
             notes.append("checked at the problem's reduced sizes")
         result.status, result.reason = Status.CORRECT, "correct" + (f" ({'; '.join(notes)})" if notes else "")
-
-    def _ask(self, worker: WorkerProcess, header: dict[str, Any], tensors: list[torch.Tensor] | None = None,
-             timeout: float | None = None) -> dict[str, Any]:
-        reply, _ = worker.request(header, tensors, timeout=timeout)
-        return reply
 
     def _correctness_trials(self, worker: WorkerProcess, ref: Reference, result: EvalResult,
                             atol: float, rtol: float) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import atexit
 import hashlib
 import importlib.util
-import random
 import shutil
 import sys
 import tempfile
@@ -21,34 +20,21 @@ from typing import Any
 import torch
 
 from problems.problem import Problem, ProblemError
+from problems.runtime import apply_small_sizes, has_small_sizes, seed_everything
 
 _MODULE_DIR = Path(tempfile.mkdtemp(prefix="kh-problems-"))
 atexit.register(shutil.rmtree, _MODULE_DIR, ignore_errors=True)
 _modules: dict[str, ModuleType] = {}
 
 
-def size_overrides(problem: Problem, scale: str, device: torch.device) -> dict[str, Any]:
-    """The shape-constant overrides to apply: the problem's `META["small"]` when the scale asks for it."""
-    small = problem.meta.get("small") or {}
-    if not isinstance(small, dict):
-        raise ProblemError(f"{problem.path or problem.id}: META['small'] must be a dict of shape constants")
-    use_small = scale == "small" or (scale == "auto" and device.type == "cpu")
-    return dict(small) if use_small else {}
+def use_small_sizes(problem: Problem, scale: str, device: torch.device) -> bool:
+    """Whether to evaluate at the problem's reduced sizes (`META["small"]`): asked for, or auto on a CPU."""
+    return has_small_sizes(problem) and (scale == "small" or (scale == "auto" and device.type == "cpu"))
 
 
-def apply_overrides(module: ModuleType, overrides: dict[str, Any], origin: str) -> None:
-    """Assign module-level shape constants (get_inputs/get_init_inputs read them at call time)."""
-    for name, value in overrides.items():
-        if not hasattr(module, name):
-            raise ProblemError(f"{origin}: META['small'] names {name!r}, which the module does not define")
-        setattr(module, name, value)
-
-
-def problem_module(problem: Problem, overrides: dict[str, Any] | None = None) -> ModuleType:
-    """Import the problem source (once per content hash and size overrides) from a real file."""
-    overrides = overrides or {}
-    key = problem.source_hash[:20] + ("_" + hashlib.sha256(repr(sorted(overrides.items())).encode()).hexdigest()[:8]
-                                      if overrides else "")
+def problem_module(problem: Problem, small: bool = False) -> ModuleType:
+    """Import the problem source (once per content hash and size) from a real file."""
+    key = problem.source_hash[:20] + ("_small" if small else "")
     if key not in _modules:
         path = _MODULE_DIR / f"problem_{key}.py"
         path.write_text(problem.source)
@@ -60,20 +46,10 @@ def problem_module(problem: Problem, overrides: dict[str, Any] | None = None) ->
         except Exception as exc:
             raise ProblemError(f"{problem.path or problem.id}: importing the problem failed: {exc!r}") from exc
         sys.modules[spec.name] = module
-        apply_overrides(module, overrides, problem.path or problem.id)
+        if small:
+            apply_small_sizes(module, problem)
         _modules[key] = module
     return _modules[key]
-
-
-def seed_everything(seed: int) -> None:
-    torch.manual_seed(seed)
-    random.seed(seed)
-    try:
-        import numpy as np
-
-        np.random.seed(seed % (2**32))
-    except ImportError:
-        pass
 
 
 def derive_seed(secret: int, label: str) -> int:
@@ -85,10 +61,9 @@ def derive_seed(secret: int, label: str) -> int:
 class Reference:
     """The reference model of one problem, built with a given weight seed, on a device."""
 
-    def __init__(self, problem: Problem, weight_seed: int, device: torch.device, overrides: dict[str, Any] | None = None):
+    def __init__(self, problem: Problem, weight_seed: int, device: torch.device, small: bool = False):
         self.problem = problem
-        self.overrides = overrides or {}
-        self.module = problem_module(problem, self.overrides)
+        self.module = problem_module(problem, small)
         self.device = device
         self.init_inputs = list(self.module.get_init_inputs())
         seed_everything(weight_seed)

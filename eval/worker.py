@@ -273,12 +273,6 @@ class Worker:
         first_out: dict[int, list[torch.Tensor]] = {}
         drift = {"count": 0}
 
-        def refill(buf: list[torch.Tensor], src: list[list[torch.Tensor]]) -> Callable[[int], None]:
-            def prepare(k: int) -> None:
-                for b, s in zip(buf, src[k]):
-                    b.copy_(s)
-            return prepare
-
         def check_candidate(k: int, out: Any) -> None:
             outs = [o.detach().clone() for o in _flatten(out) if isinstance(o, torch.Tensor)]
             if k not in first_out:
@@ -287,8 +281,8 @@ class Worker:
                 drift["count"] += 1
 
         sides = {
-            "reference": timing.TimedSide(refill(ref_buf, ref_pool), lambda: self.reference(*ref_args)),
-            "candidate": timing.TimedSide(refill(cand_buf, cand_pool), lambda: self.candidate(*cand_args), check_candidate),
+            "reference": timing.TimedSide(_refiller(ref_buf, ref_pool), lambda: self.reference(*ref_args)),
+            "candidate": timing.TimedSide(_refiller(cand_buf, cand_pool), lambda: self.candidate(*cand_args), check_candidate),
         }
         with torch.no_grad():
             samples = timing.interleaved(
@@ -323,16 +317,13 @@ class Worker:
         buf_b = [t.clone() for t in ref_pool[0]]
         compiled = torch.compile(self.reference)
 
-        def refill(buf: list[torch.Tensor]) -> Callable[[int], None]:
-            return lambda k: [b.copy_(s) for b, s in zip(buf, ref_pool[k])] and None
-
         args_a = _rebuild_args(msg["args"], buf_a)
         args_b = _rebuild_args(msg["args"], buf_b)
         with torch.no_grad():
             samples = timing.interleaved(
                 {
-                    "eager": timing.TimedSide(refill(buf_a), lambda: self.reference(*args_a)),
-                    "compiled": timing.TimedSide(refill(buf_b), lambda: compiled(*args_b)),
+                    "eager": timing.TimedSide(_refiller(buf_a, ref_pool), lambda: self.reference(*args_a)),
+                    "compiled": timing.TimedSide(_refiller(buf_b, ref_pool), lambda: compiled(*args_b)),
                 },
                 pool_size=pool, min_reps=msg["min_reps"], max_reps=msg["max_reps"],
                 target_rel_stderr=msg["target_rel_stderr"], budget_s=msg["budget_s"],
@@ -414,6 +405,14 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.is_floating_point():
         return bool(_torch_allclose(a.float(), b.float(), rtol=1e-2, atol=1e-2, equal_nan=True))
     return bool(_torch_equal(a, b))
+
+
+def _refiller(buf: list[torch.Tensor], pool: list[list[torch.Tensor]]) -> Callable[[int], None]:
+    """`prepare(k)` for timing: copy input set k of the pool into the fixed input buffers."""
+    def prepare(k: int) -> None:
+        for b, src in zip(buf, pool[k]):
+            b.copy_(src)
+    return prepare
 
 
 def _rebuild_args(spec: list[Any], tensors: list[torch.Tensor]) -> list[Any]:

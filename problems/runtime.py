@@ -60,9 +60,15 @@ def apply_small_sizes(module: types.ModuleType, problem: Problem) -> None:
 
 
 def seed_everything(seed: int) -> None:
-    """Seed torch (CPU and CUDA) and Python's RNG, as the evaluator does before each call."""
+    """Seed torch (CPU and CUDA), Python's and NumPy's RNGs; the evaluator does this before each call."""
     random.seed(seed)
     torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % (2**32))
+    except ImportError:
+        pass
 
 
 def to_device(obj: Any, device: str | torch.device) -> Any:
