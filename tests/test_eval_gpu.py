@@ -106,3 +106,13 @@ def test_pointer_keyed_cache_is_caught(evaluator, problem):
 def test_sandbox_reports_isolation(evaluator, problem):
     r = evaluator.evaluate(problem, candidates.triton_candidate(512, 4))
     assert r.network_isolated is True
+
+
+def test_fp8_outputs_are_compared_on_the_gpu(evaluator):
+    """fp8 tensors have no CUDA isnan/nan_to_num: the worker's exact comparisons must upcast them."""
+    from problems.suite import solution_path, suite_problem
+
+    fp8 = suite_problem("LLM/07_fp8_quantize")
+    r = evaluator.evaluate(fp8, solution_path(fp8).read_text())
+    assert r.status is Status.CORRECT, r.reason + r.error
+    assert r.speedup is not None and r.speedup > 1.0

@@ -1,4 +1,4 @@
-"""`harness bench eval|loop`: benchmarks of the harness itself (figures go to docs/benchmarks.md)."""
+"""`harness bench eval|suite|loop`: benchmarks of the harness itself (figures go to docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ev.add_argument("--sessions", type=int, default=5)
     ev.add_argument("--naive-subset", type=int, default=6)
     ev.add_argument("--out", help="write the full JSON report here")
+    suite = sub.add_parser("suite", help="baselines, roofline floors and reference solutions per level (GPU)")
+    suite.add_argument("selection", nargs="?", default="all", help="problem selection (all, level1, L1/*softmax*, ...)")
+    suite.add_argument("--no-solutions", action="store_true", help="baselines and floors only")
+    suite.add_argument("--out", help="write the rows as JSON here")
     loop = sub.add_parser("loop", help="per-attempt overhead of the run loop")
     loop.add_argument("--attempts", type=int, default=200)
 
@@ -22,5 +26,9 @@ def run(args: argparse.Namespace) -> int:
         from harness.bench import eval_bench
 
         return eval_bench.main(args.part, args.sessions, args.naive_subset, args.out)
+    if args.bench == "suite":
+        from harness.bench import suite_bench
+
+        return suite_bench.main(args.selection, args.out, solutions=not args.no_solutions)
     bench_loop = importlib.import_module("harness.bench_loop")
     return int(bench_loop.main(args.attempts) or 0)

@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="auto: META['small'] sizes on the CPU when declared, full size otherwise")
     lint.add_argument("--budget-gb", type=float, default=DEFAULT_BUDGET_BYTES / 1e9, help="device memory budget (GB)")
     lint.add_argument("--timeout", type=float, default=300.0, help="seconds per problem before it counts as hung")
-    lint.add_argument("--jobs", type=int, default=1, help="problems checked in parallel (CPU only)")
+    lint.add_argument("--jobs", type=int, default=1, help="problems checked in parallel, each in its own process (on cuda, keep jobs x budget within the GPU's memory)")
     lint.add_argument("--verbose", action="store_true", help="print every check, not only failures")
     lint.add_argument("--json", action="store_true", help="print one JSON report per problem")
 
@@ -145,7 +145,7 @@ def _lint(args: argparse.Namespace) -> int:
             print("harness problems lint: --device cuda but no CUDA device is available", file=sys.stderr)
             return 2
     entries = select_entries(args.selection)
-    jobs = 1 if args.device == "cuda" else max(1, args.jobs)
+    jobs = max(1, args.jobs)
 
     def on_report(report: LintReport) -> None:
         if args.json:

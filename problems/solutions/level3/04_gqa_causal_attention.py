@@ -8,8 +8,10 @@ several times: 1 GB per pass at this size). Each program owns BLOCK_M query rows
 streams key/value blocks with an online softmax (base-2 exponentials, scale folded in); blocks
 strictly below the diagonal skip the mask, and blocks above it are never visited. It reads Q/K/V
 straight from the projection outputs through strides and writes the output in the (B, S, H*D)
-layout the output projection wants, so no transposes are copied. fp32 products use IEEE
-precision (no TF32), as the problem's fp32 tolerance requires.
+layout the output projection wants, so no transposes are copied. The fp32 products run on tensor
+cores as "tf32x3": each operand is split into a TF32 high part and a TF32 remainder and three
+TF32 products are summed, which keeps fp32-level accuracy (the problem's fp32 tolerance holds)
+at several times the speed of IEEE fp32 products on the FMA units.
 """
 
 import torch
@@ -24,7 +26,7 @@ def _flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr,
                             stride_vb, stride_vh, stride_vs, stride_ob, stride_oh, stride_os,
                             heads, seq, group, qk_scale,
                             HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid_m = tl.program_id(0)
+    pid_m = tl.num_programs(0) - 1 - tl.program_id(0)  # longest causal rows first: less tail at the end
     bh = tl.program_id(1)
     b = (bh // heads).to(tl.int64)
     h = bh % heads
@@ -44,24 +46,24 @@ def _flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr,
         cols = start + tl.arange(0, BLOCK_N)
         k = tl.load(k_base + cols[:, None] * stride_ks + dims[None, :])
         v = tl.load(v_base + cols[:, None] * stride_vs + dims[None, :])
-        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+        s = tl.dot(q, tl.trans(k), input_precision="tf32x3") * qk_scale
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="tf32x3")
         m_i = m_new
     for start in range(diag_start, tl.minimum((pid_m + 1) * BLOCK_M, seq), BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         k = tl.load(k_base + cols[:, None] * stride_ks + dims[None, :], mask=cols[:, None] < seq, other=0.0)
         v = tl.load(v_base + cols[:, None] * stride_vs + dims[None, :], mask=cols[:, None] < seq, other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+        s = tl.dot(q, tl.trans(k), input_precision="tf32x3") * qk_scale
         s = tl.where(cols[None, :] <= rows[:, None], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="tf32x3")
         m_i = m_new
     out = acc / l_i[:, None]
     tl.store(o_ptr + b * stride_ob + h * stride_oh + rows[:, None] * stride_os + dims[None, :], out,
@@ -71,8 +73,7 @@ def _flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr,
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, heads: int, group: int) -> None:
     """Causal attention on (B, S, H, D)-strided views (last dim contiguous); writes `out` (B, S, H, D)."""
     batch, seq, _, head_dim = q.shape
-    # fp32 IEEE products run on FMA units from registers: these tiles compile for sm_90 without spills
-    block_m, block_n = (64, 32) if head_dim <= 64 else (32, 64)
+    block_m, block_n, warps, stages = 32, 64, 4, 2  # best of six tiles timed on an H100 (head dim 128)
     qk_scale = 1.4426950408889634 / head_dim**0.5  # log2(e) / sqrt(d): exp2 instead of exp
     grid = (triton.cdiv(seq, block_m), batch * heads)
     _flash_attention_kernel[grid](
@@ -80,7 +81,7 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: tor
         q.stride(0), q.stride(2), q.stride(1), k.stride(0), k.stride(2), k.stride(1),
         v.stride(0), v.stride(2), v.stride(1), out.stride(0), out.stride(2), out.stride(1),
         heads, seq, group, qk_scale,
-        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=8, num_stages=2,
+        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages,
     )
 
 
