@@ -27,9 +27,10 @@ from problems.suite import solution_path
 SMALL_EAGER_US = 50.0  # the suite's stated lower bound for an eager reference on an H100
 
 
-def _baseline_row(ev: Evaluator, problem: Problem, ceilings: Ceilings) -> dict[str, Any]:
+def baseline_row(ev: Evaluator, problem: Problem, ceilings: Ceilings | None) -> dict[str, Any]:
+    """Eager and torch.compile times (µs) of one problem, its floor and SOL fractions, or its error."""
     row: dict[str, Any] = {"id": problem.id, "level": problem.level, "dtype": problem.dtype}
-    floor = ceilings.floor_s(problem.flops, problem.bytes_moved, problem.dtype)
+    floor = ceilings.floor_s(problem.flops, problem.bytes_moved, problem.dtype) if ceilings else None
     row["floor_us"] = None if floor is None else floor * 1e6
     t0 = time.perf_counter()
     try:
@@ -120,7 +121,7 @@ def main(selection: str = "all", out: str | None = None, solutions: bool = True)
                       flush=True)
         ordered = []
         for problem in problems:
-            row = {**_baseline_row(ev, problem, ceilings), **rows.get(problem.id, {})}
+            row = {**baseline_row(ev, problem, ceilings), **rows.get(problem.id, {})}
             ordered.append(row)
             print(f"baseline {problem.id:42s} eager {_fmt(row.get('eager_us'), '10.1f')} us  compile "
                   f"{_fmt(row.get('compile_us'), '10.1f')} us  floor {_fmt(row.get('floor_us'), '9.1f')} us  "

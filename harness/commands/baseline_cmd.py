@@ -14,12 +14,22 @@ import torch
 
 from eval import EvalConfig, Evaluator
 from eval.roofline import cached_ceilings
+from harness.bench.suite_bench import baseline_row
 from problems.problem import ProblemError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("selection", nargs="?", default="smoke", help="problem selection (smoke, level1, L1/*softmax*, ...)")
     parser.add_argument("--json", action="store_true")
+
+
+def _line(row: dict) -> str:
+    if "error" in row:
+        return f"{row['id']:40s} failed: {row['error']}"
+    line = f"{row['id']:40s} eager {row['eager_us']:9.1f} us  compile {row['compile_us']:9.1f} us"
+    if row["floor_us"] is not None:
+        line += f"  floor {row['floor_us']:9.1f} us  SOL eager {row['eager_sol']:.0%} compile {row['compile_sol']:.0%}"
+    return line
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,19 +47,11 @@ def run(args: argparse.Namespace) -> int:
     with Evaluator(EvalConfig(device="cuda")) as ev:
         ceilings = cached_ceilings(EvalConfig.cache_dir, ev.device_name)
         for problem in problems:
-            base = ev.baseline(problem)
-            eager, compiled = base["eager"]["median_ms"], base["compiled"]["median_ms"]
-            floor = ceilings.floor_s(problem.flops, problem.bytes_moved, problem.dtype) if ceilings else None
-            rows.append({"id": problem.id, "eager_ms": eager, "compile_ms": compiled,
-                         "floor_ms": None if floor is None else floor * 1000,
-                         "eager_sol": None if floor is None else floor * 1000 / eager,
-                         "compile_sol": None if floor is None else floor * 1000 / compiled})
+            rows.append(baseline_row(ev, problem, ceilings))
             if not args.json:
-                r = rows[-1]
-                sol = "" if floor is None else f"  floor {r['floor_ms'] * 1000:9.1f} us  SOL eager {r['eager_sol']:.0%} compile {r['compile_sol']:.0%}"
-                print(f"{problem.id:40s} eager {eager * 1000:9.1f} us  compile {compiled * 1000:9.1f} us{sol}", flush=True)
+                print(_line(rows[-1]), flush=True)
     if args.json:
         print(json.dumps({"device": ev.device_name, "versions": ev.versions, "problems": rows}))
     elif ceilings is None:
         print("(no ceilings cached for this device: run `harness device probe` for floors and SOL fractions)")
-    return 0
+    return 0 if all("error" not in r for r in rows) else 1
