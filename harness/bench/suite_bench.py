@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from eval import EvalConfig, Evaluator, Job
+from eval import EvalConfig, EvalResult, Evaluator, Job, Status
 from eval.roofline import Ceilings, cached_ceilings, probe_and_cache
 from harness.bench.eval_bench import environment
 from problems import select_problems
@@ -47,10 +48,10 @@ def baseline_row(ev: Evaluator, problem: Problem, ceilings: Ceilings | None) -> 
     return row
 
 
-def _solution_fields(result: Any) -> dict[str, Any]:
+def _solution_fields(result: EvalResult) -> dict[str, Any]:
     return {"solution_status": result.status.value, "solution_speedup": result.speedup,
             "solution_sol": result.sol_fraction, "solution_flags": list(result.flags),
-            "solution_reason": result.reason[:300] if result.status.value != "correct" else "",
+            "solution_reason": result.reason[:300] if result.status is not Status.CORRECT else "",
             "solution_us": result.candidate_timing.median_ms * 1000 if result.candidate_timing else None}
 
 
@@ -113,12 +114,11 @@ def main(selection: str = "all", out: str | None = None, solutions: bool = True)
     with Evaluator(config) as ev:
         if solutions:
             jobs = [Job(p, path.read_text()) for p in problems if (path := solution_path(p)) is not None]
-            for i, result in enumerate(ev.evaluate_many(jobs)):
-                rows[jobs[i].problem.id] = _solution_fields(result)
-                print(f"solution {jobs[i].problem.id:42s} {result.status.value:10s} speedup "
+            for job, result in zip(jobs, ev.evaluate_many(jobs)):
+                fields = rows[job.problem.id] = _solution_fields(result)
+                print(f"solution {job.problem.id:42s} {result.status.value:10s} speedup "
                       f"{_fmt(result.speedup, '.2f')}  SOL {_fmt(result.sol_fraction, '.0%')}  "
-                      f"{result.eval_seconds:.0f}s {result.reason[:120] if result.status.value != 'correct' else ''}",
-                      flush=True)
+                      f"{result.eval_seconds:.0f}s {fields['solution_reason'][:120]}", flush=True)
         ordered = []
         for problem in problems:
             row = {**baseline_row(ev, problem, ceilings), **rows.get(problem.id, {})}
@@ -131,5 +131,5 @@ def main(selection: str = "all", out: str | None = None, solutions: bool = True)
     for line in summary(ordered):
         print(line)
     if out:
-        Path(out).write_text(json.dumps({"environment": env, "ceilings": ceilings.__dict__, "problems": ordered}, indent=1))
+        Path(out).write_text(json.dumps({"environment": env, "ceilings": asdict(ceilings), "problems": ordered}, indent=1))
     return 0
