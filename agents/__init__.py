@@ -3,7 +3,7 @@
     from agents import make_agent, PromptBuilder, TurnRecord, extract_code
     agent = make_agent({"kind": "reference"})
     messages = PromptBuilder("triton").messages(problem.source, history)
-    response = agent.respond(messages, problem_id=problem.id, sample=0, turn=1)
+    response = agent.respond(messages, problem_id=problem.id, sample=1, turn=1)  # both count from 1
     code = extract_code(response.text)   # or ExtractionError -> a format_error turn
 """
 
@@ -16,6 +16,7 @@ from agents.base import (
     Message,
     Pricing,
     RetryableError,
+    UnavailableError,
     Usage,
 )
 from agents.extract import ExtractionError, extract_code
@@ -40,6 +41,7 @@ __all__ = [
     "RetryableError",
     "RetryingAgent",
     "TurnRecord",
+    "UnavailableError",
     "Usage",
     "extract_code",
     "make_agent",

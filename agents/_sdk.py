@@ -1,17 +1,33 @@
-"""Shared plumbing of the SDK-backed agents: API keys from the environment, error sorting."""
+"""What the SDK-backed agents (OpenAI, Anthropic) share: API keys from the environment, error
+sorting, and the request/reply handling of `SDKAgent`; each provider only says how to send a
+conversation and how to read its reply.
+"""
 
 from __future__ import annotations
 
 import email.utils
+import json
 import os
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
-from agents.base import AgentError, AuthError, ConfigError, RetryableError
+from agents.base import (
+    AgentError,
+    AgentResponse,
+    AuthError,
+    ConfigError,
+    Message,
+    Pricing,
+    RetryableError,
+    UnavailableError,
+    Usage,
+    priced,
+)
 
 # Status codes worth retrying: request timeout, conflict (lock contention), rate limit, server errors.
 _RETRY_STATUS = {408, 409, 429}
 _AUTH_STATUS = {401, 403}
+_UNAVAILABLE_STATUS = {404}  # no such endpoint or model: a wrong base_url (e.g. without /v1) or model name
 _NO_KEY = "not-needed"  # local OpenAI-compatible servers without auth still want a non-empty key
 
 
@@ -68,6 +84,8 @@ def sort_sdk_error(exc: Exception, sdk: Any, provider: str, secret: str) -> Agen
         text = redact(f"{provider} HTTP {status}: {_status_message(exc)}", secret)
         if status in _AUTH_STATUS:
             return AuthError(text)
+        if status in _UNAVAILABLE_STATUS:
+            return UnavailableError(f"{text} (is agent.base_url right?)")
         if status in _RETRY_STATUS or status >= 500:
             return RetryableError(text, retry_after=parse_retry_after(exc.response.headers))
         return AgentError(text)
@@ -87,3 +105,64 @@ def _status_message(exc: Any) -> str:
         if isinstance(err, dict) and err.get("message"):
             return str(err["message"])[:500]
     return str(getattr(exc, "message", exc))[:500]
+
+
+class Reply(NamedTuple):
+    """What a provider's reply says, read by the provider's agent."""
+
+    text: str
+    usage: Usage
+    finish_reason: str | None
+
+
+class SDKAgent:
+    """One request per call through a provider SDK, with the SDK's own retries off
+    (`agents.retry.RetryingAgent` retries instead). The key lives only inside the SDK client.
+
+    Subclasses set `provider`, `sdk` (the SDK module) and `sdk_error` (its base exception), build
+    `self._client` and implement
+    `_create` (send the conversation) and `_read` (a `Reply`, or None for a reply of the wrong shape).
+    """
+
+    provider: str
+    sdk: Any
+    sdk_error: type[Exception]
+
+    def __init__(self, *, model: str, base_url: str | None, api_key_env: str | None, pricing: Pricing | None) -> None:
+        self._key = api_key_from_env(self.provider, api_key_env)
+        self.model = model
+        self.base_url = base_url
+        self.name = f"{self.provider}:{model}"
+        self.pricing = pricing
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
+
+    def _create(self, messages: list[Message]) -> Any:
+        raise NotImplementedError
+
+    def _read(self, raw: Any) -> Reply | None:
+        raise NotImplementedError
+
+    def respond(self, messages: list[Message], *, problem_id: str, sample: int, turn: int) -> AgentResponse:
+        """One request; errors sorted into AuthError / UnavailableError / RetryableError / AgentError."""
+        start = time.perf_counter()
+        try:
+            raw = self._create(messages)
+        except self.sdk_error as exc:
+            raise sort_sdk_error(exc, self.sdk, self.provider, self._key) from None
+        except json.JSONDecodeError as exc:  # a 200 whose body is not JSON
+            raise RetryableError(f"{self.provider}: malformed response body ({exc})") from None
+        latency = time.perf_counter() - start
+        reply = self._read(raw) if isinstance(raw, self.sdk.BaseModel) else None
+        if reply is None:
+            raise RetryableError(redact(f"{self.provider}: malformed response: {str(raw)[:200]}", self._key))
+        return AgentResponse(
+            text=reply.text,
+            usage=reply.usage,
+            cost_usd=priced(reply.usage, self.pricing),
+            latency_s=latency,
+            model=getattr(raw, "model", None) or self.model,
+            raw_id=getattr(raw, "id", None),
+            finish_reason=reply.finish_reason,
+        )

@@ -1,9 +1,10 @@
 """The agent interface: a conversation goes in, one response (text, usage, cost, latency) comes out.
 
 Every agent kind (OpenAI, Anthropic, shell command, replay, reference) implements `Agent`, so the
-run loop never knows which provider it talks to. Errors are sorted into three kinds the loop acts
-on: `AuthError` stops the run, `RetryableError` is retried centrally (see `agents.retry`) and then
-recorded, any other `AgentError` is recorded for that attempt.
+run loop never knows which provider it talks to. Errors are sorted into kinds the loop acts on:
+`AuthError` stops the run; `UnavailableError` (the agent could not be reached or run, including a
+`RetryableError` once the central retries in `agents.retry` run out) leaves the attempt unfinished,
+so a resume retries it; any other `AgentError` is a refusal of this request, recorded for the attempt.
 """
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ class AuthError(AgentError):
     """The provider refused the credentials (HTTP 401/403): retrying cannot help, stop the run."""
 
 
-class RetryableError(AgentError):
+class UnavailableError(AgentError):
+    """The agent could not be reached or run (connection refused, HTTP 404, a command that does not
+    exist, retries exhausted): no answer about this request, so the attempt is not finished."""
+
+
+class RetryableError(UnavailableError):
     """A transient failure (HTTP 408/429/5xx, timeout, connection error, malformed body).
 
     `retry_after` is the wait in seconds the provider asked for, if it said; `attempts` is set

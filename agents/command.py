@@ -10,9 +10,10 @@ import subprocess
 import time
 from typing import Sequence
 
-from agents.base import AgentError, AgentResponse, Message, RetryableError, Usage
+from agents.base import AgentError, AgentResponse, Message, RetryableError, UnavailableError, Usage
 
 _TAIL = 2000
+_NOT_RUNNABLE = {126: "cannot be executed", 127: "was not found"}  # the shell's exit codes
 
 
 class CommandAgent:
@@ -20,8 +21,9 @@ class CommandAgent:
 
     stdin carries the conversation as text (`### System` / `### User` / `### Assistant` sections)
     or, with input_format="json", as a JSON list of {role, content}. The process also sees
-    HARNESS_PROBLEM_ID, HARNESS_SAMPLE and HARNESS_TURN. A timeout kills its process group and
-    is retryable; a non-zero exit is an `AgentError` with the stderr tail.
+    HARNESS_PROBLEM_ID, HARNESS_SAMPLE and HARNESS_TURN (both from 1). A timeout kills its process
+    group and is retryable; a command that cannot be started (or that the shell does not find: exit
+    126/127) is an `UnavailableError`; any other non-zero exit is an `AgentError` with the stderr tail.
     """
 
     def __init__(
@@ -66,7 +68,7 @@ class CommandAgent:
                 env=env, start_new_session=True,
             )
         except OSError as exc:
-            raise AgentError(f"command agent: cannot start {self.command!r}: {exc.strerror or exc}") from None
+            raise UnavailableError(f"command agent: cannot start {self.command!r}: {exc.strerror or exc}") from None
         try:
             out, err = proc.communicate(stdin.encode(), timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
@@ -76,6 +78,10 @@ class CommandAgent:
         latency = time.perf_counter() - start
         if proc.returncode != 0:
             tail = err.decode(errors="replace")[-_TAIL:].strip() or "(no stderr)"
+            if self._argv[:2] == ["/bin/sh", "-c"] and proc.returncode in _NOT_RUNNABLE:
+                raise UnavailableError(
+                    f"command agent: {self.command!r} {_NOT_RUNNABLE[proc.returncode]} (exit {proc.returncode}): {tail}"
+                )
             raise AgentError(f"command agent: {self.command!r} exited with status {proc.returncode}: {tail}")
         return AgentResponse(
             text=out.decode(errors="replace"),

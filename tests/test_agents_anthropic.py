@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agents import AuthError, ConfigError, Message, RetryableError, make_agent
+from agents import AuthError, ConfigError, Message, RetryableError, UnavailableError, make_agent
 from tests.fakes.llm_server import FakeLLMServer, error, raw, reply, slow
 
 KEY = "sk-ant-test-0123456789"
@@ -102,6 +102,14 @@ def test_401_stops_at_once_and_hides_the_key(server: FakeLLMServer, monkeypatch:
     with pytest.raises(AuthError, match="anthropic HTTP 401") as info:
         ask(agent_for(server))
     assert "sk-ant-wrong-secret" not in str(info.value)
+    assert len(server.requests) == 1
+
+
+def test_a_wrong_base_url_is_unavailable(server: FakeLLMServer) -> None:
+    agent = make_agent({"kind": "anthropic", "model": "claude-fake", "base_url": f"{server.url}/api",
+                        "api_key_env": "FAKE_ANTHROPIC_KEY", "retry": FAST_RETRY})  # fmt: skip
+    with pytest.raises(UnavailableError, match="anthropic HTTP 404: fake server: no endpoint /api/v1/messages"):
+        ask(agent)
     assert len(server.requests) == 1
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agents import AuthError, ConfigError, Message, RetryableError, extract_code, make_agent
+from agents import AuthError, ConfigError, Message, RetryableError, UnavailableError, extract_code, make_agent
 from agents.base import AgentError
 from agents.extract import ExtractionError
 from tests.fakes.llm_server import FakeLLMServer, error, raw, reply, slow
@@ -118,6 +118,23 @@ def test_other_4xx_is_a_plain_agent_error(server: FakeLLMServer) -> None:
         ask(agent_for(server))
     assert not isinstance(info.value, (RetryableError, AuthError))
     assert len(server.requests) == 1
+
+
+def test_a_base_url_without_v1_is_unavailable_not_a_refusal(server: FakeLLMServer) -> None:
+    """A 404 says nothing about this request: the attempt must stay unfinished (UnavailableError)."""
+    agent = make_agent({"kind": "openai", "model": "fake-gpt", "base_url": server.url, "api_key_env": "FAKE_OPENAI_KEY",
+                        "retry": FAST_RETRY})  # fmt: skip
+    with pytest.raises(UnavailableError, match="HTTP 404: fake server: no endpoint /chat/completions") as info:
+        ask(agent)
+    assert "agent.base_url" in str(info.value) and not isinstance(info.value, RetryableError)
+    assert len(server.requests) == 1  # not retried
+
+
+def test_an_unreachable_server_is_unavailable_after_the_retries(server: FakeLLMServer) -> None:
+    agent = make_agent({"kind": "openai", "model": "x", "base_url": "http://127.0.0.1:9/v1", "api_key_env": None,
+                        "retry": {"max_attempts": 2, "initial_delay_s": 0.01}})  # fmt: skip
+    with pytest.raises(UnavailableError, match="connection error.*gave up after 2 attempt"):
+        ask(agent)
 
 
 def test_missing_key_fails_at_construction_before_any_request(server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -127,8 +127,9 @@ class FakeLLMServer:
     def _respond(self, path: str, headers: dict[str, str], body: Any) -> tuple[int, dict[str, str], bytes]:
         with self._lock:
             self.requests.append(Recorded(path, headers, body))
-        anthropic = path.rstrip("/").endswith("/v1/messages")
-        if not anthropic and not path.rstrip("/").endswith("/v1/chat/completions"):
+        endpoint = path.split("?")[0].rstrip("/")  # served at the root only, as the real APIs are
+        anthropic = endpoint == "/v1/messages"
+        if not anthropic and endpoint != "/v1/chat/completions":
             return _error_body(anthropic, 404, f"fake server: no endpoint {path}")
         bearer = headers.get("authorization", "").removeprefix("Bearer ")
         given = (headers.get("x-api-key") or bearer) if anthropic else bearer
