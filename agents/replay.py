@@ -23,7 +23,8 @@ class ReplayAgent:
 
     Each line is a JSON object with at least problem_id, sample, turn and reply (null when the
     attempt had no reply). Two lines for one key with different replies are ambiguous and refused;
-    a null reply never hides a recorded one.
+    a null reply never hides a recorded one. Samples and turns count from 1; a file with a sample 0
+    was written when samples counted from 0, and its samples are read as one higher.
     """
 
     def __init__(self, *, path: str | Path) -> None:
@@ -99,4 +100,7 @@ def _load(path: Path) -> tuple[dict[Key, str | None], dict[Key, str]]:
             models[key] = str(row["model"])
     if not replies:
         raise ConfigError(f"replay: {path} holds no attempts")
+    if any(key[1] == 0 for key in replies):  # the old convention: samples from 0
+        replies = {(p, s + 1, t): r for (p, s, t), r in replies.items()}
+        models = {(p, s + 1, t): m for (p, s, t), m in models.items()}
     return replies, models

@@ -181,7 +181,7 @@ class RunLoop:
         pending = []
         for problem in self._problems:
             self._remaining[problem.id] = 0
-            for sample in range(self.settings.samples):
+            for sample in range(1, self.settings.samples + 1):
                 history = recorded.get((problem.id, sample), [])
                 for a in history:
                     st.add(a, this_session=False)

@@ -24,27 +24,37 @@ import re
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 import yaml
 
 from eval.result import EvalResult, Status
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: samples count from 1, like turns (version 1 counted samples from 0)
+READABLE_VERSIONS = (1, 2)  # reports and exports read these; runs resume only at SCHEMA_VERSION
 DB_NAME = "attempts.sqlite"
 JSONL_NAME = "results.jsonl"
 CONFIG_NAME = "config.yaml"
 CODE_DIR = "code"
 LOCK_NAME = ".lock"
 
-AGENT_ERROR = "agent_error"  # attempt status when the agent produced no reply (provider error after retries)
+AGENT_ERROR = "agent_error"  # attempt status when the provider refused this request (see `agents.base`)
 ATTEMPT_STATUSES = frozenset({s.value for s in Status} | {AGENT_ERROR})
 
-_SAFE = re.compile(r"[^A-Za-z0-9._=+-]")
+# Settings a resumed run may change: they alter how the run proceeds, never what an attempt means.
+# The report's comparison of runs ignores the `eval.` ones for the same reason.
+VOLATILE_KEYS = (
+    "name", "runs_dir", "quiet", "max_concurrency", "budget", "response_cache",
+    "agent.retry", "agent.rate_limit", "agent.timeout_s", "agent.api_key_env",
+    "eval.parallel_compiles", "eval.cache_dir", "eval.log_cap_bytes",
+)  # fmt: skip
 
-_SCHEMA = """
+_SAFE = re.compile(r"[^A-Za-z0-9._+-]")  # no `=` or `,`: run names must pass through Hydra overrides as they are
+_RETRIES = 3  # immutable reads repeated when a writer appears meanwhile, before a live read
+
+_SESSIONS_SQL = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE sessions (
     id INTEGER PRIMARY KEY,
@@ -52,48 +62,8 @@ CREATE TABLE sessions (
     finished_at REAL,
     stop_reason TEXT
 );
-CREATE TABLE attempts (
-    id INTEGER PRIMARY KEY,
-    session_id INTEGER NOT NULL REFERENCES sessions(id),
-    problem_id TEXT NOT NULL,
-    sample INTEGER NOT NULL,
-    turn INTEGER NOT NULL,
-    status TEXT NOT NULL,
-    speedup REAL,
-    best_turn INTEGER,
-    best_status TEXT,
-    best_speedup REAL,
-    problem_hash TEXT NOT NULL,
-    prompt TEXT NOT NULL,
-    reply TEXT NOT NULL,
-    code TEXT,
-    code_path TEXT,
-    feedback TEXT NOT NULL,
-    error TEXT NOT NULL,
-    input_tokens INTEGER NOT NULL,
-    output_tokens INTEGER NOT NULL,
-    cached_tokens INTEGER NOT NULL,
-    cost_usd REAL,
-    latency_s REAL NOT NULL,
-    model TEXT,
-    finish_reason TEXT,
-    requests INTEGER NOT NULL,
-    eval_s REAL NOT NULL,
-    from_cache INTEGER NOT NULL,
-    result TEXT,
-    started_at REAL NOT NULL,
-    finished_at REAL NOT NULL,
-    UNIQUE (problem_id, sample, turn)
-);
 """
-
-_COLUMNS = (
-    "session_id", "problem_id", "sample", "turn", "status", "speedup", "best_turn", "best_status",
-    "best_speedup", "problem_hash", "prompt", "reply", "code", "code_path", "feedback", "error",
-    "input_tokens", "output_tokens", "cached_tokens", "cost_usd", "latency_s", "model", "finish_reason",
-    "requests", "eval_s", "from_cache",
-    "result", "started_at", "finished_at",
-)  # fmt: skip
+_SESSION_COLUMNS = ("id", "started_at", "finished_at", "stop_reason")
 
 
 class StoreError(RuntimeError):
@@ -104,9 +74,10 @@ class StoreError(RuntimeError):
 class Attempt:
     """One turn of one sample of one problem: what was asked, answered and judged.
 
-    `status` is an `eval.Status` value, or `agent_error` when the agent gave no reply (then
-    `result` is None and `error` holds the provider's message). `best_*` describe the best
-    attempt of this (problem, sample) up to and including this turn.
+    Samples and turns both count from 1. `status` is an `eval.Status` value, or `agent_error`
+    when the provider refused this request (then `result` is None and `error` holds its
+    message). `best_*` describe the best attempt of this (problem, sample) up to and including
+    this turn. The fields are also the database's columns (see `_COLUMNS`), in this order.
     """
 
     problem_id: str
@@ -143,36 +114,63 @@ class Attempt:
         return (self.problem_id, self.sample, self.turn)
 
     def summary(self) -> dict[str, Any]:
-        """The `results.jsonl` record: everything but the prompt (which grows with every turn)."""
-        return {
-            "problem_id": self.problem_id,
-            "sample": self.sample,
-            "turn": self.turn,
-            "status": self.status,
-            "correct": self.status == Status.CORRECT.value,
-            "speedup": self.speedup,
-            "best_turn": self.best_turn,
-            "best_status": self.best_status,
-            "best_speedup": self.best_speedup,
-            "problem_hash": self.problem_hash,
-            "reply": None if self.status == AGENT_ERROR else self.reply,  # null: the agent gave no reply
-            "code_path": self.code_path,
-            "feedback": self.feedback,
-            "error": self.error,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cached_tokens": self.cached_tokens,
-            "cost_usd": self.cost_usd,
-            "latency_s": self.latency_s,
-            "model": self.model,
-            "finish_reason": self.finish_reason,
-            "requests": self.requests,
-            "eval_s": self.eval_s,
-            "from_cache": self.from_cache,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "result": None if self.result is None else self.result.to_dict(),
-        }
+        """The `results.jsonl` record: every field but the prompt (it grows with every turn) and the code
+        (it has its own file); `correct` is added, and `reply` is null when the agent gave none."""
+        out: dict[str, Any] = {}
+        for name in _COLUMNS:
+            if name in ("prompt", "code"):
+                continue
+            out[name] = getattr(self, name)
+            if name == "status":
+                out["correct"] = self.status == Status.CORRECT.value
+        out["reply"] = None if self.status == AGENT_ERROR else self.reply
+        out["result"] = None if self.result is None else self.result.to_dict()
+        return out
+
+
+# The attempts table, derived from `Attempt`: a column per field, typed by its annotation.
+_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Attempt))
+_SQL_TYPES = {"str": "TEXT", "int": "INTEGER", "bool": "INTEGER", "float": "REAL"}  # anything else: JSON text
+_JSON_COLUMNS = ("prompt", "result")
+
+
+def _column_sql(f: Any) -> str:
+    base, _, rest = str(f.type).partition(" | ")
+    nullable = rest == "None"
+    return f"{f.name} {_SQL_TYPES.get(base, 'TEXT')}{'' if nullable else ' NOT NULL'}"
+
+
+_ATTEMPTS_SQL = (
+    "CREATE TABLE attempts (\n    id INTEGER PRIMARY KEY,\n    session_id INTEGER NOT NULL REFERENCES sessions(id),\n"
+    + "".join(f"    {_column_sql(f)},\n" for f in fields(Attempt))
+    + "    CHECK (sample >= 1 AND turn >= 1),\n    UNIQUE (problem_id, sample, turn)\n);\n"
+)
+
+
+def _encode(a: Attempt) -> tuple[Any, ...]:
+    """An attempt as database values, in `_COLUMNS` order."""
+    values = []
+    for name in _COLUMNS:
+        value = getattr(a, name)
+        if name == "result":
+            value = None if value is None else _dumps(value.to_dict())
+        elif name in _JSON_COLUMNS:
+            value = _dumps(value)
+        elif isinstance(value, bool):
+            value = int(value)
+        values.append(value)
+    return tuple(values)
+
+
+def _decode(row: dict[str, Any], version: int) -> Attempt:
+    """An attempt from a row read by column name; a version-1 row's sample is moved to count from 1."""
+    d = {k: row[k] for k in _COLUMNS}
+    d["prompt"] = json.loads(d["prompt"])
+    d["result"] = None if d["result"] is None else EvalResult.from_dict(json.loads(d["result"]))
+    d["from_cache"] = bool(d["from_cache"])
+    if version == 1:
+        d["sample"] += 1
+    return Attempt(**d)
 
 
 @dataclass
@@ -188,6 +186,17 @@ class Totals:
     @property
     def tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+
+@dataclass
+class RunRecord:
+    """Everything a run's database holds, read in one transaction (see `read_run`)."""
+
+    config: dict[str, Any]
+    attempts: list[Attempt]
+    sessions: list[dict[str, Any]]  # id, started_at, finished_at, stop_reason; oldest first
+    session_of: dict[tuple[str, int, int], int]  # attempt key -> id of the session that recorded it
+    schema_version: int
 
 
 def safe_name(text: str) -> str:
@@ -253,7 +262,12 @@ class RunStore:
     # ----------------------------------------------------------------- opening
     @classmethod
     def open(
-        cls, run_dir: str | Path, config: dict[str, Any], *, volatile: Iterable[str] = (), harness_version: str = ""
+        cls,
+        run_dir: str | Path,
+        config: dict[str, Any],
+        *,
+        volatile: Iterable[str] = VOLATILE_KEYS,
+        harness_version: str = "",
     ) -> "RunStore":
         """Create `run_dir`, or reopen it to resume.
 
@@ -301,7 +315,7 @@ class RunStore:
     def attempts(self) -> list[Attempt]:
         """Every recorded attempt, ordered by problem, sample, turn."""
         with self._mutex:
-            return list(_read_attempts(self._conn))
+            return [_decode(row, SCHEMA_VERSION) for row in _attempt_rows(self._conn)]
 
     def totals(self) -> Totals:
         """Usage summed over all recorded attempts (responses served from the cache cost nothing)."""
@@ -334,8 +348,7 @@ class RunStore:
     def sessions(self) -> list[dict[str, Any]]:
         """All sessions of this run, oldest first."""
         with self._mutex:
-            rows = self._conn.execute("SELECT id, started_at, finished_at, stop_reason FROM sessions ORDER BY id")
-            return [dict(zip(("id", "started_at", "finished_at", "stop_reason"), r)) for r in rows]
+            return _sessions(self._conn)
 
     # ------------------------------------------------------------------ record
     def record(self, attempt: Attempt) -> None:
@@ -345,18 +358,21 @@ class RunStore:
         """
         if attempt.status not in ATTEMPT_STATUSES:
             raise ValueError(f"unknown attempt status {attempt.status!r}")
+        if attempt.sample < 1 or attempt.turn < 1:
+            raise ValueError(f"samples and turns count from 1, got sample {attempt.sample}, turn {attempt.turn}")
         if self._session_id is None:
             raise RuntimeError("record() before begin_session()")
         if attempt.code is not None:
             attempt.code_path = code_path(attempt.problem_id, attempt.sample, attempt.turn)
         attempt.speedup = _finite_or_none(attempt.speedup)
         attempt.best_speedup = _finite_or_none(attempt.best_speedup)
+        columns = ("session_id", *_COLUMNS)
         with self._mutex:
             try:
                 with self._conn:
                     self._conn.execute(
-                        f"INSERT INTO attempts ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})",
-                        _row(attempt, self._session_id),
+                        f"INSERT INTO attempts ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                        (self._session_id, *_encode(attempt)),
                     )
             except sqlite3.IntegrityError:
                 raise StoreError(
@@ -397,6 +413,93 @@ class RunStore:
                 _write_atomic(self.run_dir / a.code_path, a.code)
 
 
+# ---------------------------------------------------------------------- reading
+def read_run(run_dir: str | Path) -> RunRecord:
+    """Read a run directory without changing anything in it, also while a run is writing it.
+
+    The database is opened through SQLite's `mode=ro` URI. A read-only connection to a WAL
+    database that no writer has open would leave fresh `-wal`/`-shm` files behind, so when there
+    is no `-wal` file the database is read as `immutable` instead, and the read is repeated in the
+    ordinary read-only mode if a writer appeared meanwhile (its `-wal` file shows up, or the main
+    file changed). Runs of schema versions `READABLE_VERSIONS` are read; `StoreError` otherwise.
+    """
+    run_dir = Path(run_dir)
+    db_path = run_dir / DB_NAME
+    if not db_path.is_file():
+        hint = f" (it has {CONFIG_NAME} but no database)" if (run_dir / CONFIG_NAME).exists() else ""
+        raise StoreError(f"{run_dir} is not a run directory: no {DB_NAME}{hint}")
+    for _ in range(_RETRIES):
+        wal = Path(f"{db_path}-wal")
+        immutable = not wal.exists()
+        before = _stat(db_path)
+        record = _read_once(db_path, immutable=immutable)
+        if not immutable or (not wal.exists() and _stat(db_path) == before):
+            return record
+    return _read_once(db_path, immutable=False)
+
+
+def _stat(path: Path) -> tuple[int, int, int]:
+    st = path.stat()
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _read_once(db_path: Path, *, immutable: bool) -> RunRecord:
+    uri = f"{db_path.resolve().as_uri()}?mode=ro{'&immutable=1' if immutable else ''}"
+    hint = "Nothing was changed."
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None)  # transactions are explicit below
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open {db_path} read-only: {exc}. {hint}") from None
+    try:
+        version = _check_version(conn, db_path, READABLE_VERSIONS, hint)
+        config = json.loads(_meta(conn)["config"])
+        conn.execute("BEGIN")  # one read transaction: attempts and sessions from the same snapshot
+        rows = _attempt_rows(conn, with_session=True)
+        sessions = _sessions(conn)
+        conn.execute("COMMIT")
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{db_path} cannot be read ({exc}). {hint}") from None
+    except (KeyError, ValueError) as exc:
+        raise StoreError(f"{db_path} has no valid run metadata ({exc}). {hint}") from None
+    finally:
+        conn.close()
+    attempts, session_of = [], {}
+    for row in rows:
+        try:
+            a = _decode(row, version)
+        except (KeyError, TypeError, ValueError) as exc:
+            where = f"problem {row.get('problem_id')!r}, sample {row.get('sample')}, turn {row.get('turn')}"
+            raise StoreError(f"{db_path}: the attempt of {where} cannot be read ({exc}). {hint}") from None
+        attempts.append(a)
+        session_of[a.key] = row["session_id"]
+    return RunRecord(config, attempts, sessions, session_of, version)
+
+
+def _attempt_rows(conn: sqlite3.Connection, *, with_session: bool = False) -> list[dict[str, Any]]:
+    columns = ("session_id", *_COLUMNS) if with_session else _COLUMNS
+    cur = conn.execute(f"SELECT {', '.join(columns)} FROM attempts ORDER BY problem_id, sample, turn")
+    return [dict(zip(columns, row)) for row in cur]
+
+
+def _sessions(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    rows = conn.execute(f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions ORDER BY id")
+    return [dict(zip(_SESSION_COLUMNS, r)) for r in rows]
+
+
+def export_jsonl(run_dir: str | Path, out: str | Path, *, include_prompts: bool = True) -> int:
+    """Write every attempt of a run as JSON lines to `out` (with the prompts unless told not to)."""
+    attempts = read_run(run_dir).attempts
+    lines = []
+    for a in attempts:
+        rec = a.summary()
+        rec["code"] = a.code
+        if include_prompts:
+            rec["prompt"] = a.prompt
+        lines.append(_dumps(rec) + "\n")
+    _write_atomic(Path(out), "".join(lines))
+    return len(attempts)
+
+
 # ---------------------------------------------------------------------- helpers
 def _acquire_lock(run_dir: Path) -> int:
     fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
@@ -409,8 +512,7 @@ def _acquire_lock(run_dir: Path) -> int:
 
 
 def _connect(db_path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(db_path, check_same_thread=False, isolation_level="DEFERRED", timeout=30)
-    return conn
+    return sqlite3.connect(db_path, check_same_thread=False, isolation_level="DEFERRED", timeout=30)
 
 
 def _create(db_path: Path, config: dict[str, Any], harness_version: str) -> None:
@@ -421,7 +523,7 @@ def _create(db_path: Path, config: dict[str, Any], harness_version: str) -> None
     conn = _connect(tmp)
     try:
         with conn:
-            conn.executescript(_SCHEMA)
+            conn.executescript(_SESSIONS_SQL + _ATTEMPTS_SQL)
             conn.executemany(
                 "INSERT INTO meta (key, value) VALUES (?, ?)",
                 [
@@ -438,62 +540,54 @@ def _create(db_path: Path, config: dict[str, Any], harness_version: str) -> None
     os.replace(tmp, db_path)
 
 
+def _check_version(conn: sqlite3.Connection, db_path: Path, accepted: tuple[int, ...], hint: str) -> int:
+    """The database's schema version, if `accepted`; a `StoreError` that says what the file is otherwise."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version in accepted:
+        return version
+    if version == 0:
+        raise StoreError(f"{db_path} is empty or corrupt: it is not a run-store database. {hint}")
+    if version in READABLE_VERSIONS:  # readable, but not written by this harness any more
+        raise StoreError(
+            f"{db_path} was written by an older harness (run-store schema version {version}, samples counted "
+            f"from 0); this harness continues only version {SCHEMA_VERSION} runs. `harness report` and "
+            f"`harness export` still read it; to go on, start a new run with another name=. {hint}"
+        )
+    raise StoreError(
+        f"{db_path} was written with run-store schema version {version}; this harness reads versions "
+        f"{', '.join(map(str, READABLE_VERSIONS))}. {hint}"
+    )
+
+
 def _open_existing(db_path: Path) -> sqlite3.Connection:
-    """Open and check an existing database without writing to it; raise `StoreError` if unusable."""
+    """Open and check an existing database for writing, changing nothing yet; raise `StoreError` if unusable."""
     hint = "Nothing was changed. Move the directory away or choose another name=."
     try:
         conn = _connect(db_path)
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open {db_path}: {exc}. {hint}") from None
     try:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        _check_version(conn, db_path, (SCHEMA_VERSION,), hint)
         check = conn.execute("PRAGMA quick_check").fetchall()
+        if check != [("ok",)]:
+            detail = "; ".join(str(r[0]) for r in check[:3])
+            raise StoreError(f"{db_path} is corrupted (integrity check: {detail}). {hint}")
+        json.loads(_meta(conn)["config"])
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise StoreError(f"{db_path} is corrupted ({exc}). {hint}") from None
-    if check != [("ok",)]:
-        conn.close()
-        detail = "; ".join(str(r[0]) for r in check[:3])
-        raise StoreError(f"{db_path} is corrupted (integrity check: {detail}). {hint}")
-    if version != SCHEMA_VERSION:
-        conn.close()
-        raise StoreError(
-            f"{db_path} was written with run-store schema version {version}; this harness reads version "
-            f"{SCHEMA_VERSION}. {hint}"
-        )
-    try:
-        meta = _meta(conn)
-        json.loads(meta["config"])
-    except (sqlite3.DatabaseError, KeyError, ValueError) as exc:
+    except (KeyError, ValueError) as exc:
         conn.close()
         raise StoreError(f"{db_path} has no valid run metadata ({exc}). {hint}") from None
+    except BaseException:
+        conn.close()
+        raise
     conn.execute("PRAGMA synchronous=FULL")
     return conn
 
 
 def _meta(conn: sqlite3.Connection) -> dict[str, str]:
     return dict(conn.execute("SELECT key, value FROM meta").fetchall())
-
-
-def _row(a: Attempt, session_id: int) -> tuple[Any, ...]:
-    return (
-        session_id, a.problem_id, a.sample, a.turn, a.status, a.speedup, a.best_turn, a.best_status,
-        a.best_speedup, a.problem_hash, _dumps(a.prompt), a.reply, a.code, a.code_path, a.feedback, a.error,
-        a.input_tokens, a.output_tokens, a.cached_tokens, a.cost_usd, a.latency_s, a.model, a.finish_reason,
-        a.requests, a.eval_s, int(a.from_cache),
-        None if a.result is None else _dumps(a.result.to_dict()), a.started_at, a.finished_at,
-    )  # fmt: skip
-
-
-def _read_attempts(conn: sqlite3.Connection) -> Iterator[Attempt]:
-    cols = [c for c in _COLUMNS if c != "session_id"]
-    rows = conn.execute(f"SELECT {', '.join(cols)} FROM attempts ORDER BY problem_id, sample, turn")
-    for row in rows:
-        d = dict(zip(cols, row))
-        d["prompt"] = json.loads(d["prompt"])
-        d["result"] = None if d["result"] is None else EvalResult.from_dict(json.loads(d["result"]))
-        d["from_cache"] = bool(d["from_cache"])
-        yield Attempt(**d)
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -504,41 +598,3 @@ def _write_atomic(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-
-
-def read_attempts(run_dir: str | Path) -> list[Attempt]:
-    """Read a run's attempts without taking its lock (for reports; safe while the run is live)."""
-    db_path = Path(run_dir) / DB_NAME
-    if not db_path.exists():
-        raise StoreError(f"{run_dir} is not a run directory (no {DB_NAME})")
-    conn = _open_existing(db_path)
-    try:
-        return list(_read_attempts(conn))
-    finally:
-        conn.close()
-
-
-def read_config(run_dir: str | Path) -> dict[str, Any]:
-    """The config a run was started with (from its database)."""
-    db_path = Path(run_dir) / DB_NAME
-    if not db_path.exists():
-        raise StoreError(f"{run_dir} is not a run directory (no {DB_NAME})")
-    conn = _open_existing(db_path)
-    try:
-        return json.loads(_meta(conn)["config"])
-    finally:
-        conn.close()
-
-
-def export_jsonl(run_dir: str | Path, out: str | Path, *, include_prompts: bool = True) -> int:
-    """Write every attempt of a run as JSON lines to `out` (with the prompts unless told not to)."""
-    attempts = read_attempts(run_dir)
-    lines = []
-    for a in attempts:
-        rec = a.summary()
-        rec["code"] = a.code
-        if include_prompts:
-            rec["prompt"] = a.prompt
-        lines.append(_dumps(rec) + "\n")
-    _write_atomic(Path(out), "".join(lines))
-    return len(attempts)

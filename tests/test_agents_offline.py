@@ -10,7 +10,16 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from agents import AGENT_KINDS, AgentError, ConfigError, Message, RetryableError, extract_code, make_agent
+from agents import (
+    AGENT_KINDS,
+    AgentError,
+    ConfigError,
+    Message,
+    RetryableError,
+    UnavailableError,
+    extract_code,
+    make_agent,
+)
 from agents.command import render_conversation
 from agents.extract import ExtractionError
 
@@ -18,7 +27,7 @@ MSGS = [Message("system", "sys text"), Message("user", "task text"), Message("as
 NO_RETRY = {"max_attempts": 1}
 
 
-def ask(agent, problem_id: str = "L1/13_softmax", sample: int = 0, turn: int = 1):
+def ask(agent, problem_id: str = "L1/13_softmax", sample: int = 1, turn: int = 1):
     return agent.respond(MSGS, problem_id=problem_id, sample=sample, turn=turn)
 
 
@@ -56,12 +65,19 @@ def test_command_failure_is_a_clear_error() -> None:
     agent = make_agent({"kind": "command", "command": [sys.executable, "-c", script], "retry": NO_RETRY})
     with pytest.raises(AgentError, match="exited with status 3: model not found: foo") as info:
         ask(agent)
-    assert not isinstance(info.value, RetryableError)
+    assert not isinstance(info.value, UnavailableError)  # the tool ran and answered with a failure
 
 
 def test_command_missing_executable() -> None:
     agent = make_agent({"kind": "command", "command": ["/nonexistent/llm-cli"]})
-    with pytest.raises(AgentError, match="cannot start"):
+    with pytest.raises(UnavailableError, match="cannot start"):
+        ask(agent)
+
+
+def test_command_the_shell_cannot_find_is_unavailable() -> None:
+    """`agent.command='nonexistent-llm-cli'` goes through /bin/sh, which exits 127: not an answer."""
+    agent = make_agent({"kind": "command", "command": "nonexistent-llm-cli-7f3a", "retry": NO_RETRY})
+    with pytest.raises(UnavailableError, match="'nonexistent-llm-cli-7f3a' was not found \\(exit 127\\)"):
         ask(agent)
 
 
@@ -103,36 +119,48 @@ def write_results(path: Path, rows: list[dict]) -> None:
 
 def test_replay_serves_recorded_replies_from_a_run_dir(tmp_path: Path) -> None:
     write_results(tmp_path / "results.jsonl", [
-        {"problem_id": "L1/13_softmax", "sample": 0, "turn": 1, "reply": "first", "status": "compile_error", "model": "gpt-x"},
-        {"problem_id": "L1/13_softmax", "sample": 0, "turn": 2, "reply": "second", "status": "correct"},
-        {"problem_id": "L1/24_gelu", "sample": 1, "turn": 1, "reply": "gelu", "speedup": None},
+        {"problem_id": "L1/13_softmax", "sample": 1, "turn": 1, "reply": "first", "status": "compile_error", "model": "gpt-x"},
+        {"problem_id": "L1/13_softmax", "sample": 1, "turn": 2, "reply": "second", "status": "correct"},
+        {"problem_id": "L1/24_gelu", "sample": 2, "turn": 1, "reply": "gelu", "speedup": None},
     ])
     agent = make_agent({"kind": "replay", "path": str(tmp_path)})
     assert ask(agent, turn=1).text == "first"
     assert ask(agent, turn=1).model == "replay:gpt-x"
     assert ask(agent, turn=2).text == "second"
-    r = ask(agent, problem_id="L1/24_gelu", sample=1)
+    r = ask(agent, problem_id="L1/24_gelu", sample=2)
     assert r.text == "gelu" and r.cost_usd == 0.0
+
+
+def test_replay_of_a_file_that_counted_samples_from_zero(tmp_path: Path) -> None:
+    """Runs written before samples counted from 1 replay with their samples numbered as now."""
+    write_results(tmp_path / "results.jsonl", [
+        {"problem_id": "p", "sample": 0, "turn": 1, "reply": "zero"},
+        {"problem_id": "p", "sample": 1, "turn": 1, "reply": "one"},
+    ])
+    agent = make_agent({"kind": "replay", "path": str(tmp_path), "retry": NO_RETRY})
+    assert [ask(agent, problem_id="p", sample=s).text for s in (1, 2)] == ["zero", "one"]
+    with pytest.raises(AgentError, match="sample 0, turn 1"):
+        ask(agent, problem_id="p", sample=0)
 
 
 def test_replay_accepts_a_jsonl_path_and_reports_missing_entries(tmp_path: Path) -> None:
     path = tmp_path / "old.jsonl"
-    write_results(path, [{"problem_id": "p", "sample": 0, "turn": 1, "reply": "x"}])
+    write_results(path, [{"problem_id": "p", "sample": 1, "turn": 1, "reply": "x"}])
     agent = make_agent({"kind": "replay", "path": str(path), "retry": NO_RETRY})
-    with pytest.raises(AgentError, match=r"has no reply for problem 'p', sample 0, turn 2 \(it holds 1 attempts\)"):
-        agent.respond(MSGS, problem_id="p", sample=0, turn=2)
+    with pytest.raises(AgentError, match=r"has no reply for problem 'p', sample 1, turn 2 \(it holds 1 attempts\)"):
+        agent.respond(MSGS, problem_id="p", sample=1, turn=2)
 
 
 def test_replay_of_an_attempt_without_reply(tmp_path: Path) -> None:
     write_results(tmp_path / "results.jsonl", [
-        {"problem_id": "p", "sample": 0, "turn": 1, "reply": None, "error": "HTTP 500"},
-        {"problem_id": "p", "sample": 0, "turn": 2, "reply": None},
-        {"problem_id": "p", "sample": 0, "turn": 2, "reply": "recovered"},
+        {"problem_id": "p", "sample": 1, "turn": 1, "reply": None, "error": "HTTP 400"},
+        {"problem_id": "p", "sample": 1, "turn": 2, "reply": None},
+        {"problem_id": "p", "sample": 1, "turn": 2, "reply": "recovered"},
     ])
     agent = make_agent({"kind": "replay", "path": str(tmp_path), "retry": NO_RETRY})
     with pytest.raises(AgentError, match="has no reply"):
-        agent.respond(MSGS, problem_id="p", sample=0, turn=1)
-    assert agent.respond(MSGS, problem_id="p", sample=0, turn=2).text == "recovered"
+        agent.respond(MSGS, problem_id="p", sample=1, turn=1)
+    assert agent.respond(MSGS, problem_id="p", sample=1, turn=2).text == "recovered"
 
 
 @pytest.mark.parametrize("content, match", [

@@ -211,18 +211,18 @@ def page(tmp_path: Path) -> Path:
         tmp_path / "runs" / "gpu-serial",
         config("gpu-serial", turns=2, search="serial"),
         [
-            (SMOKE[0], 0, 1, "compile_error", None, None),
-            (SMOKE[0], 0, 2, "correct", 1.8, 0.6),
-            (SMOKE[1], 0, 1, "correct", 0.7, 0.3),
-            (SMOKE[2], 0, 1, "incorrect", None, None),
+            (SMOKE[0], 1, 1, "compile_error", None, None),
+            (SMOKE[0], 1, 2, "correct", 1.8, 0.6),
+            (SMOKE[1], 1, 1, "correct", 0.7, 0.3),
+            (SMOKE[2], 1, 1, "incorrect", None, None),
         ],
     )
     cpu = write_run(
         tmp_path / "runs" / "cpu-evil",
         config("cpu-evil", limit=2),
         [
-            (SMOKE[0], 0, 1, "correct", None, None),
-            (SMOKE[1], 0, 1, "runtime_error", None, None),
+            (SMOKE[0], 1, 1, "correct", None, None),
+            (SMOKE[1], 1, 1, "runtime_error", None, None),
         ],
         reply=EVIL,
         timed=False,

@@ -40,7 +40,7 @@ def attempt(problem: str, sample: int) -> Attempt:
 
 
 def test_a_finished_run_is_left_byte_for_byte_unchanged(tmp_path: Path) -> None:
-    run = write_run(tmp_path / "done", config("done", limit=3), [(SMOKE[0], 0, 1, "correct", 1.2, 0.5)])
+    run = write_run(tmp_path / "done", config("done", limit=3), [(SMOKE[0], 1, 1, "correct", 1.2, 0.5)])
     assert not (run / "attempts.sqlite-wal").exists()  # closed cleanly: the immutable read path
     before = snapshot(run)
     write_report(build_report([run]), tmp_path / "out")
@@ -52,7 +52,7 @@ def test_a_live_run_is_read_while_it_is_written(tmp_path: Path) -> None:
     cfg = config("live", limit=2, samples=40)
     with RunStore.open(run_dir, cfg) as store:  # holds the run's lock and an open WAL connection
         store.begin_session()
-        store.record(attempt(SMOKE[0], 0))
+        store.record(attempt(SMOKE[0], 1))
         assert (run_dir / "attempts.sqlite-wal").exists()
         # a WAL reader marks its snapshot in the -shm index (how SQLite readers and writers coordinate);
         # the data (database, WAL, jsonl, code, config) must not change
@@ -91,7 +91,7 @@ def test_not_a_run_directory(tmp_path: Path) -> None:
 
 
 def test_other_schema_version_and_garbage_are_refused_unchanged(tmp_path: Path) -> None:
-    run = write_run(tmp_path / "old", config("old", limit=1), [(SMOKE[0], 0, 1, "correct", 1.2, None)])
+    run = write_run(tmp_path / "old", config("old", limit=1), [(SMOKE[0], 1, 1, "correct", 1.2, None)])
     conn = sqlite3.connect(run / "attempts.sqlite")
     conn.execute("PRAGMA user_version = 99")
     conn.close()
@@ -101,10 +101,10 @@ def test_other_schema_version_and_garbage_are_refused_unchanged(tmp_path: Path) 
     assert snapshot(run) == before
     conn = sqlite3.connect(run / "attempts.sqlite")
     with conn:
-        conn.execute("PRAGMA user_version = 1")
+        conn.execute("PRAGMA user_version = 2")
         conn.execute('UPDATE attempts SET result = \'{"status": "no-such-status"}\'')
     conn.close()
-    with pytest.raises(StoreError, match="attempt of problem 'L1/13_softmax', sample 0, turn 1 cannot be read"):
+    with pytest.raises(StoreError, match="attempt of problem 'L1/13_softmax', sample 1, turn 1 cannot be read"):
         load_run(run)
     (run / "attempts.sqlite").write_bytes(b"this is not a database" * 100)
     with pytest.raises(StoreError, match="cannot be read"):
@@ -113,7 +113,7 @@ def test_other_schema_version_and_garbage_are_refused_unchanged(tmp_path: Path) 
 
 def test_unresolvable_selection_falls_back_to_attempted_problems(tmp_path: Path) -> None:
     run = write_run(
-        tmp_path / "gone", config("gone", spec=f"file:{tmp_path / 'moved.py'}"), [("moved", 0, 1, "correct", 1.2, None)]
+        tmp_path / "gone", config("gone", spec=f"file:{tmp_path / 'moved.py'}"), [("moved", 1, 1, "correct", 1.2, None)]
     )
     data = load_run(run)
     assert [(p.id, p.level) for p in data.problems] == [("moved", "unknown")]
@@ -125,8 +125,8 @@ def test_attempted_problems_outside_the_selection_still_count(tmp_path: Path) ->
         tmp_path / "extra",
         config("extra", limit=1),
         [
-            (SMOKE[0], 0, 1, "correct", 1.2, None),
-            ("L9/renamed", 0, 1, "correct", 3.0, None),
+            (SMOKE[0], 1, 1, "correct", 1.2, None),
+            ("L9/renamed", 1, 1, "correct", 3.0, None),
         ],
     )
     data = load_run(run)
@@ -135,7 +135,7 @@ def test_attempted_problems_outside_the_selection_still_count(tmp_path: Path) ->
 
 
 def test_changed_problem_sources_are_noted(tmp_path: Path) -> None:
-    run = write_run(tmp_path / "chg", config("chg", limit=1), [(SMOKE[0], 0, 1, "correct", 1.2, None)])
+    run = write_run(tmp_path / "chg", config("chg", limit=1), [(SMOKE[0], 1, 1, "correct", 1.2, None)])
     conn = sqlite3.connect(run / "attempts.sqlite")
     with conn:
         conn.execute("UPDATE attempts SET problem_hash = 'old'")

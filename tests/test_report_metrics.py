@@ -75,10 +75,10 @@ def ties_run(tmp_path: Path) -> Path:
         tmp_path / "ties",
         config("ties"),
         [
-            (SMOKE[0], 0, 1, "correct", 1.0, 0.2),
-            (SMOKE[1], 0, 1, "correct", 1.5, 0.4),
-            (SMOKE[2], 0, 1, "correct", 2.0, 0.9),
-            (SMOKE[3], 0, 1, "incorrect", None, None),
+            (SMOKE[0], 1, 1, "correct", 1.0, 0.2),
+            (SMOKE[1], 1, 1, "correct", 1.5, 0.4),
+            (SMOKE[2], 1, 1, "correct", 2.0, 0.9),
+            (SMOKE[3], 1, 1, "incorrect", None, None),
         ],
     )
 
@@ -115,11 +115,11 @@ def test_several_samples_pass_at_k_and_fast_p_at_k(tmp_path: Path) -> None:
         tmp_path / "par",
         config("par", limit=2, samples=3, search="parallel"),
         [
-            (SMOKE[0], 0, 1, "correct", 1.2, None),
-            (SMOKE[0], 1, 1, "incorrect", None, None),
-            (SMOKE[0], 2, 1, "correct", 0.9, None),
-            (SMOKE[1], 0, 1, "correct", 2.5, None),
-            (SMOKE[1], 2, 1, "agent_error", None, None),  # sample 1 missing
+            (SMOKE[0], 1, 1, "correct", 1.2, None),
+            (SMOKE[0], 2, 1, "incorrect", None, None),
+            (SMOKE[0], 3, 1, "correct", 0.9, None),
+            (SMOKE[1], 1, 1, "correct", 2.5, None),
+            (SMOKE[1], 3, 1, "agent_error", None, None),  # sample 2 missing
         ],
     )
     m = compute_metrics(load_run(run))
@@ -140,12 +140,12 @@ def test_best_so_far_by_turn(tmp_path: Path) -> None:
         tmp_path / "ser",
         config("ser", limit=2, turns=3, search="serial"),
         [
-            (SMOKE[0], 0, 1, "compile_error", None, None),
-            (SMOKE[0], 0, 2, "correct", 0.8, None),
-            (SMOKE[0], 0, 3, "correct", 1.6, None),
-            (SMOKE[1], 0, 1, "incorrect", None, None),
-            (SMOKE[1], 0, 2, "rejected", None, None),
-            (SMOKE[1], 0, 3, "correct", 1.1, None),
+            (SMOKE[0], 1, 1, "compile_error", None, None),
+            (SMOKE[0], 1, 2, "correct", 0.8, None),
+            (SMOKE[0], 1, 3, "correct", 1.6, None),
+            (SMOKE[1], 1, 1, "incorrect", None, None),
+            (SMOKE[1], 1, 2, "rejected", None, None),
+            (SMOKE[1], 1, 3, "correct", 1.1, None),
         ],
     )
     m = compute_metrics(load_run(run))
@@ -160,8 +160,8 @@ def test_cpu_run_has_no_measured_speedups(tmp_path: Path) -> None:
         tmp_path / "cpu",
         config("cpu", limit=2),
         [
-            (SMOKE[0], 0, 1, "correct", None, None),
-            (SMOKE[1], 0, 1, "incorrect", None, None),
+            (SMOKE[0], 1, 1, "correct", None, None),
+            (SMOKE[1], 1, 1, "incorrect", None, None),
         ],
         timed=False,
         device="cpu (Triton interpreter)",
@@ -173,18 +173,18 @@ def test_cpu_run_has_no_measured_speedups(tmp_path: Path) -> None:
 
 
 def test_costs_unknown_or_partial(tmp_path: Path) -> None:
-    unknown = write_run(tmp_path / "u", config("u", limit=1), [(SMOKE[0], 0, 1, "correct", 1.0, None)], cost=None)
+    unknown = write_run(tmp_path / "u", config("u", limit=1), [(SMOKE[0], 1, 1, "correct", 1.0, None)], cost=None)
     m = compute_metrics(load_run(unknown))
     assert m.cost_usd is None and not m.cost_complete
-    write_run(unknown, config("u", limit=1), [(SMOKE[0], 1, 1, "correct", 1.0, None)], cost=0.5)
+    write_run(unknown, config("u", limit=1), [(SMOKE[0], 2, 1, "correct", 1.0, None)], cost=0.5)
     m = compute_metrics(load_run(unknown))
     assert m.cost_usd == pytest.approx(0.5) and not m.cost_complete  # a lower bound
 
 
 def test_wall_time_sums_sessions_and_an_unfinished_one_ends_at_its_last_attempt(tmp_path: Path) -> None:
     cfg = config("w", limit=2)
-    run = write_run(tmp_path / "w", cfg, [(SMOKE[0], 0, 1, "correct", 1.0, None)])
-    write_run(run, cfg, [(SMOKE[1], 0, 1, "correct", 1.0, None)], finish=False)  # killed mid-run
+    run = write_run(tmp_path / "w", cfg, [(SMOKE[0], 1, 1, "correct", 1.0, None)])
+    write_run(run, cfg, [(SMOKE[1], 1, 1, "correct", 1.0, None)], finish=False)  # killed mid-run
     conn = sqlite3.connect(run / "attempts.sqlite")
     with conn:
         conn.execute("UPDATE sessions SET started_at = 1000, finished_at = 1100 WHERE id = 1")
@@ -197,6 +197,6 @@ def test_wall_time_sums_sessions_and_an_unfinished_one_ends_at_its_last_attempt(
 
 
 def test_a_gpu_run_with_nothing_correct_is_timed_and_scores_zero(tmp_path: Path) -> None:
-    run = write_run(tmp_path / "gpu0", config("gpu0", limit=2), [(SMOKE[0], 0, 1, "incorrect", None, None)])
+    run = write_run(tmp_path / "gpu0", config("gpu0", limit=2), [(SMOKE[0], 1, 1, "incorrect", None, None)])
     m = compute_metrics(load_run(run))
     assert m.timing_available and not m.timings_measured and m.fast_p[0.0] == 0.0  # a real zero, not "not timed"

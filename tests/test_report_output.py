@@ -27,10 +27,10 @@ def ties(tmp_path: Path, name: str = "ties", **cfg: object) -> Path:
         tmp_path / name,
         config(name, **cfg),
         [
-            (SMOKE[0], 0, 1, "correct", 1.0, 0.2),
-            (SMOKE[1], 0, 1, "correct", 1.5, 0.4),
-            (SMOKE[2], 0, 1, "correct", 2.0, 0.9),
-            (SMOKE[3], 0, 1, "incorrect", None, None),
+            (SMOKE[0], 1, 1, "correct", 1.0, 0.2),
+            (SMOKE[1], 1, 1, "correct", 1.5, 0.4),
+            (SMOKE[2], 1, 1, "correct", 2.0, 0.9),
+            (SMOKE[3], 1, 1, "incorrect", None, None),
         ],
     )
 
@@ -86,8 +86,8 @@ def test_cpu_runs_say_timings_were_not_measured(tmp_path: Path) -> None:
         tmp_path / "cpu",
         config("cpu", limit=2),
         [
-            (SMOKE[0], 0, 1, "correct", None, None),
-            (SMOKE[1], 0, 1, "incorrect", None, None),
+            (SMOKE[0], 1, 1, "correct", None, None),
+            (SMOKE[1], 1, 1, "incorrect", None, None),
         ],
         timed=False,
         device="cpu (Triton interpreter)",
@@ -102,7 +102,7 @@ def test_cpu_runs_say_timings_were_not_measured(tmp_path: Path) -> None:
     assert record["timing_available"] == "False" and float(record["fast_1"]) == 0.0  # raw data stays honest
     assert "timings not measured (CPU): no speedups to plot" in report.html
     # a GPU run that solved nothing scores a real zero, shown as a number
-    gpu = write_run(tmp_path / "gpu", config("gpu", limit=2), [(SMOKE[0], 0, 1, "incorrect", None, None)])
+    gpu = write_run(tmp_path / "gpu", config("gpu", limit=2), [(SMOKE[0], 1, 1, "incorrect", None, None)])
     header, cells = md_rows(build_report([gpu]).markdown)
     assert dict(zip(header, cells))["fast_1"] == "0.00 [0.00, 0.00]"
 
@@ -112,7 +112,7 @@ def test_runs_on_other_devices_or_settings_are_flagged(tmp_path: Path, capsys: p
     b = write_run(
         tmp_path / "a100",
         config("a100", eval_overrides={"trials": 10}),
-        [(SMOKE[0], 0, 1, "correct", 1.3, None)],
+        [(SMOKE[0], 1, 1, "correct", 1.3, None)],
         device="NVIDIA A100-SXM4-80GB",
     )
     c = ties(tmp_path, "h100-again", eval_overrides={"cache_dir": "/elsewhere", "parallel_compiles": 3})
@@ -153,7 +153,7 @@ def test_page_is_self_contained_and_escapes_untrusted_text(tmp_path: Path) -> No
     run = write_run(
         tmp_path / "evil",
         cfg,
-        [(SMOKE[0], 0, 1, "correct", 1.2, None), (EVIL_ID, 0, 1, "incorrect", None, None)],
+        [(SMOKE[0], 1, 1, "correct", 1.2, None), (EVIL_ID, 1, 1, "incorrect", None, None)],
         reply=EVIL,
     )
     html = build_report([run]).html
@@ -185,7 +185,7 @@ def test_transcript_texts_are_stored_once(tmp_path: Path) -> None:
     run = write_run(
         tmp_path / "many",
         config("many", turns=3),
-        [(pid, 0, t, "incorrect", None, None) for pid in SMOKE for t in (1, 2, 3)],
+        [(pid, 1, t, "incorrect", None, None) for pid in SMOKE for t in (1, 2, 3)],
     )
     tx = embedded(build_report([run]).html, "transcript-data")
     assert tx["strings"].count("You write Triton kernels.") == 1  # the shared system prompt
@@ -199,7 +199,7 @@ def test_transcript_texts_are_stored_once(tmp_path: Path) -> None:
 def test_report_of_a_real_run_on_cpu(tmp_path: Path) -> None:
     """`harness run` (replaying recorded replies; the real evaluator judges them), then `harness report`."""
     replies = tmp_path / "replies.jsonl"
-    script = {0: [fenced(BROKEN), fenced(WRONG), fenced(GOOD)], 1: [EVIL, fenced(GOOD), fenced(GOOD)]}
+    script = {1: [fenced(BROKEN), fenced(WRONG), fenced(GOOD)], 2: [EVIL, fenced(GOOD), fenced(GOOD)]}
     replies.write_text(
         "".join(
             json.dumps({"problem_id": "add_relu", "sample": s, "turn": t + 1, "reply": r}) + "\n"
@@ -225,11 +225,11 @@ def test_report_of_a_real_run_on_cpu(tmp_path: Path) -> None:
     tx = embedded(html, "transcript-data")
     turns = [(a["sample"], a["turn"], a["status"]) for a in tx["runs"][0]["problems"][0]["attempts"]]
     assert sorted(turns) == [
-        (0, 1, "compile_error"),
-        (0, 2, "incorrect"),
-        (0, 3, "correct"),
-        (1, 1, "format_error"),
-        (1, 2, "correct"),
+        (1, 1, "compile_error"),
+        (1, 2, "incorrect"),
         (1, 3, "correct"),
+        (2, 1, "format_error"),
+        (2, 2, "correct"),
+        (2, 3, "correct"),
     ]
     assert EVIL in tx["strings"] and GOOD in tx["strings"] and "<script>window" not in html

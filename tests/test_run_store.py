@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sqlite3
@@ -18,7 +19,7 @@ from harness.store import (
     code_path,
     config_differences,
     export_jsonl,
-    read_attempts,
+    read_run,
 )
 
 CONFIG = {"name": "r", "turns": 2, "agent": {"kind": "reference", "retry": {"max_attempts": 1}},
@@ -26,7 +27,7 @@ CONFIG = {"name": "r", "turns": 2, "agent": {"kind": "reference", "retry": {"max
 VOLATILE = ("budget", "agent.retry")
 
 
-def attempt(problem: str = "L1/01_x", sample: int = 0, turn: int = 1, status: str = "incorrect", **kw) -> Attempt:
+def attempt(problem: str = "L1/01_x", sample: int = 1, turn: int = 1, status: str = "incorrect", **kw) -> Attempt:
     result = None if status == AGENT_ERROR else EvalResult(
         status=Status(status), reason="why", problem_id=problem,
         mismatch=Mismatch(output=0, reason="differs", max_abs_err=0.5) if status == "incorrect" else None,
@@ -47,24 +48,24 @@ def test_record_and_reopen_keeps_everything(tmp_path: Path) -> None:
         store.begin_session()
         store.record(attempt(turn=1))
         store.record(attempt(turn=2, status="correct", speedup=1.5))
-        store.record(attempt(sample=1, status=AGENT_ERROR, error="HTTP 500 (gave up after 3 attempt(s))"))
+        store.record(attempt(sample=2, status=AGENT_ERROR, error="HTTP 400: context length exceeded"))
         store.end_session("finished")
     with RunStore.open(run, CONFIG) as store:
         got = store.attempts()
         assert [(a.problem_id, a.sample, a.turn, a.status) for a in got] == [
-            ("L1/01_x", 0, 1, "incorrect"), ("L1/01_x", 0, 2, "correct"), ("L1/01_x", 1, 1, AGENT_ERROR)]
+            ("L1/01_x", 1, 1, "incorrect"), ("L1/01_x", 1, 2, "correct"), ("L1/01_x", 2, 1, AGENT_ERROR)]
         assert got[0].result.mismatch.max_abs_err == 0.5 and got[0].prompt == [{"role": "user", "content": "turn 1"}]
-        assert got[1].speedup == 1.5 and got[2].result is None and "HTTP 500" in got[2].error
+        assert got[1].speedup == 1.5 and got[2].result is None and "HTTP 400" in got[2].error
         totals = store.totals()
         assert (totals.attempts, totals.tokens, round(totals.cost_usd, 6)) == (3, 45, 0.03)
         assert [s["stop_reason"] for s in store.sessions()] == ["finished"]
     lines = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
     assert [(x["sample"], x["turn"], x["status"], x["speedup"]) for x in lines] == [
-        (0, 1, "incorrect", None), (0, 2, "correct", 1.5), (1, 1, AGENT_ERROR, None)]
+        (1, 1, "incorrect", None), (1, 2, "correct", 1.5), (2, 1, AGENT_ERROR, None)]
     assert lines[1]["reply"] == "reply 2" and lines[1]["result"]["status"] == "correct"
-    assert (run / "code/L1/01_x/0_2.py").read_text() == "# code 0 2\n"
-    assert not (run / "code/L1/01_x/1_1.py").exists()  # no code for an agent error
-    assert json.loads(json.dumps(read_attempts(run)[1].summary())) == lines[1]
+    assert (run / "code/L1/01_x/1_2.py").read_text() == "# code 1 2\n"
+    assert not (run / "code/L1/01_x/2_1.py").exists()  # no code for an agent error
+    assert json.loads(json.dumps(read_run(run).attempts[1].summary())) == lines[1]
 
 
 def test_an_attempt_is_never_recorded_twice(tmp_path: Path) -> None:
@@ -85,11 +86,11 @@ def test_torn_jsonl_and_missing_code_are_repaired_from_the_database(tmp_path: Pa
     good = (run / "results.jsonl").read_text()
     # a crash after the DB commit: the last line is torn and a code file is missing
     (run / "results.jsonl").write_text(good.splitlines(keepends=True)[0] + good.splitlines()[1][:25])
-    (run / "code/L1/01_x/0_2.py").unlink()
+    (run / "code/L1/01_x/1_2.py").unlink()
     with RunStore.open(run, CONFIG):
         pass
     assert (run / "results.jsonl").read_text() == good
-    assert (run / "code/L1/01_x/0_2.py").read_text() == "# code 0 2\n"
+    assert (run / "code/L1/01_x/1_2.py").read_text() == "# code 1 2\n"
     # a crash before the jsonl line was written at all: the line is added back
     (run / "results.jsonl").write_text(good.splitlines(keepends=True)[0])
     with RunStore.open(run, CONFIG):
@@ -130,7 +131,7 @@ def test_incompatible_schema_version_is_refused_and_untouched(tmp_path: Path) ->
     conn.commit()
     conn.close()
     before = sha(run / "attempts.sqlite"), sha(run / "results.jsonl")
-    with pytest.raises(StoreError, match="schema version 99; this harness reads version 1"):
+    with pytest.raises(StoreError, match="schema version 99; this harness reads versions 1, 2"):
         RunStore.open(run, CONFIG)
     assert (sha(run / "attempts.sqlite"), sha(run / "results.jsonl")) == before
 
@@ -167,7 +168,7 @@ def test_jsonl_without_database_is_not_overwritten(tmp_path: Path) -> None:
 
 
 def test_code_paths_stay_inside_the_run_directory() -> None:
-    assert code_path("L1/01_square_matmul", 0, 1) == "code/L1/01_square_matmul/0_1.py"
+    assert code_path("L1/01_square_matmul", 1, 1) == "code/L1/01_square_matmul/1_1.py"
     for pid in ("../../etc/passwd", "/abs", "a/../../b", "..", "hf:Org/Name 3"):
         parts = code_path(pid, 2, 3).split("/")
         assert parts[0] == "code" and parts[-1] == "2_3.py"
@@ -182,4 +183,97 @@ def test_export_includes_prompts_and_code(tmp_path: Path) -> None:
         store.record(attempt())
     n = export_jsonl(run, tmp_path / "out.jsonl")
     rec = json.loads((tmp_path / "out.jsonl").read_text())
-    assert n == 1 and rec["prompt"] == [{"role": "user", "content": "turn 1"}] and rec["code"] == "# code 0 1\n"
+    assert n == 1 and rec["prompt"] == [{"role": "user", "content": "turn 1"}] and rec["code"] == "# code 1 1\n"
+
+
+def test_samples_and_turns_count_from_one(tmp_path: Path) -> None:
+    with RunStore.open(tmp_path / "r", CONFIG) as store:
+        store.begin_session()
+        for sample, turn in ((0, 1), (1, 0)):
+            with pytest.raises(ValueError, match="count from 1"):
+                store.record(attempt(sample=sample, turn=turn))
+        assert store.attempts() == []
+
+
+def test_the_attempt_columns_have_one_definition(tmp_path: Path) -> None:
+    """Every `Attempt` field is a column, written and read back unchanged; no column is anything else."""
+    run = tmp_path / "r"
+    full = attempt(status="correct", speedup=2.0, best_turn=1, best_status="correct", best_speedup=2.0,
+                   error="e", problem_hash="h", model="m", finish_reason="stop", requests=3, eval_s=0.5,
+                   from_cache=True, latency_s=1.5, cached_tokens=2)  # fmt: skip
+    with RunStore.open(run, CONFIG) as store:
+        store.begin_session()
+        store.record(full)
+        (back,) = store.attempts()
+    assert back == full
+    conn = sqlite3.connect(run / "attempts.sqlite")
+    columns = [r[1] for r in conn.execute("PRAGMA table_info(attempts)")]
+    conn.close()
+    assert columns == ["id", "session_id", *(f.name for f in dataclasses.fields(Attempt))]
+    line = json.loads((run / "results.jsonl").read_text())
+    assert set(line) == {f.name for f in dataclasses.fields(Attempt)} - {"prompt", "code"} | {"correct"}
+
+
+_V1_ATTEMPTS = """CREATE TABLE attempts (
+    id INTEGER PRIMARY KEY, session_id INTEGER NOT NULL REFERENCES sessions(id), problem_id TEXT NOT NULL,
+    sample INTEGER NOT NULL, turn INTEGER NOT NULL, status TEXT NOT NULL, speedup REAL, best_turn INTEGER,
+    best_status TEXT, best_speedup REAL, problem_hash TEXT NOT NULL, prompt TEXT NOT NULL, reply TEXT NOT NULL,
+    code TEXT, code_path TEXT, feedback TEXT NOT NULL, error TEXT NOT NULL, input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL, cached_tokens INTEGER NOT NULL, cost_usd REAL, latency_s REAL NOT NULL,
+    model TEXT, finish_reason TEXT, requests INTEGER NOT NULL, eval_s REAL NOT NULL, from_cache INTEGER NOT NULL,
+    result TEXT, started_at REAL NOT NULL, finished_at REAL NOT NULL, UNIQUE (problem_id, sample, turn))"""
+
+
+def _version_1_run(run: Path) -> None:
+    """A run as harness 0.1.0 wrote it: schema version 1 (its own column order, no check), samples from 0."""
+    with RunStore.open(run, CONFIG) as store:
+        store.begin_session()
+        store.record(attempt(sample=1, turn=1))
+        store.record(attempt(sample=2, turn=1))
+    conn = sqlite3.connect(run / "attempts.sqlite")
+    with conn:
+        conn.execute("ALTER TABLE attempts RENAME TO v2")
+        conn.execute(_V1_ATTEMPTS)
+        columns = ", ".join(r[1] for r in conn.execute("PRAGMA table_info(v2)"))
+        conn.execute(f"INSERT INTO attempts ({columns}) SELECT {columns} FROM v2")
+        conn.execute("DROP TABLE v2")
+        conn.execute("UPDATE attempts SET sample = sample - 1")
+    conn.execute("PRAGMA user_version = 1")
+    conn.close()
+
+
+def test_an_old_run_is_read_with_samples_from_one_but_not_resumed(tmp_path: Path) -> None:
+    run = tmp_path / "r"
+    _version_1_run(run)
+    before = sha(run / "attempts.sqlite")
+    assert [(a.sample, a.turn) for a in read_run(run).attempts] == [(1, 1), (2, 1)]
+    with pytest.raises(StoreError, match="older harness .*samples counted from 0.*`harness report`"):
+        RunStore.open(run, CONFIG)
+    assert sha(run / "attempts.sqlite") == before
+
+
+def test_an_empty_database_file_is_called_empty_or_corrupt(tmp_path: Path) -> None:
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "attempts.sqlite").write_bytes(b"")
+    for open_it in (lambda: RunStore.open(run, CONFIG), lambda: read_run(run)):
+        with pytest.raises(StoreError) as info:
+            open_it()
+        assert "is empty or corrupt" in str(info.value) and "schema version 0" not in str(info.value)
+    assert (run / "attempts.sqlite").read_bytes() == b""
+
+
+def test_the_reader_opens_the_database_read_only(tmp_path: Path) -> None:
+    run = tmp_path / "r"
+    with RunStore.open(run, CONFIG) as store:
+        store.begin_session()
+        store.record(attempt())
+    db = run / "attempts.sqlite"
+    db.chmod(0o444)
+    run.chmod(0o555)  # nothing may be created next to it either (no -wal/-shm, no journal)
+    try:
+        record = read_run(run)
+    finally:
+        run.chmod(0o755)
+        db.chmod(0o644)
+    assert [a.key for a in record.attempts] == [("L1/01_x", 1, 1)] and record.schema_version == 2

@@ -5,7 +5,7 @@ one setting, the tables carry a `setting` column and a note lists exactly what d
 numbers measured under different conditions are never mixed silently.
 
 The evaluator settings compared are the run's resolved `eval` config, except keys that do not
-change a verdict or a timing (the same keys a resumed run may change, see `harness.app`) and
+change a verdict or a timing (the same keys a resumed run may change, `harness.store.VOLATILE_KEYS`) and
 `eval.device`, which is compared as the device the results actually came from.
 """
 
@@ -16,9 +16,9 @@ import string
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from harness.app import VOLATILE_KEYS
 from harness.report.load import RunData
 from harness.report.metrics import RunMetrics
+from harness.store import VOLATILE_KEYS
 
 _IGNORED_EVAL_KEYS = tuple(k[len("eval.") :] for k in VOLATILE_KEYS if k.startswith("eval.")) + ("device",)
 

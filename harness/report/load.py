@@ -1,9 +1,5 @@
-"""Reading a run directory for a report, strictly read-only, also while the run is still writing.
-
-The database is opened through SQLite's `mode=ro` URI. A read-only connection to a WAL database
-that no writer has open would leave fresh `-wal`/`-shm` files behind, so when there is no `-wal`
-file the database is read as `immutable` instead, and the read is repeated in the ordinary
-read-only mode if a writer appeared meanwhile (its `-wal` file shows up, or the main file changed).
+"""Reading a run directory for a report, strictly read-only, also while the run is still writing
+(the database is read by `harness.store.read_run`, the one reader of run databases).
 
 The run's problem selection is resolved again from its config (`problems.spec`, `problems.limit`)
 so that problems without any attempt still count, as failures. Where that fails (a file spec that
@@ -12,17 +8,11 @@ moved, a dataset not available offline) the report falls back to the attempted p
 
 from __future__ import annotations
 
-import json
-import sqlite3
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval.result import EvalResult
-from harness.store import CONFIG_NAME, DB_NAME, SCHEMA_VERSION, Attempt, StoreError
-
-_ATTEMPT_FIELDS = {f.name for f in fields(Attempt)}
-_RETRIES = 3
+from harness.store import Attempt, read_run
 
 
 @dataclass(frozen=True)
@@ -49,7 +39,7 @@ class RunData:
     @property
     def samples(self) -> int:
         """Samples planned per problem (at least as many as were recorded)."""
-        recorded = max((a.sample + 1 for a in self.attempts), default=0)
+        recorded = max((a.sample for a in self.attempts), default=0)  # samples count from 1
         return max(int(self.config.get("samples") or 1), recorded)
 
     @property
@@ -62,15 +52,14 @@ class RunData:
 def load_run(run_dir: str | Path) -> RunData:
     """Read one run directory without changing anything in it; `StoreError` if it is not a run."""
     run_dir = Path(run_dir)
-    db_path = run_dir / DB_NAME
-    if not db_path.is_file():
-        hint = f" (it has {CONFIG_NAME} but no database)" if (run_dir / CONFIG_NAME).exists() else ""
-        raise StoreError(f"{run_dir} is not a run directory: no {DB_NAME}{hint}")
-    config, attempts, sessions, session_of = _read_consistent(db_path)
+    record = read_run(run_dir)
+    config, attempts, sessions, session_of = record.config, record.attempts, record.sessions, record.session_of
     problems, warnings = _selection(config, attempts)
     wall_s, in_progress = _wall_time(sessions, attempts, session_of)
     if in_progress:
         warnings.append("the run has not finished (still running, or stopped early): unfinished work counts as failed")
+    elif sessions and sessions[-1]["stop_reason"] != "finished":
+        warnings.append(f"the run stopped early ({sessions[-1]['stop_reason']}): unfinished work counts as failed")
     return RunData(
         run_dir=run_dir,
         name=str(config.get("name") or run_dir.name),
@@ -81,70 +70,6 @@ def load_run(run_dir: str | Path) -> RunData:
         in_progress=in_progress,
         warnings=warnings,
     )
-
-
-# ------------------------------------------------------------------------ database
-def _read_consistent(db_path: Path) -> tuple[dict[str, Any], list[Attempt], list[dict[str, Any]], dict[tuple, int]]:
-    """Read the database; retry in live mode when a writer started during an immutable read."""
-    for _ in range(_RETRIES):
-        wal = Path(f"{db_path}-wal")
-        immutable = not wal.exists()
-        before = _stat(db_path)
-        data = _read(db_path, immutable=immutable)
-        if not immutable or (not wal.exists() and _stat(db_path) == before):
-            return data
-    return _read(db_path, immutable=False)
-
-
-def _stat(path: Path) -> tuple[int, int, int]:
-    st = path.stat()
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _read(db_path: Path, *, immutable: bool) -> tuple[dict[str, Any], list[Attempt], list[dict[str, Any]], dict]:
-    uri = f"{db_path.resolve().as_uri()}?mode=ro{'&immutable=1' if immutable else ''}"
-    hint = "Nothing was changed."
-    try:
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None)  # transactions are explicit below
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot open {db_path} read-only: {exc}. {hint}") from None
-    try:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version != SCHEMA_VERSION:
-            raise StoreError(
-                f"{db_path} was written with run-store schema version {version}; this harness reads version "
-                f"{SCHEMA_VERSION}. {hint}"
-            )
-        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        config = json.loads(meta["config"])
-        conn.execute("BEGIN")  # one read transaction: attempts and sessions from the same snapshot
-        cur = conn.execute("SELECT * FROM attempts ORDER BY problem_id, sample, turn")
-        names = [d[0] for d in cur.description]
-        rows = cur.fetchall()
-        sessions = [
-            dict(zip(("id", "started_at", "finished_at", "stop_reason"), r))
-            for r in conn.execute("SELECT id, started_at, finished_at, stop_reason FROM sessions ORDER BY id")
-        ]
-        conn.execute("COMMIT")
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(f"{db_path} cannot be read ({exc}). {hint}") from None
-    except (KeyError, ValueError) as exc:
-        raise StoreError(f"{db_path} has no valid run metadata ({exc}). {hint}") from None
-    finally:
-        conn.close()
-    attempts, session_of = [], {}
-    for row in rows:
-        d = dict(zip(names, row))
-        try:
-            d["prompt"] = json.loads(d["prompt"])
-            d["result"] = None if d["result"] is None else EvalResult.from_dict(json.loads(d["result"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            where = f"problem {d['problem_id']!r}, sample {d['sample']}, turn {d['turn']}"
-            raise StoreError(f"{db_path}: the attempt of {where} cannot be read ({exc}). {hint}") from None
-        d["from_cache"] = bool(d["from_cache"])
-        session_of[(d["problem_id"], d["sample"], d["turn"])] = d["session_id"]
-        attempts.append(Attempt(**{k: v for k, v in d.items() if k in _ATTEMPT_FIELDS}))
-    return config, attempts, sessions, session_of
 
 
 def _wall_time(
