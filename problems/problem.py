@@ -92,7 +92,10 @@ def problem_from_source(
     try:
         tree = ast.parse(source, filename=origin)
     except SyntaxError as exc:
-        raise ProblemError(f"{origin}: syntax error at line {exc.lineno}: {exc.msg}") from None
+        where = f"syntax error at line {exc.lineno}" if exc.lineno else "not Python source"  # no line: NUL bytes
+        raise ProblemError(f"{origin}: {where}: {exc.msg}") from None
+    except ValueError as exc:  # some Python versions refuse NUL bytes with a ValueError
+        raise ProblemError(f"{origin}: not Python source: {exc}") from None
     names = _top_level_names(tree)
     missing = [n for n in REQUIRED_NAMES if n not in names]
     if missing:
@@ -122,7 +125,9 @@ def load_problem_file(path: str | Path, *, problem_id: str | None = None, level:
     """Load one problem file by path (KernelBench `N_Name.py` files keep their stem as name)."""
     p = Path(path)
     try:
-        source = p.read_text()
+        source = p.read_bytes().decode("utf-8")
     except OSError as exc:
         raise ProblemError(f"{p}: cannot read problem file ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ProblemError(f"{p}: not a text file (not UTF-8: byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
     return problem_from_source(source, name=p.stem, problem_id=problem_id or p.stem, level=level, path=str(p))

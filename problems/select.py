@@ -85,7 +85,10 @@ def _one_spec(spec: str) -> list[Entry]:
         return [_file_entry(Path(spec[len("file:") :] if lowered.startswith("file:") else spec))]
     matches = [e for e in _suite_entries() if fnmatch.fnmatchcase(e.id, spec)]
     if not matches:
-        raise ProblemError(f"no problem matches {spec!r} (see `harness problems list`; {__doc__.splitlines()[0]})")
+        raise ProblemError(
+            f"no problem matches {spec!r}; a selection is smoke, all, level1, level2, level3, llm, a glob over ids "
+            f"such as 'L1/*softmax*', kernelbench:DIR, hf:DATASET or file:PATH (see `harness problems list`)"
+        )
     return matches
 
 

@@ -73,3 +73,31 @@ def test_lint_json_and_verbose(capsys):
 def test_lint_unknown_selection(capsys):
     assert main(["problems", "lint", "nothing/*"]) == 2
     assert "no problem matches" in capsys.readouterr().err
+
+
+def test_an_unknown_selection_names_the_valid_specs_not_a_docstring(capsys):
+    assert main(["problems", "list", "L9/*"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no problem matches 'L9/*'; a selection is smoke, all, level1" in err
+    assert "Turning a selection string" not in err
+
+
+def test_the_solution_column_is_not_called_sol(capsys):
+    """SOL means the speed-of-light fraction everywhere else; this column says whether a solution exists."""
+    assert main(["problems", "list", "L1/13_softmax,L1/01_square_matmul"]) == 0
+    header, softmax, matmul, _ = capsys.readouterr().out.splitlines()
+    assert header.split() == ["ID", "LEVEL", "DTYPE", "FLOPS", "BYTES", "SOLUTION", "TAGS"]
+    assert softmax.split()[-2] == "yes" and matmul.split()[-2] == "-"
+
+
+def test_a_binary_problem_file_is_a_one_line_error_everywhere(tmp_path, capsys):
+    binary = tmp_path / "blob.py"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    nul = tmp_path / "nul.py"
+    nul.write_bytes(b"import torch\x00\n")  # valid UTF-8, but no Python source
+    for args in (["list", "--file", str(binary)], ["lint", f"file:{binary}"], ["show", str(binary)]):
+        assert main(["problems", *args]) == 2
+        err = capsys.readouterr().err
+        assert err == f"harness problems {args[0]}: {binary}: not a text file (not UTF-8: byte 0x89 at offset 0)\n"
+    assert main(["problems", "list", "--file", str(nul)]) == 2
+    assert f"{nul}: not Python source" in capsys.readouterr().err

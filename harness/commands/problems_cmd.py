@@ -18,7 +18,8 @@ from problems.suite import solution_path, suite_problem
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
-    ls = sub.add_parser("list", help="list problems with their level, dtype, FLOPs and bytes")
+    ls = sub.add_parser("list", help="list problems with their level, dtype, FLOPs, bytes and whether a reference "
+                                     "solution exists (SOLUTION)")
     source = ls.add_mutually_exclusive_group()
     source.add_argument("selection", nargs="?",
                         help="selection spec (default: all of our suite), e.g. level1, 'L2/*', smoke")
@@ -83,7 +84,7 @@ def _list(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     width = max([len(e.id) for e in entries] + [2])
-    print(f"{'ID':{width}}  {'LEVEL':7} {'DTYPE':9} {'FLOPS':>12} {'BYTES':>9}  SOL  TAGS")
+    print(f"{'ID':{width}}  {'LEVEL':7} {'DTYPE':9} {'FLOPS':>12} {'BYTES':>9}  SOLUTION  TAGS")
     for e in entries:
         if isinstance(e, LoadFailure):
             print(f"{e.id:{width}}  LOAD ERROR: {e.error}")
@@ -91,7 +92,7 @@ def _list(args: argparse.Namespace) -> int:
         sol = "yes" if solution_path(e) else "-"
         print(
             f"{e.id:{width}}  {e.level:7} {e.dtype:9} {describe_flops(e.flops):>12} {describe_bytes(e.bytes_moved):>9}"
-            f"  {sol:3}  {','.join(e.tags)}"
+            f"  {sol:8}  {','.join(e.tags)}"
         )
     failed = sum(isinstance(e, LoadFailure) for e in entries)
     print(f"{len(entries)} problems" + (f", {failed} failed to load" if failed else ""))
