@@ -3,7 +3,8 @@
 The flow of one job: check the config, select the problems, build the agent (a missing API key
 fails here, before anything is written), open the run store (resume checks), then run the loop
 against one evaluator and print the summary. Exit codes: 0 finished, 2 bad input, 3 stopped
-early but resumable (budget, Ctrl-C), 4 the provider refused the credentials, 1 anything else.
+early but resumable (budget, Ctrl-C), 4 the provider refused the credentials, 5 the agent could
+not be reached (attempts left unfinished, resumable), 1 anything else.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from rich.console import Console
 from agents import ConfigError, PromptBuilder, PromptError, make_agent
 from eval import EvalConfig, Evaluator
 from harness import overrides as ov
-from harness.loop import LoopOutcome, LoopSettings, RunLoop
+from harness.cli import VERSION, stdout_closed
+from harness.loop import UNREACHABLE, LoopOutcome, LoopSettings, RunLoop
 from harness.progress import QuietDisplay, RichDisplay
 from harness.response_cache import ResponseCache
 from harness.store import RunStore, StoreError, safe_name
@@ -33,16 +35,8 @@ from harness.summary import print_summary
 from problems.problem import Problem, ProblemError
 from problems.select import select_problems
 
-EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_STOPPED, EXIT_AUTH = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_STOPPED, EXIT_AUTH, EXIT_UNREACHABLE = 0, 1, 2, 3, 4, 5
 _SWEEP_ENV = "HARNESS_SWEEP_KEYS"  # swept keys, passed from `main` to every job (also in launcher subprocesses)
-HARNESS_VERSION = "0.1.0"
-
-# Settings a resumed run may change: they alter how the run proceeds, never what an attempt means.
-VOLATILE_KEYS = (
-    "name", "runs_dir", "quiet", "max_concurrency", "budget", "response_cache",
-    "agent.retry", "agent.rate_limit", "agent.timeout_s", "agent.api_key_env",
-    "eval.parallel_compiles", "eval.cache_dir", "eval.log_cap_bytes",
-)  # fmt: skip
 
 _exit_codes: list[int] = []
 
@@ -58,6 +52,8 @@ def main(argv: list[str]) -> int:
         ov.validate(args.overrides)
         for name in ov.values_of(args.overrides, "name"):  # checked before Hydra makes directories from it
             _check_name(name)
+        if not args.multirun:
+            ov.refuse_sweeps(args.overrides)
         swept = ov.sweep_keys(args.overrides) if args.multirun else []
     except (ov.OverrideError, BadInput) as exc:
         _say(f"error: {exc}")
@@ -70,7 +66,10 @@ def main(argv: list[str]) -> int:
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def _hydra_main(cfg: DictConfig) -> int:
-    code = run_job(cfg)
+    try:
+        code = run_job(cfg)
+    except BrokenPipeError:  # the summary's reader went away (`harness run | head`); Hydra would print a traceback
+        code = stdout_closed()
     _exit_codes.append(code)
     return code
 
@@ -100,7 +99,7 @@ def _run(cfg: DictConfig) -> int:
         try:
             evaluator = stack.enter_context(Evaluator(eval_config))
             store = stack.enter_context(
-                RunStore.open(run_dir, config, volatile=VOLATILE_KEYS, harness_version=HARNESS_VERSION)
+                RunStore.open(run_dir, config, harness_version=VERSION)
             )
             _check_problem_sources(store, problems)
             cache = None
@@ -161,21 +160,30 @@ def _exit_code(outcome: LoopOutcome) -> int:
     _say(f"stopped: {outcome.stop_reason}. Finished attempts are saved; re-run the same command to resume.")
     if outcome.stop_reason.startswith("auth:"):
         return EXIT_AUTH
+    if outcome.stop_reason.startswith(f"{UNREACHABLE}:"):
+        return EXIT_UNREACHABLE
     if outcome.stop_reason.startswith(("budget:", "interrupted")):
         return EXIT_STOPPED
     return EXIT_ERROR
 
 
 def _job_name(cfg: DictConfig) -> str:
-    """`name`, plus the swept values in a multirun (`ablation-search=serial`), checked to be path-safe."""
+    """`name`, plus the swept keys and values in a multirun (`ablation-search-serial`), path-safe.
+
+    No `=` or `,`: the directory name must work as it is in every documented command, such as
+    `agent=replay agent.path=runs/ablation-search-serial` (Hydra would parse an `=` there).
+    """
     name = _check_name(str(cfg.name))
     hc = HydraConfig.get()
     if hc.mode != RunMode.MULTIRUN:
         return name
     keys = [k for k in os.environ.get(_SWEEP_ENV, "").split(",") if k]
-    parts = [o for o in hc.overrides.task if o.split("=", 1)[0].lstrip("+~") in keys]
-    suffix = "-".join(safe_name(p) for p in parts) or f"job{hc.job.num}"
-    return f"{name}-{suffix}"
+    parts = []
+    for override in hc.overrides.task:
+        key, _, value = override.partition("=")
+        if key.lstrip("+~") in keys:
+            parts += [safe_name(key.lstrip("+~")), safe_name(value)]
+    return f"{name}-{'-'.join(parts) or f'job{hc.job.num}'}"
 
 
 def _check_problem_sources(store: RunStore, problems: list[Problem]) -> None:
@@ -194,7 +202,7 @@ def _check_problem_sources(store: RunStore, problems: list[Problem]) -> None:
 
 def _check_name(name: str) -> str:
     if safe_name(name) != name or name.startswith("."):
-        raise BadInput(f"name={name!r}: use only letters, digits and . _ = + - (it names the run directory)")
+        raise BadInput(f"name={name!r}: use only letters, digits and . _ + - (it names the run directory)")
     return name
 
 

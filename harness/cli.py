@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
+import os
 import sys
 
 # command name -> (module, one-line help)
@@ -24,20 +26,47 @@ COMMANDS: dict[str, tuple[str, str]] = {
 PASSTHROUGH: dict[str, tuple[str, str]] = {
     "run": ("harness.commands.run_cmd", "run agents on problems over several turns (Hydra app: harness run --help)"),
 }
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a writer killed by SIGPIPE (`harness ... | head`)
+
+
+def _version() -> str:
+    """The installed package's version (pyproject.toml is its one home)."""
+    try:
+        return importlib.metadata.version("kernel-harness")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+VERSION = _version()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `harness` console script."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Entry point of the `harness` console script; a reader that closes the pipe early ends it quietly."""
+    try:
+        code = _dispatch(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()  # inside the try: a closed pipe must not surface at interpreter exit
+        return code
+    except BrokenPipeError:
+        return stdout_closed()
+
+
+def stdout_closed() -> int:
+    """After a `BrokenPipeError`: point stdout at /dev/null (nothing left to flush at exit); the exit code."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE
+
+
+def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] in PASSTHROUGH:
         module = importlib.import_module(PASSTHROUGH[argv[0]][0])
         return int(module.run(argv[1:]) or 0)
     parser = argparse.ArgumentParser(prog="harness", description="Kernel-generation evaluation harness.")
+    parser.add_argument("--version", action="version", version=f"harness {VERSION}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in {**COMMANDS, **PASSTHROUGH}.items():
         sub.add_parser(name, help=help_text, add_help=False)
     if not argv or argv[0] not in COMMANDS:
-        parser.print_help() if not argv else parser.parse_args(argv)
+        parser.print_help() if not argv else parser.parse_args(argv)  # --version and --help exit here
         return 0 if not argv else 2
     module = importlib.import_module(COMMANDS[argv[0]][0])
     cmd_parser = argparse.ArgumentParser(prog=f"harness {argv[0]}", description=COMMANDS[argv[0]][1])

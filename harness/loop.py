@@ -6,9 +6,14 @@ Concurrency: each (problem, sample) is one trajectory, run on a thread pool of
 single `Evaluator` (which owns its sandboxed workers). Nothing a candidate does can end the run:
 the evaluator judges it, and an evaluator exception is recorded as a crash of that attempt.
 
+Samples and turns count from 1.
+
 Stopping: a budget (tokens or cost, counted over the whole run including earlier sessions) is
 checked before each request, so requests already in flight finish and are recorded; an
-`AuthError` stops the run with its message; any other agent error is recorded as an
+`AuthError` stops the run with its message. An `UnavailableError` (the agent could not be
+reached or run) records nothing: that sample waits for a resume, and when no request of this
+session has reached the agent yet, the run stops (`unreachable: ...`) instead of failing every
+attempt the same way. Any other agent error (the provider refused this request) is recorded as an
 `agent_error` attempt and ends that sample. A stopped run resumes where it stopped.
 """
 
@@ -20,7 +25,16 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
-from agents import AgentError, AgentResponse, AuthError, Message, PromptBuilder, TurnRecord, extract_code
+from agents import (
+    AgentError,
+    AgentResponse,
+    AuthError,
+    Message,
+    PromptBuilder,
+    TurnRecord,
+    UnavailableError,
+    extract_code,
+)
 from agents.extract import ExtractionError
 from eval.feedback import render_feedback
 from eval.result import EvalResult, Status
@@ -74,6 +88,9 @@ class LoopSettings:
             raise ValueError("; ".join(problems))
 
 
+UNREACHABLE = "unreachable"  # stop reason prefix: attempts left unfinished because the agent could not be reached
+
+
 @dataclass
 class LoopOutcome:
     """How the loop ended. `stop_reason` is `finished`, or why it stopped early."""
@@ -84,6 +101,7 @@ class LoopOutcome:
     agent_s: float = 0.0  # wall time inside agent calls (this session)
     eval_s: float = 0.0  # wall time inside the evaluator (this session)
     errors: list[str] = field(default_factory=list)
+    unreachable: list[str] = field(default_factory=list)  # this session's UnavailableError messages, in order
 
     @property
     def finished(self) -> bool:
@@ -136,6 +154,8 @@ class RunLoop:
         self._tokens = 0
         self._cost = 0.0
         self._remaining: dict[str, int] = {}  # problem id -> trajectories not finished
+        self._reached = False  # a request of this session got an answer from the agent
+        self._unreachable: list[str] = []
 
     # ------------------------------------------------------------------ public
     def run(self) -> LoopOutcome:
@@ -159,8 +179,14 @@ class RunLoop:
         for f in futures:
             if f.done() and not f.cancelled() and f.exception() is not None:
                 errors.append(f"{type(f.exception()).__name__}: {f.exception()}")
+        if self._unreachable and self._stop_reason == "finished":
+            self._stop_reason = (
+                f"{UNREACHABLE}: {len(self._unreachable)} attempt(s) could not reach the agent and are not "
+                f"finished; first error: {self._unreachable[0]}"
+            )
         return LoopOutcome(
             stop_reason=self._stop_reason,
+            unreachable=list(self._unreachable),
             stats=self._stats,
             wall_s=time.perf_counter() - start,
             agent_s=self._agent_s,
@@ -196,7 +222,7 @@ class RunLoop:
         return pending
 
     def _done(self, history: list[Attempt]) -> bool:
-        """A trajectory is finished after its last turn, an agent error, or reaching the target."""
+        """A trajectory is finished after its last turn, a refused request, or reaching the target."""
         if not history:
             return False
         last = history[-1]
@@ -241,6 +267,9 @@ class RunLoop:
             response, from_cache = self._ask(messages, problem.id, sample, turn)
         except AuthError as exc:
             self._request_stop(f"auth: {exc}")
+            raise _Stop from None
+        except UnavailableError as exc:
+            self._agent_unavailable(str(exc))
             raise _Stop from None
         except AgentError as exc:
             requests = getattr(exc, "attempts", 1)
@@ -289,6 +318,8 @@ class RunLoop:
         finally:
             with self._lock:
                 self._agent_s += time.perf_counter() - t0
+        with self._lock:
+            self._reached = True
         if key is not None:
             self._cache.put(key, response)
         return response, False
@@ -350,6 +381,16 @@ class RunLoop:
             self._request_stop(f"budget: max_cost_usd={s.max_cost_usd:g} reached (${cost:.4f} spent)")
         if self._stop.is_set():
             raise _Stop
+
+    def _agent_unavailable(self, message: str) -> None:
+        """Note an attempt left unfinished; stop the run when nothing of this session has reached the agent."""
+        with self._lock:
+            self._unreachable.append(message)
+            reached, first = self._reached, len(self._unreachable) == 1
+        if first:
+            self._display.message(f"agent unavailable (the attempt is left for a resume): {message}")
+        if not reached:
+            self._request_stop(f"{UNREACHABLE}: the agent could not be reached: {message}")
 
     def _request_stop(self, reason: str) -> None:
         """Stop starting new requests; the first reason given is the one reported."""

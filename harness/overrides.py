@@ -50,6 +50,19 @@ def sweep_keys(overrides: list[str]) -> list[str]:
     return [o.key_or_group for o in parse(overrides) if o.is_sweep_override()]
 
 
+def refuse_sweeps(overrides: list[str]) -> None:
+    """Without -m a sweep cannot run; an unquoted comma is the usual cause, so say how to quote it."""
+    for o in parse(overrides):
+        if o.is_sweep_override():
+            text = o.input_line or f"{o.key_or_group}=..."
+            value = text.partition("=")[2]
+            raise OverrideError(
+                f"{text}: an unquoted comma makes a sweep, which needs -m. For one value that contains commas, "
+                f"quote it: \"{o.key_or_group}='{value}'\" (so the shell keeps the inner quotes); to sweep, "
+                f"run harness run -m ..."
+            )
+
+
 def values_of(overrides: list[str], key: str) -> list[str]:
     """Every value given to `key` (all of a sweep's values)."""
     return [v for o in parse(overrides) if o.key_or_group == key and not o.is_delete() for v in _values(o)]

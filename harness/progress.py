@@ -115,7 +115,9 @@ class RichDisplay:
         self._console.print(text, markup=False, highlight=False)
 
     def stop(self) -> None:
+        """End the live display, leaving the bars; the info line is left to the summary (printed once)."""
         with self._lock:
+            self._live.update(self._progress, refresh=True)
             self._live.stop()
             if not self._console.is_terminal:  # Live ends a terminal's last line itself, not a file's
                 self._console.line()

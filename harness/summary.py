@@ -1,4 +1,5 @@
-"""The end-of-run summary: what happened, and fast_p by turn (best so far over samples)."""
+"""The end-of-run summary: what happened, the first error of each kind, and fast_p by turn (best so far
+over samples). The live display leaves the tokens/cost line to this summary, so it is printed once."""
 
 from __future__ import annotations
 
@@ -7,12 +8,33 @@ from typing import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from eval.result import EvalResult
+from eval.result import EvalResult, Status
 from eval.scoring import DEFAULT_PS, fast_p
 from harness.loop import LoopOutcome, best_key
-from harness.store import Attempt
+from harness.store import AGENT_ERROR, Attempt
 
 _MAX_PROBLEM_ROWS = 40
+_MAX_ERROR_CHARS = 300
+UNAVAILABLE_KIND = "agent unavailable"  # attempts not recorded: the agent could not be reached
+
+
+def first_errors(attempts: Sequence[Attempt], unreachable: Sequence[str] = ()) -> dict[str, tuple[int, str]]:
+    """Each kind of failure (attempt status, or `agent unavailable`) -> (how many, the earliest one's message)."""
+    out: dict[str, tuple[int, str]] = {}
+    for a in sorted(attempts, key=lambda a: a.finished_at):
+        if a.status == Status.CORRECT.value:
+            continue
+        message = a.error if a.status == AGENT_ERROR or a.result is None else a.result.reason
+        n, first = out.get(a.status, (0, message))
+        out[a.status] = (n + 1, first)
+    if unreachable:
+        out[UNAVAILABLE_KIND] = (len(unreachable), unreachable[0])
+    return out
+
+
+def _one_line(text: str) -> str:
+    flat = " ".join(text.split()) or "(no message)"
+    return flat if len(flat) <= _MAX_ERROR_CHARS else flat[: _MAX_ERROR_CHARS - 3] + "..."
 
 
 def best_results_by_turn(
@@ -60,7 +82,7 @@ def print_summary(
     st = outcome.stats
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(st.statuses.items(), key=lambda kv: -kv[1])) or "none"
     console.print(f"[bold]run[/bold] {run_dir}")
-    console.print(f"stopped: {outcome.stop_reason}")
+    console.print(f"stopped: {outcome.stop_reason}", markup=False, soft_wrap=True)  # unwrapped: read and grepped whole
     console.print(
         f"attempts: {st.attempts_done} recorded ({st.attempts_this_session} this session) of {st.attempts_planned} "
         f"planned; problems finished {st.problems_done}/{st.problems}"
@@ -69,7 +91,13 @@ def print_summary(
     console.print(
         f"{st.info()}  wall {outcome.wall_s:.1f}s (agent {outcome.agent_s:.1f}s, evaluator {outcome.eval_s:.1f}s)",
         markup=False,
+        soft_wrap=True,
     )
+    errors = first_errors(attempts, outcome.unreachable)
+    if errors:
+        console.print("first error of each kind:")
+        for kind, (n, message) in errors.items():
+            console.print(f"  {kind} ({n}): {_one_line(message)}", markup=False, highlight=False, soft_wrap=True)
     by_turn = best_results_by_turn(attempts, problem_ids, turns)
     final = by_turn[turns]
     if len(problem_ids) <= _MAX_PROBLEM_ROWS:

@@ -88,7 +88,7 @@ def test_the_documented_command_line(server, tmp_path, eval_cache) -> None:
                  f"runs_dir={tmp_path / 'runs'}", f"eval.cache_dir={eval_cache}", "quiet=true"])
     assert code == 0
     got = rows(tmp_path / "runs" / "doc")
-    assert [(s, t, st) for _, s, t, st in got] == [(0, t, "format_error") for t in (1, 2, 3)]
+    assert [(s, t, st) for _, s, t, st in got] == [(1, t, "format_error") for t in (1, 2, 3)]
     assert "no fenced code block" in user_messages(server, 1)[-1]
 
 
@@ -120,20 +120,32 @@ def test_malformed_empty_and_ten_block_replies(server, base, tmp_path) -> None:
     assert (tmp_path / "runs" / "odd" / lines[1]["code_path"]).read_text() == GOOD
 
 
-def test_429_and_500_are_retried_then_recorded_as_agent_error(server, base, tmp_path) -> None:
+def test_429_and_500_are_retried_then_left_for_a_resume(server, base, tmp_path, capsys) -> None:
     server.script(
-        error(429, "slow down", retry_after=0.01), error(500, "oops"), reply(fenced(BROKEN)),  # sample 0: ok on try 3
-        error(500, "down"), error(502, "down"), error(503, "still down"),  # sample 1: gives up
+        error(429, "slow down", retry_after=0.01), error(500, "oops"), reply(fenced(BROKEN)),  # sample 1: ok on try 3
+        error(500, "down"), error(502, "down"), error(503, "still down"),  # sample 2: gives up
     )
     args = openai_args(server, "flaky", turns=1, samples=2, max_concurrency=1)
-    assert main(["run", *base, *args]) == 0
+    assert main(["run", *base, *args]) == 5  # not finished: an attempt could not reach the agent
+    err = capsys.readouterr().err
+    assert "stopped: unreachable: 1 attempt(s) could not reach the agent" in err
+    assert "HTTP 503: still down (gave up after 3 attempt(s))" in err
     lines = results(tmp_path / "runs" / "flaky")
-    assert [(x["sample"], x["status"]) for x in lines] == [(0, "compile_error"), (1, "agent_error")]
-    assert lines[0]["requests"] == 3
-    assert "HTTP 503" in lines[1]["error"] and "gave up after 3 attempt(s)" in lines[1]["error"]
-    assert lines[1]["result"] is None and lines[1]["reply"] is None and lines[1]["requests"] == 3
-    # a resume does not repeat the recorded failure
-    assert main(["run", *base, *args]) == 0 and len(server.requests) == 6
+    assert [(x["sample"], x["status"], x["requests"]) for x in lines] == [(1, "compile_error", 3)]
+    # a resume retries the attempt that never reached the agent, and only that one
+    server.script(reply(fenced(WRONG)))
+    assert main(["run", *base, *args]) == 0 and len(server.requests) == 7
+    assert [(x["sample"], x["status"]) for x in results(tmp_path / "runs" / "flaky")] == [
+        (1, "compile_error"), (2, "incorrect")]
+
+
+def test_a_refused_request_is_recorded_and_not_repeated(server, base, tmp_path) -> None:
+    server.script(error(400, "context length exceeded"))
+    args = openai_args(server, "refused", turns=2)
+    assert main(["run", *base, *args]) == 0
+    (line,) = results(tmp_path / "runs" / "refused")
+    assert line["status"] == "agent_error" and "HTTP 400: context length exceeded" in line["error"]
+    assert main(["run", *base, *args]) == 0 and len(server.requests) == 1
 
 
 def test_401_stops_the_run_with_the_message(server, base, tmp_path, monkeypatch, capsys) -> None:
@@ -213,10 +225,18 @@ def test_multirun_sweep_writes_one_run_per_job(tmp_path, base) -> None:
     assert code == 0
     runs = tmp_path / "runs"
     assert sorted(p.name for p in runs.iterdir() if not p.name.startswith(".")) == [
-        "abl-search=parallel", "abl-search=serial"]
-    assert [(s, t) for _, s, t, _ in rows(runs / "abl-search=serial")] == [(0, 1), (0, 2)]
-    assert [(s, t) for _, s, t, _ in rows(runs / "abl-search=parallel")] == [(0, 1), (1, 1)]
-    assert "search:\n  name: serial" in (runs / "abl-search=serial" / "config.yaml").read_text()
+        "abl-search-parallel", "abl-search-serial"]
+    assert [(s, t) for _, s, t, _ in rows(runs / "abl-search-serial")] == [(1, 1), (1, 2)]
+    assert [(s, t) for _, s, t, _ in rows(runs / "abl-search-parallel")] == [(1, 1), (2, 1)]
+    assert "search:\n  name: serial" in (runs / "abl-search-serial" / "config.yaml").read_text()
+    # the directory names work as they are in every documented command
+    for run in ("runs/abl-search-serial", "runs/abl-search-parallel"):
+        assert main(["export", str(tmp_path / run)]) == 0
+        assert main(["report", str(tmp_path / run)]) == 0
+    replay = ["agent=replay", f"agent.path={tmp_path}/runs/abl-search-serial", "name=again", "search=serial",
+              "search.attempts=2"]  # fmt: skip
+    assert main(["run", *base, *replay]) == 0
+    assert rows(runs / "again") == rows(runs / "abl-search-serial")
 
 
 def test_anthropic_agent_with_a_model_preset(server, base, tmp_path, monkeypatch) -> None:
@@ -264,13 +284,16 @@ def test_resume_refuses_a_changed_problem(server, tmp_path, eval_cache, capsys) 
     assert len(rows(tmp_path / "runs" / "moved")) == 1
 
 
-def test_timeouts_are_retried_then_recorded(server, base, tmp_path) -> None:
-    server.script(slow(1.0), slow(1.0), reply(fenced(BROKEN)))
+def test_timeouts_are_retried_then_the_run_stops_unfinished(server, base, tmp_path, capsys) -> None:
+    server.script(slow(1.0), slow(1.0), reply(fenced(BROKEN)), reply("no code"))
     args = openai_args(server, "slow", samples=2, max_concurrency=1) + ["agent.timeout_s=0.2", "agent.retry.max_attempts=2"]
+    assert main(["run", *base, *args]) == 5  # nothing reached the agent: stop rather than fail every attempt
+    assert "the agent could not be reached: openai: request timed out (gave up after 2 attempt(s))" in (
+        capsys.readouterr().err)
+    assert rows(tmp_path / "runs" / "slow") == [] and len(server.requests) == 2
     assert main(["run", *base, *args]) == 0
-    lines = results(tmp_path / "runs" / "slow")
-    assert [(x["sample"], x["status"]) for x in lines] == [(0, "agent_error"), (1, "compile_error")]
-    assert "timed out" in lines[0]["error"] and lines[0]["requests"] == 2
+    assert [(x["sample"], x["status"]) for x in results(tmp_path / "runs" / "slow")] == [
+        (1, "compile_error"), (2, "format_error")]
 
 
 @pytest.mark.parametrize("damage", ["version", "corrupt"])
@@ -295,11 +318,11 @@ def test_unusable_run_directory_is_refused_untouched(server, base, tmp_path, cap
 
 
 def test_replay_of_a_recorded_run_reproduces_it(server, base, tmp_path) -> None:
-    server.script(reply(fenced(BROKEN)), reply("no code"), error(500), error(500), error(500))
+    server.script(reply(fenced(BROKEN)), reply("no code"), error(400, "context length exceeded"))
     assert main(["run", *base, *openai_args(server, "orig", turns=2, samples=2, max_concurrency=1)]) == 0
     original = rows(tmp_path / "runs" / "orig", "sample, turn, status, reply, code")
     replay = ["agent=replay", f"agent.path={tmp_path / 'runs' / 'orig'}", "name=again", "turns=2", "samples=2"]
     assert main(["run", *base, *replay]) == 0
     assert rows(tmp_path / "runs" / "again", "sample, turn, status, reply, code") == original
     assert [r[2] for r in original] == ["compile_error", "format_error", "agent_error"]
-    assert len(server.requests) == 5
+    assert len(server.requests) == 3

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import AgentResponse, AuthError, Message, PromptBuilder, Usage
+from agents import AgentResponse, AuthError, Message, PromptBuilder, UnavailableError, Usage
 from eval.result import EvalResult, Status
 from harness.loop import LoopSettings, RunLoop
 from harness.progress import QuietDisplay
@@ -25,11 +25,14 @@ PROBLEMS = [problem_from_source(PROBLEM, name=f"p{i}", problem_id=f"p{i}") for i
 
 
 class ScriptedAgent:
-    """Answers every request with a kernel; records what it was asked; can fail on request n."""
+    """Answers every request with a kernel; records what it was asked; can fail on request n, and can be
+    unreachable for the problems in `down` (`"*"`: all)."""
 
-    def __init__(self, *, delay: float = 0.0, fail_at: int | None = None, cost: float | None = 0.001) -> None:
+    def __init__(
+        self, *, delay: float = 0.0, fail_at: int | None = None, cost: float | None = 0.001, down: frozenset = frozenset()
+    ) -> None:
         self.calls: list[tuple[str, int, int]] = []
-        self.delay, self.fail_at, self.cost = delay, fail_at, cost
+        self.delay, self.fail_at, self.cost, self.down = delay, fail_at, cost, down
         self.in_flight = self.max_in_flight = 0
         self._lock = threading.Lock()
 
@@ -43,6 +46,8 @@ class ScriptedAgent:
             time.sleep(self.delay)
             if self.fail_at is not None and n >= self.fail_at:
                 raise AuthError("openai HTTP 401: Incorrect API key provided")
+            if problem_id in self.down or "*" in self.down:
+                raise UnavailableError(f"openai: connection error (refused) for {problem_id}")
             return AgentResponse(text=fenced(GOOD), usage=Usage(100, 50), cost_usd=self.cost, latency_s=self.delay,
                                  model="scripted")  # fmt: skip
         finally:
@@ -110,7 +115,7 @@ def test_agent_calls_overlap_while_evaluations_do_not(tmp_path: Path) -> None:
     assert len(store.attempts()) == 8 and ev.calls == 8
     assert agent.max_in_flight == 4 and ev.overlaps == 0  # requests overlapped, evaluations one at a time
     assert wall < 8 * 0.2 * 0.75  # the 0.2 s requests ran concurrently
-    assert sorted(agent.calls) == sorted((p.id, s, 1) for p in PROBLEMS for s in range(2))
+    assert sorted(agent.calls) == sorted((p.id, s, 1) for p in PROBLEMS for s in (1, 2))
     store.close()
 
 
@@ -168,3 +173,27 @@ def test_loop_bench_measures_overhead_over_cache_hits() -> None:
     assert report["attempts"] == 20 and report["turns"] == 10
     assert 0 < report["loop_overhead_ms_per_attempt"] < report["target_ms_per_attempt"]
     assert report["wall_s"] >= report["agent_s"] + report["eval_s"]
+
+
+def test_an_unreachable_agent_stops_the_run_at_once_and_records_nothing(tmp_path: Path) -> None:
+    agent = ScriptedAgent(down=frozenset({"*"}))
+    _, outcome, store = run_loop(tmp_path, agent, ScriptedEvaluator(), problems=PROBLEMS, turns=2, max_concurrency=1)
+    assert outcome.stop_reason == "unreachable: the agent could not be reached: openai: connection error (refused) for p0"
+    assert len(agent.calls) == 1 and store.attempts() == []  # not four failures recorded as finished attempts
+    assert outcome.unreachable == ["openai: connection error (refused) for p0"]
+    store.close()
+
+
+def test_attempts_that_could_not_reach_the_agent_are_retried_by_a_resume(tmp_path: Path) -> None:
+    flaky = ScriptedAgent(down=frozenset({"p1"}))
+    _, outcome, store = run_loop(tmp_path, flaky, ScriptedEvaluator(), problems=PROBLEMS[:3], max_concurrency=1)
+    assert outcome.stop_reason.startswith("unreachable: 1 attempt(s) could not reach the agent and are not finished")
+    assert "connection error (refused) for p1" in outcome.stop_reason
+    assert [a.problem_id for a in store.attempts()] == ["p0", "p2"]
+    assert outcome.stats.problems_done == 2
+    store.close()
+    again = ScriptedAgent()
+    _, outcome, store = run_loop(tmp_path, again, ScriptedEvaluator(), problems=PROBLEMS[:3], max_concurrency=1)
+    assert outcome.finished and again.calls == [("p1", 1, 1)]
+    assert [a.problem_id for a in store.attempts()] == ["p0", "p1", "p2"]
+    store.close()

@@ -90,13 +90,13 @@ def test_kill_9_at_random_moments_then_resume(tmp_path: Path) -> None:
     else:
         raise AssertionError("the run never finished")
     assert kills >= 3, "the test should have killed the run several times"
-    expected = {("add_relu", s, t) for s in range(SAMPLES) for t in range(1, TURNS + 1)}
+    expected = {("add_relu", s, t) for s in range(1, SAMPLES + 1) for t in range(1, TURNS + 1)}
     assert recorded == expected
     lines = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
     assert sorted((x["problem_id"], x["sample"], x["turn"]) for x in lines) == sorted(expected)
     statuses = {(x["sample"], x["turn"]): x["status"] for x in lines}
-    assert all(statuses[(s, 2)] == "correct" for s in range(SAMPLES))
-    assert all(statuses[(s, t)] == "format_error" for s in range(SAMPLES) for t in (1, 3))
+    assert all(statuses[(s, 2)] == "correct" for s in range(1, SAMPLES + 1))
+    assert all(statuses[(s, t)] == "format_error" for s in range(1, SAMPLES + 1) for t in (1, 3))
     for turn, prompt in rows(run, "turn, prompt"):  # each turn's conversation holds exactly the turns before it
         assert sum(m["role"] == "assistant" for m in json.loads(prompt)) == turn - 1
 
@@ -123,5 +123,5 @@ def test_ctrl_c_finishes_attempts_in_flight_and_saves_state(tmp_path: Path) -> N
     done = subprocess.run([sys.executable, "-m", "harness.cli", "run", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert _recorded(run) == {("add_relu", s, t) for s in range(4) for t in range(1, 4)}
+    assert _recorded(run) == {("add_relu", s, t) for s in range(1, 5) for t in range(1, 4)}
     assert len(_logged(log)) == 12  # nothing asked twice
