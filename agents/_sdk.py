@@ -11,18 +11,8 @@ import os
 import time
 from typing import Any, NamedTuple
 
-from agents.base import (
-    AgentError,
-    AgentResponse,
-    AuthError,
-    ConfigError,
-    Message,
-    Pricing,
-    RetryableError,
-    UnavailableError,
-    Usage,
-    priced,
-)
+from agents import base
+from agents.base import AgentError, AgentResponse, AuthError, ConfigError, RetryableError, UnavailableError
 
 # Status codes worth retrying: request timeout, conflict (lock contention), rate limit, server errors.
 _RETRY_STATUS = {408, 409, 429}
@@ -111,7 +101,7 @@ class Reply(NamedTuple):
     """What a provider's reply says, read by the provider's agent."""
 
     text: str
-    usage: Usage
+    usage: base.Usage
     finish_reason: str | None
 
 
@@ -128,7 +118,9 @@ class SDKAgent:
     sdk: Any
     sdk_error: type[Exception]
 
-    def __init__(self, *, model: str, base_url: str | None, api_key_env: str | None, pricing: Pricing | None) -> None:
+    def __init__(
+        self, *, model: str, base_url: str | None, api_key_env: str | None, pricing: base.Pricing | None
+    ) -> None:
         self._key = api_key_from_env(self.provider, api_key_env)
         self.model = model
         self.base_url = base_url
@@ -138,13 +130,13 @@ class SDKAgent:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
 
-    def _create(self, messages: list[Message]) -> Any:
+    def _create(self, messages: list[base.Message]) -> Any:
         raise NotImplementedError
 
     def _read(self, raw: Any) -> Reply | None:
         raise NotImplementedError
 
-    def respond(self, messages: list[Message], *, problem_id: str, sample: int, turn: int) -> AgentResponse:
+    def respond(self, messages: list[base.Message], *, problem_id: str, sample: int, turn: int) -> AgentResponse:
         """One request; errors sorted into AuthError / UnavailableError / RetryableError / AgentError."""
         start = time.perf_counter()
         try:
@@ -160,7 +152,7 @@ class SDKAgent:
         return AgentResponse(
             text=reply.text,
             usage=reply.usage,
-            cost_usd=priced(reply.usage, self.pricing),
+            cost_usd=base.priced(reply.usage, self.pricing),
             latency_s=latency,
             model=getattr(raw, "model", None) or self.model,
             raw_id=getattr(raw, "id", None),

@@ -129,5 +129,6 @@ def load_problem_file(path: str | Path, *, problem_id: str | None = None, level:
     except OSError as exc:
         raise ProblemError(f"{p}: cannot read problem file ({exc.strerror})") from None
     except UnicodeDecodeError as exc:
-        raise ProblemError(f"{p}: not a text file (not UTF-8: byte {exc.object[exc.start]:#04x} at offset {exc.start})") from None
+        byte = exc.object[exc.start]
+        raise ProblemError(f"{p}: not a text file (not UTF-8: byte {byte:#04x} at offset {exc.start})") from None
     return problem_from_source(source, name=p.stem, problem_id=problem_id or p.stem, level=level, path=str(p))

@@ -125,7 +125,8 @@ def test_an_unquoted_comma_is_bad_input_with_a_quoting_hint(tmp_path, capsys) ->
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert "quote it: \"problems.spec='L1/13_softmax,L1/16_rms_norm'\"" in err
     # quoted as the hint says, the value reaches the selection (then problems.limit=0 stops it before any work)
-    assert main(["run", f"runs_dir={tmp_path}", "problems.spec='L1/13_softmax,L1/16_rms_norm'", "problems.limit=0"]) == 2
+    quoted = "problems.spec='L1/13_softmax,L1/16_rms_norm'"
+    assert main(["run", f"runs_dir={tmp_path}", quoted, "problems.limit=0"]) == 2
     assert "problems.limit must be >= 1" in capsys.readouterr().err
 
 
