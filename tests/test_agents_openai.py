@@ -32,7 +32,7 @@ def agent_for(server: FakeLLMServer, **extra: object):
 
 
 def ask(agent, turn: int = 1):
-    return agent.respond(MSGS, problem_id="p1", sample=0, turn=turn)
+    return agent.respond(MSGS, problem_id="p1", sample=1, turn=turn)
 
 
 def test_reply_usage_cost_and_request(server: FakeLLMServer) -> None:
@@ -186,5 +186,5 @@ def test_agent_is_safe_across_threads(server: FakeLLMServer) -> None:
     agent = agent_for(server)
     server.script(*[reply(f"r{i}") for i in range(16)])
     with ThreadPoolExecutor(8) as pool:
-        texts = list(pool.map(lambda i: agent.respond(MSGS, problem_id=f"p{i}", sample=0, turn=1).text, range(16)))
+        texts = list(pool.map(lambda i: agent.respond(MSGS, problem_id=f"p{i}", sample=1, turn=1).text, range(16)))
     assert sorted(texts) == sorted(f"r{i}" for i in range(16))

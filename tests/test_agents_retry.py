@@ -44,7 +44,7 @@ def make(inner: ScriptedAgent, **policy: float) -> tuple[RetryingAgent, list[flo
 def test_retries_then_success_counts_attempts() -> None:
     inner = ScriptedAgent(RetryableError("429"), RetryableError("500"), ok())
     agent, sleeps = make(inner, max_attempts=5, initial_delay_s=1.0, multiplier=2.0, jitter=0.0)
-    response = agent.respond(MSGS, problem_id="p", sample=0, turn=1)
+    response = agent.respond(MSGS, problem_id="p", sample=1, turn=1)
     assert response.text == "done"
     assert response.attempts == 3
     assert inner.calls == 3
@@ -64,7 +64,7 @@ def test_jitter_stays_within_bounds_and_cap_applies() -> None:
 def test_retry_after_is_honoured() -> None:
     inner = ScriptedAgent(RetryableError("429", retry_after=3.0), ok())
     agent, sleeps = make(inner, initial_delay_s=0.01, max_delay_s=10.0)
-    agent.respond(MSGS, problem_id="p", sample=0, turn=1)
+    agent.respond(MSGS, problem_id="p", sample=1, turn=1)
     assert sleeps == [3.0]
 
 
@@ -72,7 +72,7 @@ def test_retry_after_beyond_max_delay_stops_at_once() -> None:
     inner = ScriptedAgent(RetryableError("429 quota", retry_after=3600.0), ok())
     agent, sleeps = make(inner, max_delay_s=60.0)
     with pytest.raises(RetryableError, match="asked to wait 3600s") as info:
-        agent.respond(MSGS, problem_id="p", sample=0, turn=1)
+        agent.respond(MSGS, problem_id="p", sample=1, turn=1)
     assert info.value.attempts == 1
     assert sleeps == []
 
@@ -81,7 +81,7 @@ def test_retries_exhausted_raise_retryable_with_attempts() -> None:
     inner = ScriptedAgent(*[RetryableError(f"500 #{i}") for i in range(3)])
     agent, sleeps = make(inner, max_attempts=3, initial_delay_s=0.0)
     with pytest.raises(RetryableError, match=r"500 #2 \(gave up after 3 attempt") as info:
-        agent.respond(MSGS, problem_id="p", sample=0, turn=1)
+        agent.respond(MSGS, problem_id="p", sample=1, turn=1)
     assert info.value.attempts == 3
     assert inner.calls == 3
     assert len(sleeps) == 2
@@ -92,7 +92,7 @@ def test_non_retryable_errors_pass_through_at_once(exc: AgentError) -> None:
     inner = ScriptedAgent(exc, ok())
     agent, sleeps = make(inner)
     with pytest.raises(type(exc)):
-        agent.respond(MSGS, problem_id="p", sample=0, turn=1)
+        agent.respond(MSGS, problem_id="p", sample=1, turn=1)
     assert inner.calls == 1
     assert sleeps == []
 
@@ -175,7 +175,7 @@ def test_retrying_agent_uses_the_limiter_per_attempt() -> None:
         limiter.acquire()
     inner = ScriptedAgent(RetryableError("500"), ok())
     agent = RetryingAgent(inner, RetryPolicy(initial_delay_s=0.0), limiter, sleep=lambda s: None)
-    agent.respond(MSGS, problem_id="p", sample=0, turn=1)
+    agent.respond(MSGS, problem_id="p", sample=1, turn=1)
     assert inner.calls == 2
     start = time.monotonic()
     limiter.acquire()  # both attempts took a request from the bucket, so this one waits

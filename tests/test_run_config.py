@@ -56,7 +56,7 @@ def test_model_presets_have_valid_prices(option: str) -> None:
 def test_agent_configs_are_accepted_by_make_agent(option: str, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-x")
-    (tmp_path / "results.jsonl").write_text('{"problem_id": "p", "sample": 0, "turn": 1, "reply": "r"}\n')
+    (tmp_path / "results.jsonl").write_text('{"problem_id": "p", "sample": 1, "turn": 1, "reply": "r"}\n')
     required = {"openai": ["model=gpt-4o"], "anthropic": ["model=claude-haiku-4-5"],
                 "command": ["agent.command=cat"], "replay": [f"agent.path={tmp_path}"], "reference": []}
     agent = make_agent(compose(f"agent={option}", *required[option])["agent"])
