@@ -5,8 +5,8 @@ one setting, the tables carry a `setting` column and a note lists exactly what d
 numbers measured under different conditions are never mixed silently.
 
 The evaluator settings compared are the run's resolved `eval` config, except keys that do not
-change a verdict or a timing (the same keys a resumed run may change, `harness.store.VOLATILE_KEYS`) and
-`eval.device`, which is compared as the device the results actually came from.
+change a verdict or a timing (the ones a resumed run may change, `harness.store.VOLATILE_KEYS`)
+and `eval.device`, which is compared as the device the results actually came from.
 """
 
 from __future__ import annotations
