@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from problems.compare import Mismatch
+
 
 class Status(str, Enum):
     """The one verdict of an evaluation. Only `CORRECT` counts as solved."""
@@ -23,6 +25,7 @@ class Status(str, Enum):
     REJECTED = "rejected"  # an integrity check failed
     SKIPPED = "skipped"  # cannot be run here (e.g. CUDA candidate without a GPU); reason says why
     CORRECT = "correct"
+    PENDING = "pending"  # not yet decided: every evaluation starts here and must end elsewhere
 
 
 @dataclass
@@ -41,21 +44,6 @@ class Timing:
 
 
 @dataclass
-class Mismatch:
-    """Where a candidate output first disagreed with the reference."""
-
-    output: int
-    reason: str
-    max_abs_err: float | None = None
-    max_rel_err: float | None = None
-    worst_index: list[int] | None = None
-    mismatch_fraction: float | None = None
-    trial: int | None = None
-    expected: float | None = None
-    got: float | None = None
-
-
-@dataclass
 class KernelShare:
     """Evidence that the candidate's own kernels ran, and their share of GPU time."""
 
@@ -69,7 +57,7 @@ class KernelShare:
 class EvalResult:
     """The full outcome of evaluating one candidate against one problem."""
 
-    status: Status
+    status: Status = Status.PENDING
     reason: str = ""
     problem_id: str = ""
     backend: str = "triton"
@@ -88,6 +76,7 @@ class EvalResult:
     trials: int = 0
     problem_scale: str = "full"  # "small" when the problem's reduced sizes (META["small"]) were used
     network_isolated: bool | None = None
+    gpu_index: int | None = None  # which GPU of the host evaluated it
     unprivileged: bool | None = None  # worker ran as an unprivileged user (only possible when the harness is root)
     device: str = ""
     versions: dict[str, str] = field(default_factory=dict)

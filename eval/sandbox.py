@@ -1,4 +1,4 @@
-"""Spawning and killing sandboxed worker processes.
+"""Spawning and killing sandboxed worker processes (the parent's side of the trust boundary).
 
 A worker is a fresh interpreter (spawned, never forked) in its own session and process
 group, in a fresh temporary directory, with an environment reduced to an allow-list and
@@ -6,6 +6,10 @@ scrubbed of anything that looks like a secret, its output captured through a pip
 capped, and (where the OS allows) no network: `unshare -n` gives it a namespace with only
 loopback. When the harness runs as root the worker also drops to an unprivileged user, so
 it cannot read the parent's memory or environment.
+
+Every temporary folder the evaluator makes is named `kh-<kind>-<owner pid>-...`, so that
+`sweep_stale_folders` can remove (and stop the processes of) folders whose owner died,
+even by `kill -9`.
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from eval.wire import Channel, ChannelClosed, ChannelTimeout
+from eval import protocol
+from eval.wire import Channel, ChannelClosed, ChannelTimeout, ProtocolError, new_region_fd
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 _SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
@@ -35,6 +41,7 @@ _ALLOWED = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH
             "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
             "PYTHONPATH", "VIRTUAL_ENV", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 UNPRIVILEGED_UID = 65534
+_FOLDER_KINDS = ("worker", "build", "extensions")
 
 
 class WorkerDied(RuntimeError):
@@ -113,6 +120,51 @@ def protect_parent() -> None:
             pass
 
 
+def owned_tempdir(kind: str) -> Path:
+    """A fresh temporary folder tagged with this process's pid (see `sweep_stale_folders`)."""
+    assert kind in _FOLDER_KINDS
+    return Path(tempfile.mkdtemp(prefix=f"kh-{kind}-{os.getpid()}-"))
+
+
+def _owner_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale_folders(root: str | None = None) -> list[Path]:
+    """Remove `kh-*` folders whose owner process is gone, first killing processes still working in them."""
+    base = Path(root or tempfile.gettempdir())
+    removed = []
+    for folder in base.glob("kh-*-*-*"):
+        parts = folder.name.split("-")
+        if len(parts) < 4 or parts[1] not in _FOLDER_KINDS or not parts[2].isdigit() or _owner_alive(int(parts[2])):
+            continue
+        _kill_processes_in(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def _kill_processes_in(folder: Path) -> None:
+    """SIGKILL every process whose working directory is `folder` or below (orphaned workers)."""
+    target = str(folder.resolve())
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if cwd == target or cwd.startswith(target + os.sep):
+            try:
+                os.kill(int(proc.name), signal.SIGKILL)
+            except OSError:
+                pass
+
+
 class _CappedOutput:
     """Drains a pipe on a thread, keeping the first and last `cap` bytes."""
 
@@ -153,11 +205,16 @@ class _CappedOutput:
 
 
 class WorkerProcess:
-    """One sandboxed `eval.worker` process and the channel to it."""
+    """One sandboxed `eval.worker` process and the channel to it.
+
+    `kind` is "worker" (a pooled evaluation worker) or "build" (a throwaway CUDA/C++ build);
+    builds run at a lower CPU priority so they never slow a timing on the same host.
+    """
 
     def __init__(self, *, device: str, gpu_index: int | None, log_cap_bytes: int, isolate_network: bool,
-                 extra_env: dict[str, str] | None = None):
-        self.workdir = Path(tempfile.mkdtemp(prefix="kh-worker-"))
+                 extra_env: dict[str, str] | None = None, max_reply_bytes: int = 1 << 30, kind: str = "worker"):
+        self.workdir = owned_tempdir(kind)
+        self.gpu_index = gpu_index
         env_extra = dict(extra_env or {})
         env_extra.update(HOME=str(self.workdir), TMPDIR=str(self.workdir),
                          TRITON_CACHE_DIR=str(self.workdir / "triton-cache"))
@@ -173,38 +230,51 @@ class WorkerProcess:
             os.chown(self.workdir, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
         env = scrubbed_env(env_extra)
         prefix = network_isolation_prefix() if isolate_network else ()
+        if kind == "build" and shutil.which("nice"):
+            prefix = (shutil.which("nice"), "-n", "10", *prefix)
         self.network_isolated_requested = bool(prefix)
         p2c_r, p2c_w = os.pipe()
         c2p_r, c2p_w = os.pipe()
         out_r, out_w = os.pipe()
+        to_child, to_parent = new_region_fd(), new_region_fd()
+        regions = (to_child, to_parent) if to_child is not None and to_parent is not None else ()
+        child_fds = [os.dup(fd) for fd in regions]  # the child's copies; inheritable for pass_fds
         cmd = [*prefix, sys.executable, "-m", "eval.worker", str(p2c_r), str(c2p_w)]
+        if child_fds:
+            cmd += [str(child_fds[1]), str(child_fds[0])]  # the child sends in to_parent, reads to_child
         try:
             self.proc = subprocess.Popen(
-                cmd, pass_fds=(p2c_r, c2p_w), stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
+                cmd, pass_fds=(p2c_r, c2p_w, *child_fds), stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
                 env=env, cwd=self.workdir, start_new_session=True, close_fds=True,
             )
         finally:
-            for fd in (p2c_r, c2p_w, out_w):
+            for fd in (p2c_r, c2p_w, out_w, *child_fds):
                 os.close(fd)
-        self.channel = Channel(c2p_r, p2c_w)
+        self.channel = Channel(c2p_r, p2c_w, send_fd=regions[0] if regions else None,
+                               recv_fd=regions[1] if regions else None, max_payload_bytes=max_reply_bytes)
         self.output = _CappedOutput(out_r, log_cap_bytes)
         self.info: dict[str, Any] = {}
+        self.started = time.monotonic()
 
-    def request(self, header: dict[str, Any], tensors: list[torch.Tensor] | None = None,
-                timeout: float | None = None) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        """Send one command and wait for its reply; kill the worker on timeout or death."""
+    def request(self, message: protocol.Request, tensors: list[torch.Tensor] | None = None,
+                timeout: float | None = None, device: torch.device | None = None) -> tuple[Any, list[torch.Tensor]]:
+        """Send one command and wait for its typed reply (tensors land on `device`).
+
+        Kills the worker and raises WorkerTimeout on timeout, WorkerDied on death or on any
+        malformed, oversized, forged or out-of-order reply (which is then the candidate's fault).
+        """
         try:
-            self.channel.send(header, tensors)
-            reply, out = self.channel.recv(timeout=timeout)
+            self.channel.send(protocol.encode(message), tensors)
+            header, out = self.channel.recv(timeout=timeout, device=device)
+            reply = protocol.decode_reply(message, header)
         except ChannelTimeout:
             self.kill()
-            raise WorkerTimeout(f"no answer to '{header.get('cmd')}' within {timeout:.0f} s", self.output.text()) from None
+            raise WorkerTimeout(f"no answer to '{message.cmd}' within {timeout:.0f} s", self.output.text()) from None
         except ChannelClosed:
             raise WorkerDied(self._death_detail(), self._final_output()) from None
-        if reply.get("cmd") != header.get("cmd"):
+        except ProtocolError as exc:
             self.kill()
-            raise WorkerDied(f"worker answered '{reply.get('cmd')}' to '{header.get('cmd')}' (forged or out of order)",
-                             self.output.text())
+            raise WorkerDied(f"the worker broke the protocol answering '{message.cmd}': {exc}", self.output.text()) from None
         return reply, out
 
     def alive(self) -> bool:
@@ -252,7 +322,7 @@ class WorkerProcess:
         """Ask the worker to exit, then make sure it is gone."""
         if self.alive():
             try:
-                self.channel.send({"cmd": "exit"})
+                self.channel.send(protocol.encode(protocol.Exit()))
                 self.proc.wait(timeout=5)
             except (ChannelClosed, subprocess.TimeoutExpired, OSError):
                 pass

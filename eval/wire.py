@@ -1,14 +1,22 @@
 """Framed messages between the trusted parent and the untrusted worker.
 
-A frame is a 4-byte length, a JSON header, then raw tensor bytes described by the header.
-No pickle crosses the channel: the parent only ever parses JSON and rebuilds tensors from a
-whitelist of dtypes, so a hostile child can send wrong data but never run code in the parent.
+A frame is a 4-byte length and a JSON header on a pipe; the tensors it describes travel as
+raw bytes, either on the same pipe or, when the channel has shared-memory regions, in the
+sender's region (the header then gives each tensor's offset). Bulk bytes through a pipe
+move at about 0.5 GB/s (measured on the H100 device); through shared memory at memory speed.
+
+No pickle crosses the channel: headers are JSON and tensors are rebuilt from a whitelist of
+dtypes, so a hostile child can send wrong data but never run code in the parent. Each
+region is written only by its sender; the receiver copies what a frame names out of it at
+once, bounds-checked against the region's current size. Regions are memfds sealed against
+shrinking, so no side can make the other's mapped reads or writes fault.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import mmap
 import os
 import select
 import struct
@@ -19,6 +27,9 @@ import torch
 
 MAX_HEADER_BYTES = 8 << 20
 _F_SETPIPE_SZ = 1031
+_F_ADD_SEALS = 1033
+_F_SEAL_SEAL, _F_SEAL_SHRINK = 0x0001, 0x0002
+_ALIGN = 4096
 
 DTYPES: dict[str, torch.dtype] = {
     name: getattr(torch, name)
@@ -51,21 +62,77 @@ def dtype_name(dtype: torch.dtype) -> str:
         raise ProtocolError(f"unsupported dtype {dtype}") from None
 
 
-def _tensor_bytes(t: torch.Tensor) -> memoryview:
-    """A view of the tensor's bytes on the CPU (no copy when it is already a contiguous CPU tensor)."""
-    t = t.detach().to("cpu").contiguous()
-    if t.numel() == 0:
-        return memoryview(b"")
-    return memoryview(t.reshape(-1).view(torch.uint8).numpy())
+def _as_bytes(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's contents as a flat uint8 tensor on its own device."""
+    t = t.detach().contiguous().reshape(-1)
+    return t.view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8, device=t.device)
+
+
+def new_region_fd() -> int | None:
+    """A memfd for one direction of a channel, sealed against shrinking; None where memfds don't exist."""
+    if not hasattr(os, "memfd_create"):
+        return None
+    try:
+        fd = os.memfd_create("kh-channel", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        fcntl.fcntl(fd, _F_ADD_SEALS, _F_SEAL_SHRINK | _F_SEAL_SEAL)
+    except OSError:
+        return None
+    return fd
+
+
+class _Region:
+    """A shared-memory file mapped into this process, grown on demand, never shrunk."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self._map: mmap.mmap | None = None
+
+    def size(self) -> int:
+        return os.fstat(self.fd).st_size
+
+    def view(self, end: int) -> mmap.mmap:
+        """A mapping covering at least [0, end) of the file (the file must already be that large)."""
+        if self._map is None or len(self._map) < end:
+            self._close_map()
+            self._map = mmap.mmap(self.fd, end)
+        return self._map
+
+    def reserve(self, nbytes: int) -> mmap.mmap:
+        """Grow the file to at least nbytes (rounded up) and map it."""
+        if self.size() < nbytes:
+            os.ftruncate(self.fd, -(-nbytes // (1 << 24)) * (1 << 24))
+        return self.view(nbytes)
+
+    def _close_map(self) -> None:
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:  # a tensor still views it: leave it to the garbage collector
+                pass
+            self._map = None
+
+    def close(self) -> None:
+        self._close_map()
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
 
 
 class Channel:
-    """One direction-pair of pipes carrying framed messages."""
+    """One pair of pipes carrying framed messages, with optional shared-memory regions for tensor bytes.
 
-    def __init__(self, read_fd: int, write_fd: int, max_payload_bytes: int = 8 << 30):
+    `send_fd` is the region this side writes, `recv_fd` the one it reads (either may be None).
+    `max_payload_bytes` caps the tensor bytes one received frame may carry.
+    """
+
+    def __init__(self, read_fd: int, write_fd: int, *, send_fd: int | None = None, recv_fd: int | None = None,
+                 max_payload_bytes: int = 8 << 30):
         self.read_fd = read_fd
         self.write_fd = write_fd
         self.max_payload_bytes = max_payload_bytes
+        self._send_region = _Region(send_fd) if send_fd is not None else None
+        self._recv_region = _Region(recv_fd) if recv_fd is not None else None
         for fd in (read_fd, write_fd):  # larger pipe buffers: fewer context switches for big tensors
             try:
                 fcntl.fcntl(fd, _F_SETPIPE_SZ, 1 << 20)
@@ -73,24 +140,40 @@ class Channel:
                 pass
 
     def send(self, header: dict[str, Any], tensors: list[torch.Tensor] | None = None) -> None:
-        """Send a header and tensors (moved to CPU)."""
+        """Send a header and tensors (copied out of any device)."""
         tensors = tensors or []
-        blobs = [_tensor_bytes(t) for t in tensors]
-        header = dict(header)
-        header["tensors"] = [
-            {"dtype": dtype_name(t.dtype), "shape": list(t.shape), "nbytes": len(b)} for t, b in zip(tensors, blobs)
+        blobs = [_as_bytes(t) for t in tensors]
+        specs: list[dict[str, Any]] = [
+            {"dtype": dtype_name(t.dtype), "shape": list(t.shape), "nbytes": int(b.numel())} for t, b in zip(tensors, blobs)
         ]
+        if self._send_region is not None and blobs:
+            offset = 0
+            for spec in specs:
+                spec["offset"] = offset
+                offset += -(-spec["nbytes"] // _ALIGN) * _ALIGN
+            view = self._send_region.reserve(max(offset, 1))
+            for spec, b in zip(specs, blobs):
+                if spec["nbytes"]:
+                    torch.frombuffer(view, dtype=torch.uint8, count=spec["nbytes"], offset=spec["offset"]).copy_(b)
+            blobs = []
+        header = dict(header)
+        header["tensors"] = specs
         raw = json.dumps(header).encode()
         self._write(struct.pack(">I", len(raw)) + raw)
         for b in blobs:
-            self._write(b)
+            if b.numel():
+                self._write(memoryview(b.cpu().numpy()))
 
-    def recv(self, timeout: float | None = None) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        """Receive one frame; raises ChannelTimeout, ChannelClosed or ProtocolError."""
+    def recv(self, timeout: float | None = None, device: torch.device | str | None = None
+             ) -> tuple[dict[str, Any], list[torch.Tensor]]:
+        """Receive one frame; its tensors are private copies (on `device` if given).
+
+        Raises ChannelTimeout, ChannelClosed or ProtocolError.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         (n,) = struct.unpack(">I", self._read(4, deadline))
         if n > MAX_HEADER_BYTES:
-            raise ProtocolError(f"header of {n} bytes exceeds the limit")
+            raise ProtocolError(f"header of {n} bytes exceeds the limit of {MAX_HEADER_BYTES}")
         try:
             header = json.loads(self._read(n, deadline))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -101,18 +184,22 @@ class Channel:
         total = 0
         tensors = []
         for spec in specs:
-            tensors.append(self._read_tensor(spec, deadline))
-            total += tensors[-1].numel() * tensors[-1].element_size()
+            dtype, shape, nbytes, offset = self._parse_spec(spec)
+            total += nbytes
             if total > self.max_payload_bytes:
-                raise ProtocolError("payload exceeds the output size limit")
+                raise ProtocolError(f"a reply carried more than {self.max_payload_bytes} bytes of tensors")
+            raw = self._read_region(offset, nbytes) if offset is not None else self._read_pipe(nbytes, deadline)
+            t = raw.view(dtype).reshape(shape) if nbytes else torch.empty(shape, dtype=dtype)
+            tensors.append(t.to(device) if device is not None else t)
         return header, tensors
 
-    def _read_tensor(self, spec: Any, deadline: float | None) -> torch.Tensor:
+    def _parse_spec(self, spec: Any) -> tuple[torch.dtype, list[int], int, int | None]:
         try:
             dtype = DTYPES[spec["dtype"]]
             shape = [int(s) for s in spec["shape"]]
             nbytes = int(spec["nbytes"])
-        except (KeyError, TypeError, ValueError):
+            offset = None if spec.get("offset") is None else int(spec["offset"])
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise ProtocolError(f"bad tensor spec {str(spec)[:200]}") from None
         numel = 1
         for s in shape:
@@ -121,15 +208,30 @@ class Channel:
             numel *= s
         itemsize = torch.empty((), dtype=dtype).element_size()
         if nbytes != numel * itemsize or nbytes > self.max_payload_bytes:
-            raise ProtocolError("tensor byte count does not match its shape")
+            raise ProtocolError("tensor byte count does not match its shape, or exceeds the limit")
+        if offset is not None and (offset < 0 or self._recv_region is None):
+            raise ProtocolError("tensor offset into a shared region this channel does not have")
+        return dtype, shape, nbytes, offset
+
+    def _read_region(self, offset: int, nbytes: int) -> torch.Tensor:
+        assert self._recv_region is not None
         if not nbytes:
-            return torch.empty(shape, dtype=dtype)
+            return torch.empty(0, dtype=torch.uint8)
+        end = offset + nbytes
+        if end > self._recv_region.size():
+            raise ProtocolError("tensor bytes lie outside the shared region")
+        view = self._recv_region.view(end)
+        return torch.frombuffer(view, dtype=torch.uint8, count=nbytes, offset=offset).clone()
+
+    def _read_pipe(self, nbytes: int, deadline: float | None) -> torch.Tensor:
         data = bytearray(nbytes)
-        self._read_into(memoryview(data), deadline)
-        return torch.frombuffer(data, dtype=torch.uint8).view(dtype).reshape(shape)
+        if nbytes:
+            self._read_into(memoryview(data), deadline)
+            return torch.frombuffer(data, dtype=torch.uint8)
+        return torch.empty(0, dtype=torch.uint8)
 
     def _write(self, data: bytes | memoryview) -> None:
-        view = memoryview(data)
+        view = memoryview(data).cast("B")
         while view:
             try:
                 n = os.write(self.write_fd, view)
@@ -143,7 +245,7 @@ class Channel:
         return bytes(buf)
 
     def _read_into(self, view: memoryview, deadline: float | None) -> None:
-        """Fill `view` from the channel, honouring the deadline between reads."""
+        """Fill `view` from the pipe, honouring the deadline between reads."""
         pos = 0
         while pos < len(view):
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -161,3 +263,6 @@ class Channel:
                 os.close(fd)
             except OSError:
                 pass
+        for region in (self._send_region, self._recv_region):
+            if region is not None:
+                region.close()

@@ -17,6 +17,8 @@ from typing import Any, Iterator
 
 import hydra
 from hydra._internal.utils import get_args_parser
+
+import harness.conf  # noqa: F401  registers the eval schema (eval.config.EvalConfig) with Hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf

@@ -2,8 +2,8 @@
 turn after turn, every attempt committed to the run store before the next turn depends on it.
 
 Concurrency: each (problem, sample) is one trajectory, run on a thread pool of
-`max_concurrency` threads, so agent requests overlap; evaluations go one at a time through the
-single `Evaluator` (which owns its sandboxed workers). Nothing a candidate does can end the run:
+`max_concurrency` threads, so agent requests and evaluations overlap: the `Evaluator` is
+thread-safe and keeps one candidate in flight per warm worker on every GPU. Nothing a candidate does can end the run:
 the evaluator judges it, and an evaluator exception is recorded as a crash of that attempt.
 
 Samples and turns count from 1.
@@ -144,7 +144,6 @@ class RunLoop:
         self._display = display
         self._cache = response_cache
         self._agent_config = dict(agent_config or {})
-        self._eval_lock = threading.Lock()
         self._lock = threading.Lock()  # guards stats, budget counters, stop reason and timers
         self._stop = threading.Event()
         self._stop_reason = "finished"
@@ -325,20 +324,19 @@ class RunLoop:
         return response, False
 
     def _evaluate(self, problem: Problem, code: str) -> tuple[EvalResult, float]:
-        """Evaluate under the evaluator lock; an evaluator exception becomes a recorded crash."""
-        with self._eval_lock:
-            t0 = time.perf_counter()
-            try:
-                result = self._evaluator.evaluate(problem, code, backend=self.settings.backend)
-            except Exception as exc:  # noqa: BLE001 (a harness-side failure must not end the run)
-                result = EvalResult(
-                    status=Status.CRASH,
-                    reason=f"the evaluator raised {type(exc).__name__}: {exc}",
-                    problem_id=problem.id,
-                    backend=self.settings.backend,
-                    flags=["evaluator_exception: the harness, not the candidate, failed here"],
-                )
-            elapsed = time.perf_counter() - t0
+        """Evaluate (several trajectories' candidates are in flight at once); an evaluator exception becomes a recorded crash."""
+        t0 = time.perf_counter()
+        try:
+            result = self._evaluator.evaluate(problem, code, backend=self.settings.backend)
+        except Exception as exc:  # noqa: BLE001 (a harness-side failure must not end the run)
+            result = EvalResult(
+                status=Status.CRASH,
+                reason=f"the evaluator raised {type(exc).__name__}: {exc}",
+                problem_id=problem.id,
+                backend=self.settings.backend,
+                flags=["evaluator_exception: the harness, not the candidate, failed here"],
+            )
+        elapsed = time.perf_counter() - t0
         with self._lock:
             self._eval_s += elapsed
         return result, elapsed

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from hydra import compose, initialize_config_dir
+
+import harness.conf  # noqa: F401  registers the eval schema (eval.config.EvalConfig) with Hydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException

@@ -36,9 +36,10 @@ from pathlib import Path
 
 import torch
 
+from problems.compare import compare, tolerance
 from problems.cost import describe_bytes, estimate_memory, measure_cost, static_bytes
 from problems.kernelbench import Entry, LoadFailure
-from problems.problem import Problem, problem_from_source
+from problems.problem import Problem, ProblemError, problem_from_source
 from problems.runtime import (
     build_model,
     has_small_sizes,
@@ -90,9 +91,7 @@ class LintReport:
 
 
 def _tolerance(problem: Problem) -> tuple[float, float]:
-    from eval.config import EvalConfig  # the evaluator's rules, so lint judges as it will
-
-    return EvalConfig().tolerance(problem.dtype, problem.atol, problem.rtol)
+    return tolerance(problem.dtype, problem.atol, problem.rtol)
 
 
 def _as_float(t: torch.Tensor) -> torch.Tensor:
@@ -111,12 +110,6 @@ def _excess(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> tuple
     ratio = (fa - fb).abs() / (atol + rtol * fb.abs())
     ratio = torch.nan_to_num(ratio, nan=float("inf"))
     return float(ratio.max()), float((ratio > 1).double().mean())
-
-
-def _compare(expected: list[torch.Tensor], got: list[torch.Tensor], atol: float, rtol: float):
-    from eval.correctness import compare
-
-    return compare(expected, got, atol, rtol)
 
 
 def _constant_like(t: torch.Tensor, source: torch.Tensor, how: str) -> torch.Tensor:
@@ -208,6 +201,9 @@ def _run_checks(problem: Problem, device: str, scale: str, budget: int, report: 
         out_a = output_tensors(run_forward(model, inputs_a))
         out_a2 = output_tensors(run_forward(model, inputs_a))
         out_b = output_tensors(run_forward(model, make_inputs(module, SEED_B, device)))
+    except ProblemError as exc:  # outputs flattened as the evaluator flattens them, and not all tensors
+        checks.append(Check("run", "fail", str(exc)))
+        return
     except Exception as exc:
         checks.append(Check("run", "fail", _short_exc(exc)))
         return
@@ -261,7 +257,7 @@ def _check_dependence(out_a: list[torch.Tensor], out_b: list[torch.Tensor], atol
 
 def _check_degenerate(out_a: list[torch.Tensor], out_b: list[torch.Tensor], atol: float, rtol: float) -> list[Check]:
     """Would an all-zero output, or a constant a candidate could hard-code, pass the evaluator's check?"""
-    zero = _compare(out_a, [torch.zeros_like(t) for t in out_a], atol, rtol)
+    zero = compare(out_a, [torch.zeros_like(t) for t in out_a], atol, rtol)
     if zero is None:
         zero_check = Check("zero-output", "fail", "an all-zero output passes the tolerance check")
     else:
@@ -269,7 +265,7 @@ def _check_degenerate(out_a: list[torch.Tensor], out_b: list[torch.Tensor], atol
         zero_check = Check("zero-output", "pass", f"zeros mismatch {share:.1%} of output {zero.output}")
     passing = [
         how for how in ("mean", "median")
-        if _compare(out_a, [_constant_like(a, b, how) for a, b in zip(out_a, out_b)], atol, rtol) is None
+        if compare(out_a, [_constant_like(a, b, how) for a, b in zip(out_a, out_b)], atol, rtol) is None
     ]
     if passing:
         detail = f"a constant output (the {' and '.join(passing)} of another seed's output) passes the tolerance check"

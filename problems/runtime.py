@@ -1,7 +1,10 @@
-"""Executing a problem module: import its source, apply reduced sizes, build the model and inputs.
+"""Executing a problem module: import its source, apply reduced sizes, seed, set precision,
+build the model and inputs, flatten its outputs.
 
-Used by lint, the cost counter and the tests (all trusted code running trusted references);
-the evaluator has its own sandboxed path for candidates.
+The one place that does these things: lint, the cost counter, the evaluator's trusted parent
+and its sandboxed worker all call it, so a problem runs the same way wherever it runs.
+Seeding and drawing hold one process-wide lock, so concurrent evaluations in one process
+never interleave their random draws (the worker must rebuild exactly the parent's weights).
 
 Reduced sizes: a problem may declare `META["small"] = {"NAME": value, ...}`, overrides of its
 module-level shape constants that keep the same computation at a size a CPU (or the Triton
@@ -15,6 +18,7 @@ from __future__ import annotations
 import itertools
 import random
 import sys
+import threading
 import types
 from typing import Any
 
@@ -23,24 +27,42 @@ import torch
 from problems.problem import Problem, ProblemError
 
 _counter = itertools.count()
+_rng_lock = threading.RLock()
 
 
-def load_module(problem: Problem, *, small: bool = False) -> types.ModuleType:
-    """Execute the problem source as a fresh module; with `small`, apply `META["small"]`."""
+def load_source(source: str, label: str, overrides: dict[str, Any] | None = None) -> types.ModuleType:
+    """Execute a problem source as a fresh module, then apply shape-constant overrides."""
     name = f"_kh_problem_{next(_counter)}"
     module = types.ModuleType(name)
-    module.__file__ = problem.path or f"<{problem.id}>"
+    module.__file__ = label
     sys.modules[name] = module  # some sources (dataclasses, pickling) look themselves up
     try:
-        exec(compile(problem.source, module.__file__, "exec"), module.__dict__)
+        exec(compile(source, label, "exec"), module.__dict__)
+    except Exception as exc:
+        raise ProblemError(f"{label}: importing the problem failed: {exc!r}") from exc
     finally:
         sys.modules.pop(name, None)
     for required in ("Model", "get_inputs", "get_init_inputs"):
         if not hasattr(module, required):
-            raise ProblemError(f"{problem.id}: module defines no {required}")
-    if small:
-        apply_small_sizes(module, problem)
+            raise ProblemError(f"{label}: module defines no {required}")
+    for key, value in (overrides or {}).items():
+        if not hasattr(module, key):
+            raise ProblemError(f"{label}: META['small'] names {key!r}, which the module does not define")
+        setattr(module, key, value)
     return module
+
+
+def load_module(problem: Problem, *, small: bool = False) -> types.ModuleType:
+    """Execute the problem source as a fresh module; with `small`, apply `META["small"]`."""
+    return load_source(problem.source, problem.path or f"<{problem.id}>", small_sizes(problem) if small else None)
+
+
+def small_sizes(problem: Problem) -> dict[str, Any]:
+    """The problem's reduced sizes (`META["small"]`), validated."""
+    overrides = problem.meta.get("small") or {}
+    if not isinstance(overrides, dict):
+        raise ProblemError(f"{problem.id}: META['small'] must be a dict of shape constants")
+    return overrides
 
 
 def has_small_sizes(problem: Problem) -> bool:
@@ -48,15 +70,11 @@ def has_small_sizes(problem: Problem) -> bool:
     return bool(problem.meta.get("small"))
 
 
-def apply_small_sizes(module: types.ModuleType, problem: Problem) -> None:
-    """Override the module's shape constants with `META["small"]`; unknown names are an error."""
-    overrides = problem.meta.get("small") or {}
-    if not isinstance(overrides, dict):
-        raise ProblemError(f"{problem.id}: META['small'] must be a dict of shape constants")
-    for key, value in overrides.items():
-        if not hasattr(module, key):
-            raise ProblemError(f"{problem.id}: META['small'] names {key!r}, which the module does not define")
-        setattr(module, key, value)
+def strict_precision() -> None:
+    """TF32 off and full fp32 matmul precision, as the tolerances assume."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
 
 
 def seed_everything(seed: int) -> None:
@@ -82,37 +100,69 @@ def to_device(obj: Any, device: str | torch.device) -> Any:
 
 def build_model(module: types.ModuleType, seed: int, device: str | torch.device | None = None) -> torch.nn.Module:
     """Seed, construct `Model(*get_init_inputs())` and move it to `device` (None: leave it where it is)."""
-    seed_everything(seed)
-    init_inputs = module.get_init_inputs()
-    model = module.Model(*init_inputs)
+    with _rng_lock:
+        seed_everything(seed)
+        init_inputs = module.get_init_inputs()
+        model = module.Model(*init_inputs)
     return model if device is None else model.to(device)
 
 
-def make_inputs(module: types.ModuleType, seed: int, device: str | torch.device | None = None) -> list[Any]:
-    """Seed and draw `get_inputs()`, moved to `device` (None: leave them where they are)."""
-    seed_everything(seed)
-    inputs = list(module.get_inputs())
-    return inputs if device is None else list(to_device(inputs, device))
+def make_inputs(module: types.ModuleType, seed: int, device: str | torch.device | None = None,
+                extra_index: int | None = None) -> list[Any]:
+    """Seed and draw `get_inputs()` (or hidden shape set `extra_index`) on `device` (None: where they are made).
+
+    Random tensors are drawn directly on the device: CPU random numbers would otherwise dominate
+    evaluation time at large sizes.
+    """
+    with _rng_lock:
+        seed_everything(seed)
+        if device is None:
+            raw = module.get_inputs() if extra_index is None else module.get_extra_inputs()[extra_index]
+            return list(raw)
+        with torch.device(device):
+            raw = module.get_inputs() if extra_index is None else module.get_extra_inputs()[extra_index]
+    return list(to_device(list(raw), device))
+
+
+def extra_input_count(module: types.ModuleType) -> int:
+    """How many hidden shape sets `get_extra_inputs()` defines (0 when it is absent)."""
+    if not hasattr(module, "get_extra_inputs"):
+        return 0
+    with _rng_lock:
+        seed_everything(0)
+        return len(module.get_extra_inputs())
 
 
 def make_extra_inputs(module: types.ModuleType, seed: int, device: str | torch.device | None = None) -> list[list[Any]]:
     """Seed and draw `get_extra_inputs()` (empty when the problem defines none)."""
     if not hasattr(module, "get_extra_inputs"):
         return []
-    seed_everything(seed)
-    sets = [list(inputs) for inputs in module.get_extra_inputs()]
+    with _rng_lock:
+        seed_everything(seed)
+        sets = [list(inputs) for inputs in module.get_extra_inputs()]
     return sets if device is None else [list(to_device(inputs, device)) for inputs in sets]
 
 
-def output_tensors(out: Any) -> list[torch.Tensor]:
-    """The tensors of a forward's output, in order (a single tensor, or a tuple/list of them)."""
-    if isinstance(out, torch.Tensor):
-        return [out]
+def flatten_outputs(out: Any) -> list[Any]:
+    """The leaves of a forward's output, in order: tuples, lists and dict values are walked.
+
+    The evaluator's worker, its trusted parent and lint all flatten with this, so a problem
+    lint accepts is one a candidate can pass.
+    """
     if isinstance(out, (list, tuple)):
-        return [t for o in out for t in output_tensors(o)]
+        return [leaf for o in out for leaf in flatten_outputs(o)]
     if isinstance(out, dict):
-        return [t for o in out.values() for t in output_tensors(o)]
-    return []
+        return [leaf for o in out.values() for leaf in flatten_outputs(o)]
+    return [out]
+
+
+def output_tensors(out: Any) -> list[torch.Tensor]:
+    """The tensors of a forward's output, in order; a leaf that is not a tensor is a problem error."""
+    leaves = flatten_outputs(out)
+    for i, leaf in enumerate(leaves):
+        if not isinstance(leaf, torch.Tensor):
+            raise ProblemError(f"output {i} is a {type(leaf).__name__}, not a tensor: no candidate could match it")
+    return leaves
 
 
 def run_forward(model: torch.nn.Module, inputs: list[Any]) -> Any:

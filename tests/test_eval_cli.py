@@ -43,3 +43,16 @@ def test_harness_failure_is_nonzero(tmp_path, capsys):
     broken.write_text("class Model: pass\n")
     assert main(["eval", "--problem", str(broken), "--candidate", cand]) == 2
     assert "missing get_inputs, get_init_inputs" in capsys.readouterr().err
+
+
+def test_binary_candidates_get_a_verdict(tmp_path, capsys):
+    """A non-UTF-8 candidate is a format_error and a NUL byte a compile_error: verdicts with exit 0, no traceback."""
+    problem, cand = _files(tmp_path, GOOD)
+    (tmp_path / "candidate.py").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    assert main(["eval", "--problem", problem, "--candidate", cand, "--device", "cpu", "--no-cache", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "format_error" and "not UTF-8" in out["reason"] and "0x89 at offset 0" in out["reason"]
+    (tmp_path / "candidate.py").write_bytes(GOOD.encode().replace(b"import torch\n", b"import torch\x00\n", 1))
+    assert main(["eval", "--problem", problem, "--candidate", cand, "--device", "cpu", "--no-cache", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "compile_error" and "null bytes" in out["reason"]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from eval import EvalConfig, EvalResult, Evaluator, Status
-from eval.correctness import compare
+from problems.compare import compare
 from eval.scoring import fast_p, geomean_speedup, score
 from eval.sandbox import is_secret_name, scrubbed_env
 from eval.static_checks import analyze

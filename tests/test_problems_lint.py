@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from problems.kernelbench import load_kernelbench_dir
 from problems.lint import lint_entries, lint_problem_here
@@ -84,4 +85,14 @@ def test_forward_returning_no_tensor_fails(tmp_path):
     shutil.copy(FIXTURE / "KernelBench/level1/1_Sound_matmul.py", path)
     path.write_text(path.read_text().replace("return torch.matmul(A, B)", "return None"))
     report = lint_problem_here(load_problem_file(path))
-    assert [(c.name, c.detail) for c in report.failures] == [("run", "forward returned no tensors")]
+    assert [(c.name, c.detail) for c in report.failures] == [
+        ("run", "output 0 is a NoneType, not a tensor: no candidate could match it")]
+
+
+def test_nested_outputs_are_flattened_as_the_evaluator_does():
+    """Lint and the evaluator share one flattening, so nested tuples and dicts reach the same leaves."""
+    from problems.runtime import flatten_outputs, output_tensors
+
+    a, b, c = torch.zeros(1), torch.ones(2), torch.full((3,), 2.0)
+    assert [t.numel() for t in output_tensors((a, {"k": (b, [c])}))] == [1, 2, 3]
+    assert flatten_outputs((a, None))[1] is None

@@ -41,10 +41,5 @@ def test_report_does_not_load_hydra_or_the_run_app(imported: set[str]) -> None:
     assert "harness.app" not in imported and "harness.loop" not in imported
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="eval/__init__.py imports eval.evaluator (and torch) eagerly; with a lazy eval/__init__.py this passes "
-    "(then remove this marker)",
-)
 def test_report_does_not_load_the_evaluator(imported: set[str]) -> None:
     assert "eval.evaluator" not in imported and "torch" not in imported

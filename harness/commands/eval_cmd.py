@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from eval import EvalConfig, Evaluator
+from eval import EvalConfig, EvalResult, Evaluator, Status
 from eval.feedback import render_feedback
 from problems.problem import ProblemError, load_problem_file
 
@@ -30,18 +30,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         problem = load_problem_file(args.problem)
-        source = Path(args.candidate).read_text()
+        raw = Path(args.candidate).read_bytes()
     except (ProblemError, OSError) as exc:
         print(f"harness eval: {exc}", file=sys.stderr)
         return 2
-    config = EvalConfig(device=args.device, trials=args.trials, own_kernel_policy=args.own_kernel_policy,
-                        compile_baseline=args.compile_baseline, cache_dir=None if args.no_cache else EvalConfig.cache_dir)
     try:
-        with Evaluator(config) as evaluator:
-            result = evaluator.evaluate(problem, source, backend=args.backend)
-    except (ProblemError, RuntimeError, ValueError) as exc:
-        print(f"harness eval: {exc}", file=sys.stderr)
-        return 1
+        source = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:  # the candidate's fault: a verdict, not a harness failure
+        result = EvalResult(status=Status.FORMAT_ERROR, problem_id=problem.id, backend=args.backend,
+                            reason=f"the candidate is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})")
+    else:
+        config = EvalConfig(device=args.device, trials=args.trials, own_kernel_policy=args.own_kernel_policy,
+                            compile_baseline=args.compile_baseline,
+                            cache_dir=None if args.no_cache else EvalConfig.cache_dir)
+        try:
+            with Evaluator(config) as evaluator:
+                result = evaluator.evaluate(problem, source, backend=args.backend)
+        except (ProblemError, RuntimeError, ValueError) as exc:
+            print(f"harness eval: {exc}", file=sys.stderr)
+            return 1
     if args.json:
         print(json.dumps(result.to_dict(), indent=None))
     else:

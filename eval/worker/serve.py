@@ -1,54 +1,39 @@
-"""The untrusted worker: imports a candidate and runs it when the parent asks.
+"""The worker's command loop: imports a candidate and runs it when the parent asks.
 
-Runs as `python -m eval.worker READ_FD WRITE_FD` in a spawned, sandboxed process (see
-`eval.sandbox`). It never sees the input seed or the reference outputs: the parent sends
-inputs and receives outputs, and decides every verdict itself. The worker reports facts
-(outputs, launched kernels, timings, tamper evidence); it never reports a verdict.
+Runs in a spawned, sandboxed process (see `eval.sandbox`). It never sees the input seed or
+the reference outputs: the parent sends inputs and receives outputs, and decides every
+verdict itself. The worker reports facts (outputs, launched kernels, timings, tamper
+evidence); it never reports a verdict. Every command ends with a device-wide
+synchronisation, so no work a candidate left queued can overlap another worker's timing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
-import importlib.util
 import os
+import shutil
 import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
+
+from eval import protocol as p
+from eval.wire import Channel, ChannelClosed, ProtocolError
+from eval.worker import integrity, timing, tracing
+from problems import runtime
+
 _TRACEBACK_CHARS = 4000
-
-
-def _drop_privileges() -> None:
-    """When started as root with KH_DROP_UID set, become that user before anything else runs."""
-    uid = os.environ.pop("KH_DROP_UID", None)
-    if uid is None or os.getuid() != 0:
-        return
-    os.setgroups([])
-    os.setgid(int(uid))
-    os.setuid(int(uid))
-
-
-_drop_privileges()
-
-import torch  # noqa: E402  (after the privilege drop)
-
-from eval import integrity, timing, tracing  # noqa: E402
-from eval.wire import Channel, ChannelClosed  # noqa: E402
-
 _torch_equal = torch.equal  # captured before any candidate can patch them
 _torch_allclose = torch.allclose
+Handled = tuple[p.Reply, list[torch.Tensor]]
 
 
 def _tail(text: str, n: int = _TRACEBACK_CHARS) -> str:
     return text if len(text) <= n else "..." + text[-n:]
-
-
-def _exc_text() -> str:
-    return _tail(traceback.format_exc())
 
 
 def _is_cuda_error(exc: BaseException) -> bool:
@@ -56,7 +41,17 @@ def _is_cuda_error(exc: BaseException) -> bool:
     return any(s in text for s in ("CUDA error", "cudaError", "illegal memory access", "CUBLAS_STATUS", "device-side assert"))
 
 
+def _failure(stage: str, exc: BaseException, reply: type[p.Reply] = p.Reply) -> p.Reply:
+    """A failed reply describing `exc` (the traceback tail, and whether CUDA or memory gave out)."""
+    if isinstance(exc, SystemExit):
+        return reply(ok=False, stage=stage, error=f"candidate called sys.exit({exc.code}) during {stage}")
+    return reply(ok=False, stage=stage, error=_tail(traceback.format_exc()), cuda_error=_is_cuda_error(exc),
+                 oom=isinstance(exc, torch.OutOfMemoryError))
+
+
 def _import_file(path: Path, module_name: str) -> Any:
+    import importlib.util
+
     spec = importlib.util.spec_from_file_location(module_name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -65,19 +60,13 @@ def _import_file(path: Path, module_name: str) -> Any:
     return module
 
 
-def _flatten(out: Any) -> list[Any] | None:
-    if isinstance(out, (tuple, list)):
-        return list(out)
-    return [out]
-
-
 def _storage_span(t: torch.Tensor) -> tuple[int, int]:
     start = t.untyped_storage().data_ptr()
     return start, start + t.untyped_storage().nbytes()
 
 
 class Worker:
-    """State of one worker process: the loaded problem, candidate and timing tools."""
+    """State of one worker process: the loaded problem, candidate, staged inputs and timing tools."""
 
     def __init__(self, channel: Channel):
         self.channel = channel
@@ -89,18 +78,16 @@ class Worker:
         self.candidate_module_name = ""
         self.snapshot: integrity.Snapshot | None = None
         self.flusher: timing.L2Flusher | None = None
-        self._stream: Any = None
+        self.args: p.ArgSpec = []
+        self.ref_sets: list[list[torch.Tensor]] = []
+        self.cand_sets: list[list[torch.Tensor]] = []
         self._loaded = 0
 
     # -- commands ---------------------------------------------------------------------------
-    def cmd_hello(self, msg: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        self.device = torch.device(msg["device"])
-        info: dict[str, Any] = {
-            "torch": torch.__version__,
-            "python": sys.version.split()[0],
-            "uid": os.getuid(),
-            "network_isolated": _network_isolated(),
-        }
+    def cmd_hello(self, msg: p.Hello, tensors: list[torch.Tensor]) -> Handled:
+        self.device = torch.device(msg.device)
+        info: dict[str, Any] = {"torch": torch.__version__, "python": sys.version.split()[0], "uid": os.getuid(),
+                                "network_isolated": _network_isolated()}
         try:
             import triton
 
@@ -110,68 +97,57 @@ class Worker:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
             props = torch.cuda.get_device_properties(self.device)
-            info.update(
-                device_name=props.name,
-                sm_count=props.multi_processor_count,
-                l2_bytes=int(getattr(props, "L2_cache_size", 0)),
-                capability=f"{props.major}.{props.minor}",
-                cuda=torch.version.cuda,
-            )
+            info.update(device_name=props.name, sm_count=props.multi_processor_count,
+                        l2_bytes=int(getattr(props, "L2_cache_size", 0)), capability=f"{props.major}.{props.minor}",
+                        cuda=torch.version.cuda)
             self.flusher = timing.L2Flusher(self.device)
-            self._stream = torch.cuda.current_stream()
         else:
             info["device_name"] = "cpu (Triton interpreter)"
-        return {"ok": True, "info": info}, []
+        info["warm_s"] = _warm_up(self.device)
+        self.tracer.reset()
+        return p.HelloReply(info=info), []
 
-    def cmd_load(self, msg: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        integrity.strict_precision()
+    def cmd_load(self, msg: p.Load, tensors: list[torch.Tensor]) -> Handled:
+        runtime.strict_precision()
         torch.use_deterministic_algorithms(False)
-        workdir = Path.cwd()
-        digest = hashlib.sha256((msg["problem_source"] + (msg["candidate_source"] or "")).encode()).hexdigest()[:16]
-        problem_path = workdir / f"problem_{digest}.py"
-        problem_path.write_text(msg["problem_source"])
-        problem = _import_file(problem_path, f"kh_problem_{digest}_{self._loaded}")
-        for name, value in (msg.get("size_overrides") or {}).items():
-            setattr(problem, name, value)
-        init_inputs = problem.get_init_inputs()
-        torch.manual_seed(msg["weight_seed"])
-        self.reference = problem.Model(*init_inputs).to(self.device)
-        if msg.get("candidate_source") is None:  # baseline timing: the reference alone
-            return {"ok": True}, []
-        if msg.get("extensions_dir"):
-            os.environ["TORCH_EXTENSIONS_DIR"] = msg["extensions_dir"]
+        try:
+            problem = runtime.load_source(msg.problem_source, msg.problem_label or "<problem>", msg.size_overrides)
+            self.reference = runtime.build_model(problem, msg.weight_seed, self.device)
+        except BaseException as exc:  # noqa: BLE001  trusted code, but report rather than die
+            return _failure("problem", exc, p.LoadReply), []
+        if msg.candidate_source is None:  # baseline timing: the reference alone
+            return p.LoadReply(), []
+        if msg.extensions_dir:
+            os.environ["TORCH_EXTENSIONS_DIR"] = msg.extensions_dir
         self.tracer.reset()
         self.snapshot = integrity.Snapshot()
-        self.candidate_module_name = f"kh_candidate_{digest}_{self._loaded}"
+        self.candidate_module_name = f"kh_candidate_{self._loaded}"
+        candidate_path = Path.cwd() / f"candidate_{self._loaded}.py"
         self._loaded += 1
-        candidate_path = workdir / f"candidate_{digest}.py"
-        candidate_path.write_text(msg["candidate_source"])
+        candidate_path.write_text(msg.candidate_source)
         t0 = time.perf_counter()
         try:
             module = _import_file(candidate_path, self.candidate_module_name)
         except BaseException as exc:  # noqa: BLE001  candidate code: anything can come out
-            if isinstance(exc, SystemExit):
-                return {"ok": False, "stage": "import", "error": f"candidate called sys.exit({exc.code}) at import"}, []
-            return {"ok": False, "stage": "import", "error": _exc_text(), "cuda_error": _is_cuda_error(exc)}, []
+            return _failure("import", exc, p.LoadReply), []
         import_s = time.perf_counter() - t0
         model_new = getattr(module, "ModelNew", None)
         if model_new is None:
-            return {"ok": False, "stage": "format", "error": "the candidate module defines no ModelNew"}, []
+            return p.LoadReply(ok=False, stage="format", error="the candidate module defines no ModelNew"), []
         try:
-            torch.manual_seed(msg["weight_seed"])
-            candidate = model_new(*init_inputs)
+            candidate = runtime.build_model(_Constructor(model_new, problem), msg.weight_seed)
             if not isinstance(candidate, torch.nn.Module):
-                return {"ok": False, "stage": "format", "error": "ModelNew(...) is not a torch.nn.Module"}, []
+                return p.LoadReply(ok=False, stage="format", error="ModelNew(...) is not a torch.nn.Module"), []
             copied = _copy_matching_state(self.reference, candidate)
             self.candidate = candidate.to(self.device)
         except BaseException as exc:  # noqa: BLE001
-            return {"ok": False, "stage": "construct", "error": _exc_text(), "cuda_error": _is_cuda_error(exc)}, []
+            return _failure("construct", exc, p.LoadReply), []
         violations = self.snapshot.violations()
         if violations:
-            return {"ok": False, "stage": "integrity", "error": "; ".join(violations)}, []
-        return {"ok": True, "import_s": import_s, "state_copied": copied}, []
+            return p.LoadReply(ok=False, stage="integrity", error="; ".join(violations)), []
+        return p.LoadReply(import_s=import_s, state_copied=copied), []
 
-    def cmd_prepare(self, msg: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+    def cmd_prepare(self, msg: p.Prepare, tensors: list[torch.Tensor]) -> Handled:
         """Import a candidate only to build its extensions (no GPU needed); report build failures."""
         from torch.utils import cpp_extension
 
@@ -180,166 +156,143 @@ class Worker:
 
         def recording_load_inline(*args: Any, **kwargs: Any) -> Any:
             try:
-                if msg.get("compile_only"):
+                if msg.compile_only:
                     return _compile_only(*args, **kwargs)
                 return original(*args, **kwargs)
             except _CompileOnlyDone:
                 raise
             except BaseException as exc:  # noqa: BLE001
-                failures.append(_tail(str(exc) or _exc_text()))
+                failures.append(_tail(str(exc) or traceback.format_exc()))
                 raise
 
         cpp_extension.load_inline = recording_load_inline
         path = Path.cwd() / "candidate_prepare.py"
-        path.write_text(msg["candidate_source"])
+        path.write_text(msg.candidate_source)
         try:
             _import_file(path, "kh_candidate_prepare")
-        except _CompileOnlyDone:
-            pass
         except BaseException:  # noqa: BLE001  non-build failures are judged later, on the GPU
             pass
         finally:
             cpp_extension.load_inline = original
         if failures:
-            return {"ok": False, "error": failures[0]}, []
-        return {"ok": True}, []
+            return p.Reply(ok=False, stage="build", error=failures[0]), []
+        return p.Reply(), []
 
-    def cmd_run(self, msg: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+    def cmd_run(self, msg: p.Run, tensors: list[torch.Tensor]) -> Handled:
         """One correctness trial on the given inputs, memory poisoned while it runs."""
         assert self.candidate is not None and self.snapshot is not None
-        inputs = [t.to(self.device) for t in tensors]
-        inputs = _rebuild_args(msg["args"], inputs)
+        inputs = _rebuild_args(msg.args, [t.to(self.device) for t in tensors])
         pristine = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
         self._sync()
         try:
-            with _poisoned_memory(msg.get("poison", True)), torch.no_grad():
+            with _poisoned_memory(msg.poison), torch.no_grad():
                 out = self.candidate(*inputs)
             self._sync()
         except BaseException as exc:  # noqa: BLE001
-            if isinstance(exc, SystemExit):
-                return {"ok": False, "stage": "run", "error": f"candidate called sys.exit({exc.code}) in forward"}, []
-            return {"ok": False, "stage": "run", "error": _exc_text(), "cuda_error": _is_cuda_error(exc)}, []
+            return _failure("run", exc, p.RunReply), []
         violations = self.snapshot.violations()
         if violations:
-            return {"ok": False, "stage": "integrity", "error": "; ".join(violations)}, []
+            return p.RunReply(ok=False, stage="integrity", error="; ".join(violations)), []
         outputs, problem = self._check_outputs(out, inputs)
         if problem:
-            return {"ok": False, "stage": "output", "error": problem}, []
+            return p.RunReply(ok=False, stage="output", error=problem), []
         mutated = [i for i, (a, b) in enumerate(zip(inputs, pristine)) if isinstance(a, torch.Tensor) and not _same(a, b)]
-        return {"ok": True, "structure": "tuple" if isinstance(out, (tuple, list)) else "tensor", "mutated_inputs": mutated}, outputs
+        return p.RunReply(mutated_inputs=mutated), outputs
 
-    def cmd_kernels(self, msg: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        """Own Triton launches so far and, on a GPU, a profile of one more call."""
+    def cmd_stage(self, msg: p.Stage, tensors: list[torch.Tensor]) -> Handled:
+        """Keep the timing input sets on the device (sent outside the exclusive timing window)."""
+        n, sets = msg.n_inputs, [t.to(self.device) for t in tensors]
+        if n * (msg.ref_sets + msg.cand_sets) != len(sets):
+            return p.Reply(ok=False, stage="stage", error="staged tensor count does not match the set counts"), []
+        groups = [sets[k * n:(k + 1) * n] for k in range(msg.ref_sets + msg.cand_sets)]
+        self.args, self.ref_sets, self.cand_sets = msg.args, groups[:msg.ref_sets], groups[msg.ref_sets:]
+        return p.Reply(), []
+
+    def cmd_kernels(self, msg: p.Kernels, tensors: list[torch.Tensor]) -> Handled:
+        """Own Triton launches so far and, on a GPU, a profile of calls on a staged candidate set."""
         assert self.candidate is not None
-        reply: dict[str, Any] = {"ok": True, "triton_own": self.tracer.own_launches(self.candidate_module_name)}
-        if self.device.type == "cuda":
-            inputs = _rebuild_args(msg["args"], [t.to(self.device) for t in tensors])
+        reply = p.KernelsReply(triton_own=self.tracer.own_launches(self.candidate_module_name))
+        if self.device.type == "cuda" and self.cand_sets:
+            inputs = _rebuild_args(self.args, [t.clone() for t in self.cand_sets[0]])
             with torch.no_grad():
-                reply["profile"] = tracing.profile_kernels(lambda: self.candidate(*inputs))
-            reply["triton_own"] = self.tracer.own_launches(self.candidate_module_name)
+                reply.profile = [[name, ms] for name, ms in tracing.profile_kernels(lambda: self.candidate(*inputs))]
+            reply.triton_own = self.tracer.own_launches(self.candidate_module_name)
         return reply, []
 
-    def cmd_hidden_work(self, msg: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+    def cmd_hidden_work(self, msg: p.HiddenWork, tensors: list[torch.Tensor]) -> Handled:
         """Output copied right after return vs after a full sync; back-to-back wall vs events."""
         assert self.candidate is not None and self.reference is not None and self.snapshot is not None
-        n_in = msg["n_inputs"]
-        inputs = _rebuild_args(msg["args"], [t.to(self.device) for t in tensors[:n_in]])
-        ref_inputs = _rebuild_args(msg["args"], [t.to(self.device) for t in tensors[n_in:]])
+        inputs = _rebuild_args(self.args, [t.clone() for t in self.cand_sets[0]])
+        ref_inputs = _rebuild_args(self.args, [t.clone() for t in self.ref_sets[0]])
         differs = 0
         with torch.no_grad():
             for _ in range(3):
-                out = _flatten(self.candidate(*inputs))
+                out = runtime.flatten_outputs(self.candidate(*inputs))
                 snap = [o.clone() if isinstance(o, torch.Tensor) else o for o in out]  # same stream, right after return
                 torch.cuda.synchronize()
                 differs += any(isinstance(o, torch.Tensor) and not _same(o, s) for o, s in zip(out, snap))
-            reps = msg.get("reps", 20)
-            cand = timing.back_to_back_excess(lambda: self.candidate(*inputs), reps)
-            ref = timing.back_to_back_excess(lambda: self.reference(*ref_inputs), reps)
-        violations = self.snapshot.violations()
-        return {"ok": True, "stream_mismatches": differs, "candidate": cand, "reference": ref, "violations": violations}, []
+            cand = timing.back_to_back_excess(lambda: self.candidate(*inputs), msg.reps)
+            ref = timing.back_to_back_excess(lambda: self.reference(*ref_inputs), msg.reps)
+        return p.HiddenWorkReply(stream_mismatches=differs, candidate=cand, reference=ref,
+                                 violations=self.snapshot.violations()), []
 
-    def cmd_time(self, msg: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        """Interleaved timing; returns samples summaries and the candidate's last output per pool set."""
+    def cmd_time(self, msg: p.Time, tensors: list[torch.Tensor]) -> Handled:
+        """Interleaved timing on the staged sets; returns summaries and the candidate's first output per set."""
         assert self.candidate is not None and self.reference is not None and self.snapshot is not None
         assert self.flusher is not None
-        n_in, pool = msg["n_inputs"], msg["pool_size"]
-        dev = [t.to(self.device) for t in tensors]
-        ref_pool = [dev[k * n_in:(k + 1) * n_in] for k in range(pool)]
-        cand_pool = [dev[(pool + k) * n_in:(pool + k + 1) * n_in] for k in range(pool)]
-        ref_buf = [t.clone() for t in ref_pool[0]]
-        cand_buf = [t.clone() for t in cand_pool[0]]
-        ref_args = _rebuild_args(msg["args"], ref_buf)
-        cand_args = _rebuild_args(msg["args"], cand_buf)
+        ref_buf = [t.clone() for t in self.ref_sets[0]]
+        cand_buf = [t.clone() for t in self.cand_sets[0]]
+        ref_args = _rebuild_args(self.args, ref_buf)
+        cand_args = _rebuild_args(self.args, cand_buf)
         first_out: dict[int, list[torch.Tensor]] = {}
         drift = {"count": 0}
 
         def check_candidate(k: int, out: Any) -> None:
-            outs = [o.detach().clone() for o in _flatten(out) if isinstance(o, torch.Tensor)]
+            outs = [o.detach().clone() for o in runtime.flatten_outputs(out) if isinstance(o, torch.Tensor)]
             if k not in first_out:
                 first_out[k] = outs
             elif not all(_close(a, b) for a, b in zip(outs, first_out[k])):
                 drift["count"] += 1
 
         sides = {
-            "reference": timing.TimedSide(_refiller(ref_buf, ref_pool), lambda: self.reference(*ref_args)),
-            "candidate": timing.TimedSide(_refiller(cand_buf, cand_pool), lambda: self.candidate(*cand_args), check_candidate),
+            "reference": timing.TimedSide(_refiller(ref_buf, self.ref_sets), lambda: self.reference(*ref_args)),
+            "candidate": timing.TimedSide(_refiller(cand_buf, self.cand_sets), lambda: self.candidate(*cand_args),
+                                          check_candidate),
         }
         with torch.no_grad():
-            samples = timing.interleaved(
-                sides,
-                pool_size=pool,
-                min_reps=msg["min_reps"],
-                max_reps=msg["max_reps"],
-                target_rel_stderr=msg["target_rel_stderr"],
-                budget_s=msg["budget_s"],
-                warmup_ms=msg["warmup_ms"],
-                flush=self.flusher,
-            )
-        violations = self.snapshot.violations()
-        outputs = [o for k in range(pool) for o in first_out.get(k, [])]
-        reply = {
-            "ok": True,
-            "reference": timing.summarize(samples["reference"]),
-            "candidate": timing.summarize(samples["candidate"]),
-            "sum_ms": sum(samples["reference"]) + sum(samples["candidate"]),
-            "inconsistent_timed_outputs": drift["count"],
-            "violations": violations,
-        }
-        return reply, outputs
+            samples = timing.interleaved(sides, pool_size=len(self.cand_sets), flush=self.flusher, **_rule(msg))
+        outputs = [o for k in range(len(self.cand_sets)) for o in first_out.get(k, [])]
+        return p.TimeReply(reference=timing.summarize(samples["reference"]), candidate=timing.summarize(samples["candidate"]),
+                           inconsistent_timed_outputs=drift["count"], violations=self.snapshot.violations()), outputs
 
-    def cmd_time_compiled(self, msg: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+    def cmd_time_compiled(self, msg: p.TimeCompiled, tensors: list[torch.Tensor]) -> Handled:
         """Time torch.compile(reference) against eager under the same method (baseline only)."""
         assert self.reference is not None and self.flusher is not None
-        n_in, pool = msg["n_inputs"], msg["pool_size"]
-        dev = [t.to(self.device) for t in tensors]
-        ref_pool = [dev[k * n_in:(k + 1) * n_in] for k in range(pool)]
-        buf_a = [t.clone() for t in ref_pool[0]]
-        buf_b = [t.clone() for t in ref_pool[0]]
+        buf_a = [t.clone() for t in self.ref_sets[0]]
+        buf_b = [t.clone() for t in self.ref_sets[0]]
         compiled = torch.compile(self.reference)
-
-        args_a = _rebuild_args(msg["args"], buf_a)
-        args_b = _rebuild_args(msg["args"], buf_b)
+        args_a = _rebuild_args(self.args, buf_a)
+        args_b = _rebuild_args(self.args, buf_b)
+        rule = _rule(msg)
+        rule["warmup_ms"] = max(rule["warmup_ms"], 200.0)
         with torch.no_grad():
             samples = timing.interleaved(
-                {
-                    "eager": timing.TimedSide(_refiller(buf_a, ref_pool), lambda: self.reference(*args_a)),
-                    "compiled": timing.TimedSide(_refiller(buf_b, ref_pool), lambda: compiled(*args_b)),
-                },
-                pool_size=pool, min_reps=msg["min_reps"], max_reps=msg["max_reps"],
-                target_rel_stderr=msg["target_rel_stderr"], budget_s=msg["budget_s"],
-                warmup_ms=max(msg["warmup_ms"], 200.0), flush=self.flusher,
-            )
-        return {"ok": True, "eager": timing.summarize(samples["eager"]), "compiled": timing.summarize(samples["compiled"])}, []
+                {"eager": timing.TimedSide(_refiller(buf_a, self.ref_sets), lambda: self.reference(*args_a)),
+                 "compiled": timing.TimedSide(_refiller(buf_b, self.ref_sets), lambda: compiled(*args_b))},
+                pool_size=len(self.ref_sets), flush=self.flusher, **rule)
+        return p.TimeCompiledReply(eager=timing.summarize(samples["eager"]),
+                                   compiled=timing.summarize(samples["compiled"])), []
 
-    def cmd_unload(self, msg: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[dict[str, Any], list[torch.Tensor]]:
+    def cmd_unload(self, msg: p.Unload, tensors: list[torch.Tensor]) -> Handled:
         self.candidate = self.reference = None
-        for name in [n for n in sys.modules if n.startswith(("kh_candidate_", "kh_problem_"))]:
+        self.ref_sets, self.cand_sets = [], []
+        for name in [n for n in sys.modules if n.startswith("kh_candidate_")]:
             del sys.modules[name]
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
-        return {"ok": True}, []
+        return p.Reply(), []
 
     # -- helpers ----------------------------------------------------------------------------
     def _sync(self) -> None:
@@ -347,7 +300,7 @@ class Worker:
             torch.cuda.synchronize()
 
     def _check_outputs(self, out: Any, inputs: list[Any]) -> tuple[list[torch.Tensor], str]:
-        outputs = _flatten(out)
+        outputs = runtime.flatten_outputs(out)
         spans = [_storage_span(t) for t in inputs if isinstance(t, torch.Tensor)]
         for i, o in enumerate(outputs):
             if type(o) is not torch.Tensor:  # noqa: E721  subclasses (lazy or fake tensors) are refused
@@ -364,28 +317,56 @@ class Worker:
 
     # -- loop -------------------------------------------------------------------------------
     def serve(self) -> None:
-        handlers: dict[str, Callable[..., tuple[dict[str, Any], list[torch.Tensor]]]] = {
-            "hello": self.cmd_hello, "load": self.cmd_load, "run": self.cmd_run, "kernels": self.cmd_kernels,
-            "hidden_work": self.cmd_hidden_work, "time": self.cmd_time, "time_compiled": self.cmd_time_compiled,
-            "unload": self.cmd_unload, "prepare": self.cmd_prepare,
+        handlers: dict[str, Callable[[Any, list[torch.Tensor]], Handled]] = {
+            cmd: getattr(self, f"cmd_{cmd}") for cmd in p.REQUESTS if cmd != "exit"
         }
         while True:
             try:
-                msg, tensors = self.channel.recv()
-            except ChannelClosed:
+                header, tensors = self.channel.recv()
+                msg = p.decode_request(header)
+            except (ChannelClosed, ProtocolError):
                 return
-            cmd = msg.get("cmd")
-            if cmd == "exit":
+            if isinstance(msg, p.Exit):
                 return
             try:
-                reply, out = handlers[cmd](msg, tensors)
+                reply, out = handlers[msg.cmd](msg, tensors)
+                self._sync()  # nothing the candidate queued outlives the command
             except BaseException as exc:  # noqa: BLE001  report, never die silently
-                reply, out = {"ok": False, "stage": cmd, "error": _exc_text(), "cuda_error": _is_cuda_error(exc)}, []
-            reply["cmd"] = cmd
+                reply, out = _failure(msg.cmd, exc, msg.reply), []
             try:
-                self.channel.send(reply, out)
+                self.channel.send(p.encode(reply, msg.cmd), out)
             except Exception:  # noqa: BLE001  e.g. an output dtype the wire cannot carry
-                self.channel.send({"cmd": cmd, "ok": False, "stage": "output", "error": _exc_text()})
+                self.channel.send(p.encode(p.Reply(ok=False, stage="output", error=_tail(traceback.format_exc())), msg.cmd))
+
+
+class _Constructor:
+    """Looks like a problem module to `runtime.build_model`, but builds ModelNew (same seed, same init inputs)."""
+
+    def __init__(self, model_new: type, problem: Any):
+        self.Model = model_new
+        self.get_init_inputs = problem.get_init_inputs
+
+
+def _warm_up(device: torch.device) -> float:
+    """Pay once, at spawn, what the first candidate would pay: Triton's compiler and CUDA's profiler."""
+    t0 = time.perf_counter()
+    try:
+        import triton.language  # noqa: F401
+    except ImportError:
+        return 0.0
+    if device.type == "cuda":
+        from eval.worker import warmup
+
+        x = torch.ones(1024, device=device)
+        warmup.launch(x)
+        tracing.profile_kernels(lambda: x.add_(1), repeats=1)
+        torch.cuda.synchronize()
+    return round(time.perf_counter() - t0, 3)
+
+
+def _rule(msg: p.TimingRule) -> dict[str, Any]:
+    return {"min_reps": msg.min_reps, "max_reps": msg.max_reps, "target_rel_stderr": msg.target_rel_stderr,
+            "budget_s": msg.budget_s, "warmup_ms": msg.warmup_ms}
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -417,7 +398,7 @@ def _refiller(buf: list[torch.Tensor], pool: list[list[torch.Tensor]]) -> Callab
     return prepare
 
 
-def _rebuild_args(spec: list[Any], tensors: list[torch.Tensor]) -> list[Any]:
+def _rebuild_args(spec: p.ArgSpec, tensors: list[torch.Tensor]) -> list[Any]:
     """Inputs travel as tensors plus literals: `{"t": i}` marks tensor i, anything else is a literal."""
     return [tensors[a["t"]] if isinstance(a, dict) and "t" in a else a for a in spec]
 
@@ -486,13 +467,9 @@ def _network_isolated() -> bool:
 
 
 def main() -> None:
-    read_fd, write_fd = int(sys.argv[1]), int(sys.argv[2])
-    Worker(Channel(read_fd, write_fd)).serve()
+    fds = [int(a) for a in sys.argv[1:]]
+    read_fd, write_fd = fds[0], fds[1]
+    send_fd, recv_fd = (fds[2], fds[3]) if len(fds) >= 4 else (None, None)
+    Worker(Channel(read_fd, write_fd, send_fd=send_fd, recv_fd=recv_fd)).serve()
     # the parent is gone or asked us to exit: leave no directory behind even if it was killed
-    import shutil
-
     shutil.rmtree(Path.cwd(), ignore_errors=True)
-
-
-if __name__ == "__main__":
-    main()

@@ -75,19 +75,3 @@ def profile_kernels(fn: Callable[[], Any], repeats: int = 3) -> list[tuple[str, 
         if str(getattr(evt, "device_type", "")).endswith("CUDA"):
             totals[evt.key] += _device_time_us(evt) / 1000.0 / repeats
     return [(name, ms) for name, ms in totals.most_common() if ms > 0]
-
-
-def kernel_base_name(profiler_name: str) -> str:
-    """`void ns::my_kernel<float>(float*, int)` -> `my_kernel`; Triton names pass through."""
-    name = profiler_name.split("(", 1)[0]
-    depth, cut = 0, len(name)
-    for i, ch in enumerate(name):  # drop template arguments
-        if ch == "<":
-            if depth == 0:
-                cut = min(cut, i)
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-    name = name[:cut].strip()
-    name = name.split()[-1] if name.split() else name
-    return name.split("::")[-1]

@@ -1,10 +1,46 @@
-"""Comparison of candidate outputs with reference outputs, in the trusted parent."""
+"""When do two forward outputs match: dtype-aware tolerances and the comparison itself.
+
+A fact about problems, shared by the evaluator (which judges candidates with it in the trusted
+parent) and lint (which checks that trivial outputs cannot pass), so both judge alike.
+`Mismatch` is part of every stored result, so this module loads torch only when comparing:
+reading results and reports never needs it.
+"""
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from eval.result import Mismatch
+if TYPE_CHECKING:
+    import torch
+
+DEFAULT_TOLERANCES: dict[str, float] = {
+    "float32": 1e-4,
+    "float64": 1e-7,
+    "float16": 1e-2,
+    "bfloat16": 1e-2,
+}
+
+
+def tolerance(dtype: str, atol: float | None = None, rtol: float | None = None) -> tuple[float, float]:
+    """atol, rtol: the given values where set, else the dtype default."""
+    default = DEFAULT_TOLERANCES.get(dtype, 1e-4)
+    return (default if atol is None else atol), (default if rtol is None else rtol)
+
+
+@dataclass
+class Mismatch:
+    """Where a candidate output first disagreed with the reference."""
+
+    output: int
+    reason: str
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    worst_index: list[int] | None = None
+    mismatch_fraction: float | None = None
+    trial: int | None = None
+    expected: float | None = None
+    got: float | None = None
 
 
 def compare(expected: list[torch.Tensor], got: list[torch.Tensor], atol: float, rtol: float,
@@ -24,6 +60,8 @@ def compare(expected: list[torch.Tensor], got: list[torch.Tensor], atol: float, 
 
 
 def _compare_one(i: int, exp: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> Mismatch | None:
+    import torch
+
     if tuple(out.shape) != tuple(exp.shape):
         return Mismatch(output=i, reason=f"shape {tuple(out.shape)}, expected {tuple(exp.shape)}")
     if out.dtype != exp.dtype:
@@ -53,6 +91,8 @@ def _compare_one(i: int, exp: torch.Tensor, out: torch.Tensor, atol: float, rtol
 
 def _located(i: int, reason: str, e: torch.Tensor, o: torch.Tensor, bad: torch.Tensor,
              diff: torch.Tensor | None = None) -> Mismatch:
+    import torch
+
     if diff is None:
         diff = torch.where(bad, torch.ones_like(e), torch.zeros_like(e))
     finite = torch.isfinite(e) & torch.isfinite(o)

@@ -20,7 +20,8 @@ import torch
 _WATCHED_MODULE_NAMES = (
     "torch", "torch.nn.functional", "torch.testing", "torch.cuda", "torch.cuda.streams",
     "torch.autograd.profiler", "torch.profiler", "time", "gc", "threading",
-    "eval.worker", "eval.timing", "eval.wire", "eval.integrity", "eval.tracing",
+    "eval.worker.serve", "eval.worker.timing", "eval.worker.integrity", "eval.worker.tracing", "eval.wire",
+    "eval.protocol", "problems.runtime", "problems.compare",
     "triton.runtime.jit", "triton.runtime.autotuner", "triton.runtime.interpreter", "triton.testing",
 )
 _WATCHED_CLASSES = (torch.Tensor, torch.nn.Module)
@@ -56,13 +57,6 @@ def precision_settings() -> dict[str, Any]:
         "matmul.allow_bf16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
     }
     return settings
-
-
-def strict_precision() -> None:
-    """TF32 off and full fp32 matmul precision, as the tolerances assume."""
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
 
 
 class Snapshot:

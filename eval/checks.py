@@ -1,0 +1,311 @@
+"""The check pipeline: plain functions, run in order on one evaluation's `Context`.
+
+load -> correctness trials -> stage timing inputs -> own kernels -> hidden work -> time ->
+timed outputs -> speed of light. Each step either returns (the candidate passed it) or
+raises `Verdict`. Each declares the access to its GPU it needs (`GpuGate`): consecutive
+steps with the same access share one hold, and only the steps whose numbers depend on
+having the GPU alone (kernel shares, back-to-back wall time, timing) hold it exclusively.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from eval import protocol as p
+from eval import static_checks
+from eval.builds import Build
+from eval.config import EvalConfig
+from eval.pool import Lease
+from eval.reference import Reference, derive_seed, encode_args
+from eval.result import EvalResult, KernelShare, Status, Timing
+from eval.roofline import IMPLAUSIBLE_BELOW_FLOOR, Ceilings
+from problems.compare import compare
+from problems.problem import Problem
+
+ERROR_CHARS = 3000
+# back-to-back calls: unexplained wall time per call beyond the reference's, as a share of the candidate's median
+_HIDDEN_WORK_SHARE = 0.5
+_HIDDEN_WORK_FLOOR_MS = 0.02
+_BACK_TO_BACK = 20
+
+
+class Verdict(Exception):
+    """Raised inside an evaluation to end it with a status."""
+
+    def __init__(self, status: Status, reason: str, error: str = ""):
+        super().__init__(reason)
+        self.status, self.reason, self.error = status, reason, error
+
+
+class RetryAlone(Exception):
+    """The device ran out of memory while other evaluations shared the GPU: run this one again, alone."""
+
+
+def trim(text: str, n: int = ERROR_CHARS) -> str:
+    """Keep the start (what failed first) and the end (the final error) of a long log."""
+    if len(text) <= n:
+        return text
+    head = n // 3
+    return f"{text[:head]}\n... [{len(text) - n} characters trimmed] ...\n{text[-(n - head):]}"
+
+
+@dataclass
+class Context:
+    """Everything one evaluation's steps share."""
+
+    problem: Problem
+    source: str
+    report: static_checks.SourceReport
+    config: EvalConfig
+    lease: Lease
+    result: EvalResult
+    small: bool
+    build: Build | None = None
+    ceilings: Ceilings | None = None
+    alone: bool = False  # the evaluation holds its GPU exclusively throughout (a retry after running out of memory)
+    secret: int = field(default_factory=lambda: secrets.randbits(62))
+    reference: Reference | None = None
+    timed_sets: list[list[Any]] = field(default_factory=list)  # the candidate's timing inputs, kept by the parent
+    timed_outputs: list[torch.Tensor] = field(default_factory=list)
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.lease.device.type == "cuda"
+
+    def request(self, message: p.Request, tensors: list[torch.Tensor] | None = None,
+                timeout: float | None = None) -> tuple[Any, list[torch.Tensor]]:
+        """Ask the worker; a failed reply becomes the verdict it implies."""
+        reply, out = self.lease.worker.request(message, tensors, timeout=timeout, device=self.lease.device)
+        if not reply.ok:
+            self.fail_from_reply(reply)
+        return reply, out
+
+    def fail_from_reply(self, reply: p.Reply) -> None:
+        if reply.oom and not self.alone:
+            raise RetryAlone()
+        if reply.cuda_error:
+            self.lease.worker.kill()  # a sticky CUDA error: this worker is done
+        if reply.stage == "integrity":
+            raise Verdict(Status.REJECTED, f"integrity: {trim(reply.error, 600)}")
+        if reply.stage == "output":
+            raise Verdict(Status.INCORRECT, trim(reply.error, 600))
+        last = reply.error.strip().splitlines()[-1] if reply.error.strip() else "forward failed"
+        raise Verdict(Status.RUNTIME_ERROR, f"forward raised: {trim(last, 400)}", reply.error)
+
+    def tolerance(self) -> tuple[float, float]:
+        return self.config.tolerance(self.problem.dtype, self.problem.atol, self.problem.rtol)
+
+
+# -- the steps ---------------------------------------------------------------------------------
+def load(ctx: Context) -> None:
+    """Build the reference here and the candidate in the worker, from the same secret weight seed."""
+    weight_seed = derive_seed(ctx.secret, "weights")
+    ctx.reference = Reference(ctx.problem, weight_seed, ctx.lease.device, ctx.small)
+    overrides = ctx.problem.meta["small"] if ctx.small else {}
+    reply, _ = ctx.lease.worker.request(
+        p.Load(problem_source=ctx.problem.source, problem_label=ctx.problem.path or f"<{ctx.problem.id}>",
+               candidate_source=ctx.source, weight_seed=weight_seed, size_overrides=overrides,
+               extensions_dir=ctx.build.extensions_dir if ctx.build else None),
+        timeout=ctx.config.import_timeout_s)
+    if reply.ok:
+        return
+    if reply.oom and not ctx.alone:
+        raise RetryAlone()
+    status = {"import": Status.COMPILE_ERROR, "format": Status.FORMAT_ERROR, "integrity": Status.REJECTED,
+              "construct": Status.RUNTIME_ERROR}.get(reply.stage, Status.RUNTIME_ERROR)
+    reason = {"import": "importing the candidate failed", "construct": "constructing ModelNew failed",
+              "integrity": f"integrity: {reply.error}",
+              "problem": "the problem itself failed to load in the worker"}.get(reply.stage, reply.error or "load failed")
+    raise Verdict(status, trim(reason, 600), reply.error)
+
+
+def trials(ctx: Context) -> None:
+    """Fresh inputs per trial (and every hidden shape set), outputs compared here, inputs must stay unchanged."""
+    assert ctx.reference is not None
+    ref, atol_rtol = ctx.reference, ctx.tolerance()
+    plan: list[tuple[str, int | None]] = [(f"trial{t}", None) for t in range(max(2, ctx.config.trials))]
+    plan += [(f"extra{j}", j) for j in range(ref.extra_count())]
+    for trial, (label, extra) in enumerate(plan):
+        inputs = ref.inputs(derive_seed(ctx.secret, label), extra)
+        expected = ref.outputs(inputs)
+        spec, tensors = encode_args(inputs)
+        reply, outputs = ctx.request(p.Run(args=spec, poison=True), tensors, timeout=ctx.config.call_timeout_s)
+        ctx.result.trials = trial + 1
+        mismatch = compare(expected, outputs, *atol_rtol, trial=trial)
+        if mismatch is not None:
+            shape_note = f" on hidden input shapes #{extra}" if extra is not None else ""
+            ctx.result.mismatch = mismatch
+            raise Verdict(Status.INCORRECT, f"output {mismatch.output}: {mismatch.reason} (trial {trial}{shape_note})")
+        if reply.mutated_inputs:
+            raise Verdict(Status.INCORRECT, f"the candidate modified input(s) {reply.mutated_inputs} in place; "
+                                            "the reference leaves its inputs unchanged")
+
+
+def stage_timing_inputs(ctx: Context) -> None:
+    """Send the timing input sets ahead, so the exclusive window holds only GPU work."""
+    assert ctx.reference is not None
+    pool = max(1, ctx.config.timed_input_sets)
+    ref_sets = [ctx.reference.inputs(derive_seed(ctx.secret, f"time-r{k}")) for k in range(pool)]
+    ctx.timed_sets = [ctx.reference.inputs(derive_seed(ctx.secret, f"time-c{k}")) for k in range(pool)]
+    spec, first = encode_args(ref_sets[0])
+    tensors = [t for s in ref_sets + ctx.timed_sets for t in encode_args(s)[1]]
+    ctx.request(p.Stage(args=spec, n_inputs=len(first), ref_sets=pool, cand_sets=pool), tensors,
+                timeout=ctx.config.call_timeout_s)
+
+
+def own_kernels(ctx: Context) -> None:
+    """The candidate's own kernels must have run; on a GPU, report their share of GPU time."""
+    reply, _ = ctx.request(p.Kernels(), timeout=ctx.config.call_timeout_s)
+    report = ctx.report
+    own_names = set(reply.triton_own) | set(report.cuda_kernels)
+    profile = [(str(n), float(ms)) for n, ms in reply.profile]
+    launched = set(reply.triton_own)
+    share = None
+    if profile:
+        total = sum(ms for _, ms in profile)
+        own_ms = sum(ms for n, ms in profile if kernel_base_name(n) in own_names)
+        launched |= {kernel_base_name(n) for n, _ in profile if kernel_base_name(n) in own_names}
+        share = own_ms / total if total > 0 else None
+    ctx.result.kernels = KernelShare(own_kernels_launched=sorted(launched), own_kernels_defined=report.kernels,
+                                     own_time_fraction=share, top_kernels=profile[:8])
+    if not launched and ctx.config.own_kernel_policy == "reject":
+        raise Verdict(Status.REJECTED, "none of the candidate's own kernels ran during forward (defined: "
+                                       f"{', '.join(report.kernels)}); the work was done by PyTorch or a fallback path")
+
+
+def hidden_work(ctx: Context) -> None:
+    """Work left running after return (side streams, threads) must not exist."""
+    reply, _ = ctx.request(p.HiddenWork(reps=_BACK_TO_BACK), timeout=ctx.config.timing_timeout_s)
+    if reply.violations:
+        raise Verdict(Status.REJECTED, "integrity: " + "; ".join(reply.violations))
+    if reply.stream_mismatches:
+        raise Verdict(Status.REJECTED, "integrity: the output changed after a device-wide synchronisation, so work "
+                                       "was still running outside the current stream when forward returned")
+    c, r = reply.candidate, reply.reference
+    per_call = c["event_ms"] / _BACK_TO_BACK
+    unexplained = c["excess_ms_per_call"] - max(r["excess_ms_per_call"], 0.0)
+    if unexplained > max(_HIDDEN_WORK_FLOOR_MS, _HIDDEN_WORK_SHARE * per_call):
+        raise Verdict(Status.REJECTED, f"integrity: back-to-back calls took {c['wall_ms']:.3f} ms of wall time but "
+                                       f"their CUDA events only {c['event_ms']:.3f} ms: work runs outside the timed stream")
+
+
+def time_candidate(ctx: Context) -> None:
+    """Interleaved timing of reference and candidate on the staged sets."""
+    reply, outputs = ctx.request(p.Time(**timing_rule(ctx.config)), timeout=ctx.config.timing_timeout_s)
+    if reply.violations:
+        raise Verdict(Status.REJECTED, "integrity: " + "; ".join(reply.violations))
+    ctx.timed_outputs = outputs
+    if reply.inconsistent_timed_outputs:
+        raise Verdict(Status.REJECTED, f"integrity: {reply.inconsistent_timed_outputs} timed runs returned "
+                                       "different outputs for the same inputs (stale, cached or skipped work)")
+    result = ctx.result
+    result.reference_timing = Timing.from_dict(reply.reference)
+    result.candidate_timing = Timing.from_dict(reply.candidate)
+    result.timing_meaningful = True
+    result.speedup = result.reference_timing.median_ms / result.candidate_timing.median_ms
+
+
+def timed_outputs(ctx: Context) -> None:
+    """What the candidate returned while being timed must be right too."""
+    assert ctx.reference is not None
+    pool = len(ctx.timed_sets)
+    per_set = len(ctx.timed_outputs) // pool if pool else 0
+    for k in range(pool):
+        expected = ctx.reference.outputs(ctx.timed_sets[k])
+        mismatch = compare(expected, ctx.timed_outputs[k * per_set:(k + 1) * per_set], *ctx.tolerance())
+        if mismatch is not None:
+            ctx.result.mismatch = mismatch
+            ctx.result.speedup = None
+            raise Verdict(Status.INCORRECT, f"an output of a timed run is wrong: output {mismatch.output}: "
+                                            f"{mismatch.reason}")
+
+
+def speed_of_light(ctx: Context) -> None:
+    """SOL fraction against the probed ceilings; flag times under the roofline floor."""
+    result = ctx.result
+    if ctx.ceilings is None or result.candidate_timing is None:
+        return
+    floor = ctx.ceilings.floor_s(ctx.problem.flops, ctx.problem.bytes_moved, ctx.problem.dtype)
+    if floor is None:
+        return
+    measured = result.candidate_timing.median_ms / 1000.0
+    result.sol_fraction = floor / measured
+    if measured < IMPLAUSIBLE_BELOW_FLOOR * floor:
+        result.flags.append(f"implausible: {measured * 1e6:.1f} us beats the roofline floor of {floor * 1e6:.1f} us "
+                            "(FLOPs / peak, bytes / bandwidth); audit this result")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One check: its name (a key of `phase_seconds`), function, GPU access, and whether it runs only on a GPU."""
+
+    name: str
+    run: Callable[[Context], None]
+    access: str
+    gpu_only: bool = False
+
+
+PIPELINE: tuple[Step, ...] = (
+    Step("load", load, "shared"),
+    Step("correctness", trials, "shared"),
+    Step("stage", stage_timing_inputs, "shared", gpu_only=True),
+    Step("kernels", own_kernels, "exclusive"),
+    Step("hidden_work", hidden_work, "exclusive", gpu_only=True),
+    Step("timing", time_candidate, "exclusive", gpu_only=True),
+    Step("timed_outputs", timed_outputs, "shared", gpu_only=True),
+    Step("speed_of_light", speed_of_light, "none", gpu_only=True),
+)
+
+
+def run_pipeline(ctx: Context) -> None:
+    """Run every step in order, holding the GPU gate per run of same-access steps; decide `correct` at the end."""
+    steps = [s for s in PIPELINE if ctx.on_gpu or not s.gpu_only]
+    i = 0
+    while i < len(steps):
+        j = i
+        while j < len(steps) and steps[j].access == steps[i].access:
+            j += 1
+        with ctx.lease.gate.hold(steps[i].access):
+            for step in steps[i:j]:
+                t0 = time.perf_counter()
+                try:
+                    step.run(ctx)
+                except torch.OutOfMemoryError:  # the parent's own share of the GPU ran out
+                    if ctx.alone:
+                        raise
+                    raise RetryAlone() from None
+                finally:
+                    ctx.result.phase_seconds[step.name] = round(time.perf_counter() - t0, 4)
+        i = j
+    notes = [] if ctx.result.timing_meaningful else ["CPU interpreter: timings not meaningful"]
+    if ctx.small:
+        notes.append("checked at the problem's reduced sizes")
+    ctx.result.status = Status.CORRECT
+    ctx.result.reason = "correct" + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def timing_rule(config: EvalConfig) -> dict[str, Any]:
+    """The timing fields of a `Time` or `TimeCompiled` request."""
+    return {"min_reps": config.min_reps, "max_reps": config.max_reps, "target_rel_stderr": config.target_rel_stderr,
+            "budget_s": config.time_budget_s, "warmup_ms": config.warmup_ms}
+
+
+def kernel_base_name(profiler_name: str) -> str:
+    """`void ns::my_kernel<float>(float*, int)` -> `my_kernel`; Triton names pass through."""
+    name = profiler_name.split("(", 1)[0]
+    depth, cut = 0, len(name)
+    for i, ch in enumerate(name):  # drop template arguments
+        if ch == "<":
+            if depth == 0:
+                cut = min(cut, i)
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+    name = name[:cut].strip()
+    name = name.split()[-1] if name.split() else name
+    return name.split("::")[-1]
