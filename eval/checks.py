@@ -5,6 +5,13 @@ timed outputs -> speed of light. Each step either returns (the candidate passed 
 raises `Verdict`. Each declares the access to its GPU it needs (`GpuGate`): consecutive
 steps with the same access share one hold, and only the steps whose numbers depend on
 having the GPU alone (kernel shares, back-to-back wall time, timing) hold it exclusively.
+
+The rules come from `EvalConfig`: the defaults are the strict ones; a preset such as
+`eval=kernelbench` changes the tolerance, precision, seeding, hidden shapes, own-kernel
+policy, the two integrity checks a preset may drop (hidden work, timed outputs) and the timing
+method. Everything a strict check adds beyond those stays on under every preset, since it is
+the sandbox itself (static refusals, the tamper snapshot, output type and aliasing checks,
+poisoned allocations, unchanged inputs).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from eval.pool import Lease
 from eval.reference import Reference, derive_seed, encode_args
 from eval.result import EvalResult, KernelShare, Status, Timing
 from eval.roofline import IMPLAUSIBLE_BELOW_FLOOR, Ceilings
+from problems import runtime
 from problems.compare import compare
 from problems.problem import Problem
 
@@ -100,17 +108,40 @@ class Context:
     def tolerance(self) -> tuple[float, float]:
         return self.config.tolerance(self.problem.dtype, self.problem.atol, self.problem.rtol)
 
+    @property
+    def kernelbench_seeding(self) -> bool:
+        return self.config.seeding == "kernelbench"
+
+    def expected(self, inputs: list[Any]) -> list[torch.Tensor]:
+        """Reference outputs under the preset's precision (the parent is strict unless told otherwise)."""
+        assert self.reference is not None
+        if self.config.precision == "strict":
+            return self.reference.outputs(inputs)
+        with runtime.precision(self.config.precision):
+            return self.reference.outputs(inputs)
+
+    def public_inputs(self, seed: int, extra: int | None = None) -> list[Any]:
+        """KernelBench's inputs: seeded, drawn on the CPU, moved to the device."""
+        assert self.reference is not None
+        return runtime.make_inputs_on_cpu(self.reference.module, seed, self.lease.device, extra)
+
 
 # -- the steps ---------------------------------------------------------------------------------
 def load(ctx: Context) -> None:
-    """Build the reference here and the candidate in the worker, from the same secret weight seed."""
-    weight_seed = derive_seed(ctx.secret, "weights")
+    """Build the reference here and the candidate in the worker, from the same weight seed.
+
+    The seed is secret, or KernelBench's public one under `seeding=kernelbench`; the reference's
+    parameters are copied into ModelNew unless `copy_reference_state` is off.
+    """
+    weight_seed = ctx.config.public_seed if ctx.kernelbench_seeding else derive_seed(ctx.secret, "weights")
     ctx.reference = Reference(ctx.problem, weight_seed, ctx.lease.device, ctx.small)
     overrides = ctx.problem.meta["small"] if ctx.small else {}
+    rules = {} if ctx.config.precision == "strict" and ctx.config.copy_reference_state else {
+        "precision": ctx.config.precision, "copy_state": ctx.config.copy_reference_state}
     reply, _ = ctx.lease.worker.request(
         p.Load(problem_source=ctx.problem.source, problem_label=ctx.problem.path or f"<{ctx.problem.id}>",
                candidate_source=ctx.source, weight_seed=weight_seed, size_overrides=overrides,
-               extensions_dir=ctx.build.extensions_dir if ctx.build else None),
+               extensions_dir=ctx.build.extensions_dir if ctx.build else None, **rules),
         timeout=ctx.config.import_timeout_s)
     if reply.ok:
         return
@@ -125,14 +156,20 @@ def load(ctx: Context) -> None:
 
 
 def trials(ctx: Context) -> None:
-    """Fresh inputs per trial (and every hidden shape set), outputs compared here, inputs must stay unchanged."""
+    """Fresh inputs per trial (and every hidden shape set, unless off), outputs compared here, inputs
+    must stay unchanged."""
     assert ctx.reference is not None
     ref, atol_rtol = ctx.reference, ctx.tolerance()
     plan: list[tuple[str, int | None]] = [(f"trial{t}", None) for t in range(max(2, ctx.config.trials))]
-    plan += [(f"extra{j}", j) for j in range(ref.extra_count())]
+    if ctx.config.hidden_shapes:
+        plan += [(f"extra{j}", j) for j in range(ref.extra_count())]
+    public = runtime.kernelbench_trial_seeds(ctx.config.public_seed, len(plan)) if ctx.kernelbench_seeding else []
     for trial, (label, extra) in enumerate(plan):
-        inputs = ref.inputs(derive_seed(ctx.secret, label), extra)
-        expected = ref.outputs(inputs)
+        if public:
+            inputs = ctx.public_inputs(public[trial], extra)
+        else:
+            inputs = ref.inputs(derive_seed(ctx.secret, label), extra)
+        expected = ctx.expected(inputs)
         spec, tensors = encode_args(inputs)
         reply, outputs = ctx.request(p.Run(args=spec, poison=True), tensors, timeout=ctx.config.call_timeout_s)
         ctx.result.trials = trial + 1
@@ -147,11 +184,19 @@ def trials(ctx: Context) -> None:
 
 
 def stage_timing_inputs(ctx: Context) -> None:
-    """Send the timing input sets ahead, so the exclusive window holds only GPU work."""
+    """Send the timing input sets ahead, so the exclusive window holds only GPU work.
+
+    Secret seeding gives the two sides different values; KernelBench's times both on the inputs
+    of its public seed.
+    """
     assert ctx.reference is not None
     pool = max(1, ctx.config.timed_input_sets)
-    ref_sets = [ctx.reference.inputs(derive_seed(ctx.secret, f"time-r{k}")) for k in range(pool)]
-    ctx.timed_sets = [ctx.reference.inputs(derive_seed(ctx.secret, f"time-c{k}")) for k in range(pool)]
+    if ctx.kernelbench_seeding:
+        ref_sets = [ctx.public_inputs(ctx.config.public_seed) for _ in range(pool)]
+        ctx.timed_sets = [ctx.public_inputs(ctx.config.public_seed) for _ in range(pool)]
+    else:
+        ref_sets = [ctx.reference.inputs(derive_seed(ctx.secret, f"time-r{k}")) for k in range(pool)]
+        ctx.timed_sets = [ctx.reference.inputs(derive_seed(ctx.secret, f"time-c{k}")) for k in range(pool)]
     spec, first = encode_args(ref_sets[0])
     tensors = [t for s in ref_sets + ctx.timed_sets for t in encode_args(s)[1]]
     ctx.request(p.Stage(args=spec, n_inputs=len(first), ref_sets=pool, cand_sets=pool), tensors,
@@ -200,14 +245,19 @@ def time_candidate(ctx: Context) -> None:
     if reply.violations:
         raise Verdict(Status.REJECTED, "integrity: " + "; ".join(reply.violations))
     ctx.timed_outputs = outputs
-    if reply.inconsistent_timed_outputs:
+    if ctx.config.timed_output_checks and reply.inconsistent_timed_outputs:
         raise Verdict(Status.REJECTED, f"integrity: {reply.inconsistent_timed_outputs} timed runs returned "
                                        "different outputs for the same inputs (stale, cached or skipped work)")
     result = ctx.result
     result.reference_timing = Timing.from_dict(reply.reference)
     result.candidate_timing = Timing.from_dict(reply.candidate)
     result.timing_meaningful = True
-    result.speedup = result.reference_timing.median_ms / result.candidate_timing.median_ms
+    if ctx.config.timing_statistic == "median":
+        result.speedup = result.reference_timing.median_ms / result.candidate_timing.median_ms
+    else:  # the mean is not a field of Timing: the note below keeps both means with the result
+        result.speedup = reply.reference["mean_ms"] / reply.candidate["mean_ms"]
+    if ctx.config.timing_method != "adaptive" or ctx.config.timing_statistic != "median" or not ctx.config.l2_flush:
+        result.flags.append(timing_note(ctx.config, reply.reference, reply.candidate))
 
 
 def timed_outputs(ctx: Context) -> None:
@@ -216,7 +266,7 @@ def timed_outputs(ctx: Context) -> None:
     pool = len(ctx.timed_sets)
     per_set = len(ctx.timed_outputs) // pool if pool else 0
     for k in range(pool):
-        expected = ctx.reference.outputs(ctx.timed_sets[k])
+        expected = ctx.expected(ctx.timed_sets[k])
         mismatch = compare(expected, ctx.timed_outputs[k * per_set:(k + 1) * per_set], *ctx.tolerance())
         if mismatch is not None:
             ctx.result.mismatch = mismatch
@@ -248,6 +298,7 @@ class Step:
     run: Callable[[Context], None]
     access: str
     gpu_only: bool = False
+    enabled: Callable[[EvalConfig], bool] = lambda config: True  # a preset may leave the step out
 
 
 PIPELINE: tuple[Step, ...] = (
@@ -255,16 +306,17 @@ PIPELINE: tuple[Step, ...] = (
     Step("correctness", trials, "shared"),
     Step("stage", stage_timing_inputs, "shared", gpu_only=True),
     Step("kernels", own_kernels, "exclusive"),
-    Step("hidden_work", hidden_work, "exclusive", gpu_only=True),
+    Step("hidden_work", hidden_work, "exclusive", gpu_only=True, enabled=lambda c: c.hidden_work_check),
     Step("timing", time_candidate, "exclusive", gpu_only=True),
-    Step("timed_outputs", timed_outputs, "shared", gpu_only=True),
+    Step("timed_outputs", timed_outputs, "shared", gpu_only=True, enabled=lambda c: c.timed_output_checks),
     Step("speed_of_light", speed_of_light, "none", gpu_only=True),
 )
 
 
 def run_pipeline(ctx: Context) -> None:
     """Run every step in order, holding the GPU gate per run of same-access steps; decide `correct` at the end."""
-    steps = [s for s in PIPELINE if ctx.on_gpu or not s.gpu_only]
+    ctx.result.preset = ctx.config.preset
+    steps = [s for s in PIPELINE if (ctx.on_gpu or not s.gpu_only) and s.enabled(ctx.config)]
     i = 0
     while i < len(steps):
         j = i
@@ -290,9 +342,33 @@ def run_pipeline(ctx: Context) -> None:
 
 
 def timing_rule(config: EvalConfig) -> dict[str, Any]:
-    """The timing fields of a `Time` or `TimeCompiled` request."""
-    return {"min_reps": config.min_reps, "max_reps": config.max_reps, "target_rel_stderr": config.target_rel_stderr,
-            "budget_s": config.time_budget_s, "warmup_ms": config.warmup_ms}
+    """The timing fields of a `Time` or `TimeCompiled` request.
+
+    Fields of KernelBench's method appear only when they differ from the strict rule, so the
+    strict rule (which keys the baseline cache) reads as it did before they existed.
+    """
+    rule: dict[str, Any] = {"min_reps": config.min_reps, "max_reps": config.max_reps,
+                            "target_rel_stderr": config.target_rel_stderr, "budget_s": config.time_budget_s,
+                            "warmup_ms": config.warmup_ms}
+    extra = {"method": config.timing_method, "flush": config.l2_flush, "reps": config.fixed_reps,
+             "warmup_calls": config.fixed_warmup_calls, "check_outputs": config.timed_output_checks}
+    if config.timing_method == "adaptive":
+        extra.pop("reps"), extra.pop("warmup_calls")
+    strict = {"method": "adaptive", "flush": True, "check_outputs": True}
+    rule.update({k: v for k, v in extra.items() if strict.get(k) != v})
+    return rule
+
+
+def timing_note(config: EvalConfig, reference: dict[str, float], candidate: dict[str, float]) -> str:
+    """How a non-default timing was taken, with both sides' mean and median (Timing keeps only the median)."""
+    if config.timing_method == "fixed":
+        method = f"{config.fixed_reps} calls after {config.fixed_warmup_calls} warm-up calls, each synchronised"
+    else:
+        method = "adaptive, interleaved"
+    return (f"timing ({config.preset}): {method}, L2 {'flushed' if config.l2_flush else 'not flushed'}, speedup from "
+            f"the {config.timing_statistic}; reference mean {reference.get('mean_ms', float('nan')):.4f} ms, "
+            f"median {reference['median_ms']:.4f} ms; candidate mean {candidate.get('mean_ms', float('nan')):.4f} ms, "
+            f"median {candidate['median_ms']:.4f} ms")
 
 
 def kernel_base_name(profiler_name: str) -> str:

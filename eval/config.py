@@ -3,6 +3,11 @@
 Every field that can change a verdict or a timing keys the result cache (`cache_fields`);
 where the work runs (which GPUs, how many workers, build parallelism, the cache's location)
 does not.
+
+A preset (`harness/conf/eval/NAME.yaml`, picked with `eval=NAME`) lists only its differences
+from these defaults and names itself in `preset`, which every result records. The defaults are
+our strict rules; `eval=kernelbench` follows KernelBench's published rules (see README.md,
+"Evaluation presets").
 """
 
 from __future__ import annotations
@@ -17,6 +22,18 @@ _CHOICES = {
     "device": ("auto", "cuda", "cpu"),
     "problem_scale": ("auto", "full", "small"),
     "own_kernel_policy": ("reject", "report"),
+    "precision": ("strict", "torch_default"),
+    "seeding": ("secret", "kernelbench"),
+    "timing_method": ("adaptive", "fixed"),
+    "timing_statistic": ("median", "mean"),
+}
+# Fields added after results were first cached: at their default they stay out of the cache key,
+# so results cached under the strict rules before these fields existed are still found.
+_ADDED_LATER: dict[str, Any] = {
+    "preset": "default", "precision": "strict", "seeding": "secret", "public_seed": 42,
+    "copy_reference_state": True, "hidden_shapes": True, "hidden_work_check": True, "timed_output_checks": True,
+    "timing_method": "adaptive", "timing_statistic": "median", "l2_flush": True, "fixed_reps": 100,
+    "fixed_warmup_calls": 3,
 }
 _WHERE_IT_RUNS = {"cache_dir", "parallel_compiles", "log_cap_bytes", "gpus", "workers_per_gpu"}
 
@@ -32,6 +49,24 @@ class EvalConfig:
     own_kernel_policy: "reject" fails candidates none of whose own kernels ran; "report" only notes it.
     problem_scale: "auto" uses a problem's reduced sizes (META["small"]) on CPU and full sizes on a GPU.
     max_output_bytes: the most tensor bytes one worker reply may carry; more is a verdict on the candidate.
+
+    Rules a preset may relax (defaults are the strict ones; `eval=kernelbench` sets the others):
+    preset: the name recorded in every result and shown in reports.
+    precision: "strict" (TF32 off everywhere, as the fp32 tolerance assumes) or "torch_default"
+      (PyTorch's own defaults, which KernelBench keeps: cuDNN TF32 on, matmul TF32 off).
+    seeding: "secret" (weights and inputs from a fresh secret seed per evaluation) or "kernelbench"
+      (public `public_seed`: both models built after seeding it, trial inputs from seeds drawn
+      from it, inputs made on the CPU as KernelBench makes them).
+    copy_reference_state: copy the reference's parameters into same-named ModelNew entries
+      (KernelBench does not: its two models only share the construction seed).
+    hidden_shapes: also check the problem's hidden input shapes (`get_extra_inputs()`).
+    hidden_work_check: reject work left running after forward returns (side streams, threads).
+    timed_output_checks: check every timed output against the first for its inputs and the reference.
+    timing_method: "adaptive" (interleaved, until the relative standard error is under
+      `target_rel_stderr`) or "fixed" (`fixed_warmup_calls` warm-up calls, then `fixed_reps`
+      calls per side, each bracketed by CUDA events and followed by a device synchronisation).
+    timing_statistic: what speedups compare, "median" or "mean".
+    l2_flush: flush the L2 cache (and queue a short GPU spin) before each timed call.
     """
 
     device: str = "auto"
@@ -61,19 +96,38 @@ class EvalConfig:
     parallel_compiles: int = 0  # concurrent CUDA/C++ builds; 0: half the CPU cores (at least 1)
     cache_dir: Optional[str] = ".eval_cache"
     extra_env: dict[str, str] = field(default_factory=dict)
+    # rules a preset may relax (see the docstring); defaults are the strict rules
+    preset: str = "default"
+    precision: str = "strict"
+    seeding: str = "secret"
+    public_seed: int = 42
+    copy_reference_state: bool = True
+    hidden_shapes: bool = True
+    hidden_work_check: bool = True
+    timed_output_checks: bool = True
+    timing_method: str = "adaptive"
+    timing_statistic: str = "median"
+    l2_flush: bool = True
+    fixed_reps: int = 100
+    fixed_warmup_calls: int = 3
 
     def __post_init__(self) -> None:
         problems = [f"eval.{name} must be one of {', '.join(ok)}, not {getattr(self, name)!r}"
                     for name, ok in _CHOICES.items() if getattr(self, name) not in ok]
         positive = ("trials", "min_reps", "max_reps", "timed_input_sets", "warmup_ms", "time_budget_s",
                     "target_rel_stderr", "import_timeout_s", "call_timeout_s", "timing_timeout_s",
-                    "max_output_bytes", "log_cap_bytes")
+                    "max_output_bytes", "log_cap_bytes", "fixed_reps")
         problems += [f"eval.{name} must be > 0, not {getattr(self, name)!r}" for name in positive
                      if not getattr(self, name) > 0]
         problems += [f"eval.{name} must be >= 0, not {getattr(self, name)!r}"
-                     for name in ("workers_per_gpu", "parallel_compiles") if getattr(self, name) < 0]
+                     for name in ("workers_per_gpu", "parallel_compiles", "fixed_warmup_calls", "public_seed")
+                    if getattr(self, name) < 0]
+        if not str(self.preset).strip():
+            problems.append("eval.preset must name the preset (it labels every result)")
         if self.min_reps > self.max_reps:
             problems.append(f"eval.min_reps ({self.min_reps}) exceeds eval.max_reps ({self.max_reps})")
+        if self.timing_method == "fixed" and self.timed_input_sets != 1:
+            problems.append("eval.timing_method=fixed times one input set, as KernelBench does: set eval.timed_input_sets=1")
         if self.gpus is not None and (not self.gpus or any(int(g) < 0 for g in self.gpus)):
             problems.append(f"eval.gpus must be null (all visible) or a non-empty list of GPU indices, not {self.gpus!r}")
         if problems:
@@ -83,8 +137,13 @@ class EvalConfig:
         self.extra_env = {str(k): str(v) for k, v in dict(self.extra_env).items()}
 
     def cache_fields(self) -> dict[str, Any]:
-        """The settings that can change a verdict or a timing (so they key the cache)."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if k not in _WHERE_IT_RUNS}
+        """The settings that can change a verdict or a timing (so they key the cache).
+
+        Fields added later are left out at their defaults, so the strict rules' keys are the same
+        as before those fields existed.
+        """
+        return {k: v for k, v in dataclasses.asdict(self).items()
+                if k not in _WHERE_IT_RUNS and not (k in _ADDED_LATER and v == _ADDED_LATER[k])}
 
     def tolerance(self, dtype: str, problem_atol: float | None, problem_rtol: float | None) -> tuple[float, float]:
         """atol, rtol for a problem: explicit config, then the problem's override, then the dtype default."""

@@ -71,6 +71,8 @@ class Load(Request):
     weight_seed: int = 0
     size_overrides: dict[str, Any] = field(default_factory=dict)
     extensions_dir: Optional[str] = None
+    precision: str = "strict"  # runtime.set_precision mode for the whole evaluation
+    copy_state: bool = True  # copy the reference's parameters into same-named ModelNew entries
 
 
 @dataclass
@@ -141,13 +143,25 @@ class HiddenWork(Request):
 
 @dataclass
 class TimingRule(Request):
-    """The adaptive repetition rule shared by `Time` and `TimeCompiled`."""
+    """The timing rule shared by `Time` and `TimeCompiled`.
+
+    method "adaptive": interleaved repetitions until the relative standard error is under the
+    target (or the budget is spent). method "fixed" (KernelBench's): `warmup_calls` calls, then
+    `reps` calls per side, each between CUDA events and followed by a device synchronisation.
+    `flush` clears the L2 before each timed call; `check_outputs` keeps the candidate's timed
+    outputs for the drift and correctness checks.
+    """
 
     min_reps: int = 20
     max_reps: int = 1000
     target_rel_stderr: float = 0.01
     budget_s: float = 6.0
     warmup_ms: float = 25.0
+    method: str = "adaptive"
+    flush: bool = True
+    reps: int = 100
+    warmup_calls: int = 3
+    check_outputs: bool = True
 
 
 @dataclass

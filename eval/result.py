@@ -77,12 +77,14 @@ class EvalResult:
     problem_scale: str = "full"  # "small" when the problem's reduced sizes (META["small"]) were used
     network_isolated: bool | None = None
     gpu_index: int | None = None  # which GPU of the host evaluated it
+    node: str = ""  # hostname of the machine that evaluated it (executor=local or ray alike)
     unprivileged: bool | None = None  # worker ran as an unprivileged user (only possible when the harness is root)
     device: str = ""
     versions: dict[str, str] = field(default_factory=dict)
     eval_seconds: float = 0.0
     phase_seconds: dict[str, float] = field(default_factory=dict)  # where the evaluation time went
     cached: bool = False
+    preset: str = "default"  # the evaluator preset (`eval.preset`) whose rules produced this verdict
 
     @property
     def is_correct(self) -> bool:

@@ -15,12 +15,13 @@ call time (all of ours do).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import sys
 import threading
 import types
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -75,6 +76,57 @@ def strict_precision() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
+
+
+# PyTorch's own defaults, which KernelBench leaves as they are (its `src/eval.py` changes none of them)
+_TORCH_DEFAULT_PRECISION = {"matmul_tf32": False, "cudnn_tf32": True, "matmul_precision": "highest"}
+_precision_lock = threading.RLock()
+
+
+def set_precision(mode: str) -> None:
+    """Apply a precision mode: "strict" (`strict_precision`) or "torch_default" (PyTorch's defaults)."""
+    if mode == "strict":
+        strict_precision()
+    elif mode == "torch_default":
+        torch.backends.cuda.matmul.allow_tf32 = _TORCH_DEFAULT_PRECISION["matmul_tf32"]
+        torch.backends.cudnn.allow_tf32 = _TORCH_DEFAULT_PRECISION["cudnn_tf32"]
+        torch.set_float32_matmul_precision(str(_TORCH_DEFAULT_PRECISION["matmul_precision"]))
+    else:
+        raise ValueError(f"unknown precision mode {mode!r} (strict | torch_default)")
+
+
+@contextlib.contextmanager
+def precision(mode: str) -> Iterator[None]:
+    """Run a block under a precision mode, then restore the switches.
+
+    The switches are process-wide, so blocks hold one lock: two evaluations under different
+    modes in one process never see each other's settings.
+    """
+    with _precision_lock:
+        saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+                 torch.get_float32_matmul_precision())
+        set_precision(mode)
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[0], saved[1]
+            torch.set_float32_matmul_precision(saved[2])
+
+
+def kernelbench_trial_seeds(seed: int, n: int) -> list[int]:
+    """KernelBench's per-trial input seeds: `torch.manual_seed(seed)`, then one `torch.randint(0, 2**32 - 1, (1,))` each.
+
+    Drawn from a private generator (same sequence as the default one after `manual_seed`), so
+    the caller's random state is left alone.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    return [int(torch.randint(0, 2**32 - 1, (1,), generator=gen).item()) for _ in range(n)]
+
+
+def make_inputs_on_cpu(module: types.ModuleType, seed: int, device: str | torch.device,
+                       extra_index: int | None = None) -> list[Any]:
+    """Seed, draw `get_inputs()` on the CPU, then move them to `device`: KernelBench's order, so its values."""
+    return list(to_device(make_inputs(module, seed, None, extra_index), device))
 
 
 def seed_everything(seed: int) -> None:

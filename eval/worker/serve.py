@@ -108,7 +108,7 @@ class Worker:
         return p.HelloReply(info=info), []
 
     def cmd_load(self, msg: p.Load, tensors: list[torch.Tensor]) -> Handled:
-        runtime.strict_precision()
+        runtime.set_precision(msg.precision)  # before the snapshot, which then guards these switches
         torch.use_deterministic_algorithms(False)
         try:
             problem = runtime.load_source(msg.problem_source, msg.problem_label or "<problem>", msg.size_overrides)
@@ -138,7 +138,7 @@ class Worker:
             candidate = runtime.build_model(_Constructor(model_new, problem), msg.weight_seed)
             if not isinstance(candidate, torch.nn.Module):
                 return p.LoadReply(ok=False, stage="format", error="ModelNew(...) is not a torch.nn.Module"), []
-            copied = _copy_matching_state(self.reference, candidate)
+            copied = _copy_matching_state(self.reference, candidate) if msg.copy_state else 0
             self.candidate = candidate.to(self.device)
         except BaseException as exc:  # noqa: BLE001
             return _failure("construct", exc, p.LoadReply), []
@@ -237,9 +237,9 @@ class Worker:
                                  violations=self.snapshot.violations()), []
 
     def cmd_time(self, msg: p.Time, tensors: list[torch.Tensor]) -> Handled:
-        """Interleaved timing on the staged sets; returns summaries and the candidate's first output per set."""
+        """Time reference and candidate on the staged sets by the rule's method; returns summaries and,
+        when `check_outputs`, the candidate's first output per set."""
         assert self.candidate is not None and self.reference is not None and self.snapshot is not None
-        assert self.flusher is not None
         ref_buf = [t.clone() for t in self.ref_sets[0]]
         cand_buf = [t.clone() for t in self.cand_sets[0]]
         ref_args = _rebuild_args(self.args, ref_buf)
@@ -257,29 +257,27 @@ class Worker:
         sides = {
             "reference": timing.TimedSide(_refiller(ref_buf, self.ref_sets), lambda: self.reference(*ref_args)),
             "candidate": timing.TimedSide(_refiller(cand_buf, self.cand_sets), lambda: self.candidate(*cand_args),
-                                          check_candidate),
+                                          check_candidate if msg.check_outputs else None),
         }
         with torch.no_grad():
-            samples = timing.interleaved(sides, pool_size=len(self.cand_sets), flush=self.flusher, **_rule(msg))
+            samples = self._timed(msg, sides, len(self.cand_sets))
         outputs = [o for k in range(len(self.cand_sets)) for o in first_out.get(k, [])]
         return p.TimeReply(reference=timing.summarize(samples["reference"]), candidate=timing.summarize(samples["candidate"]),
                            inconsistent_timed_outputs=drift["count"], violations=self.snapshot.violations()), outputs
 
     def cmd_time_compiled(self, msg: p.TimeCompiled, tensors: list[torch.Tensor]) -> Handled:
         """Time torch.compile(reference) against eager under the same method (baseline only)."""
-        assert self.reference is not None and self.flusher is not None
+        assert self.reference is not None
         buf_a = [t.clone() for t in self.ref_sets[0]]
         buf_b = [t.clone() for t in self.ref_sets[0]]
         compiled = torch.compile(self.reference)
         args_a = _rebuild_args(self.args, buf_a)
         args_b = _rebuild_args(self.args, buf_b)
-        rule = _rule(msg)
-        rule["warmup_ms"] = max(rule["warmup_ms"], 200.0)
         with torch.no_grad():
-            samples = timing.interleaved(
-                {"eager": timing.TimedSide(_refiller(buf_a, self.ref_sets), lambda: self.reference(*args_a)),
-                 "compiled": timing.TimedSide(_refiller(buf_b, self.ref_sets), lambda: compiled(*args_b))},
-                pool_size=len(self.ref_sets), flush=self.flusher, **rule)
+            samples = self._timed(
+                msg, {"eager": timing.TimedSide(_refiller(buf_a, self.ref_sets), lambda: self.reference(*args_a)),
+                      "compiled": timing.TimedSide(_refiller(buf_b, self.ref_sets), lambda: compiled(*args_b))},
+                len(self.ref_sets), min_warmup_ms=200.0)
         return p.TimeCompiledReply(eager=timing.summarize(samples["eager"]),
                                    compiled=timing.summarize(samples["compiled"])), []
 
@@ -295,6 +293,17 @@ class Worker:
         return p.Reply(), []
 
     # -- helpers ----------------------------------------------------------------------------
+    def _timed(self, rule: p.TimingRule, sides: dict[str, timing.TimedSide], pool_size: int,
+               min_warmup_ms: float = 0.0) -> dict[str, list[float]]:
+        """Samples per side under the rule's method: adaptive and interleaved, or KernelBench's fixed count."""
+        assert self.flusher is not None
+        if rule.method == "fixed":
+            return timing.fixed_count(sides, reps=rule.reps, warmup_calls=rule.warmup_calls,
+                                      flush=self.flusher if rule.flush else None)
+        args = _rule(rule)
+        args["warmup_ms"] = max(args["warmup_ms"], min_warmup_ms)
+        return timing.interleaved(sides, pool_size=pool_size, flush=self.flusher if rule.flush else _no_flush, **args)
+
     def _sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
@@ -367,6 +376,10 @@ def _warm_up(device: torch.device) -> float:
 def _rule(msg: p.TimingRule) -> dict[str, Any]:
     return {"min_reps": msg.min_reps, "max_reps": msg.max_reps, "target_rel_stderr": msg.target_rel_stderr,
             "budget_s": msg.budget_s, "warmup_ms": msg.warmup_ms}
+
+
+def _no_flush() -> None:
+    """The L2 is left as the previous call left it (`eval.l2_flush=false`)."""
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:

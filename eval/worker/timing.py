@@ -5,6 +5,11 @@ inputs from a rotating pool and flush the L2 cache (a write of 2x its size) befo
 repetition, bracket each call with CUDA events on the current stream with no host
 synchronisation inside the interval, and repeat until the relative standard error of both
 medians is under the target or the time budget is spent.
+
+`fixed_count` is KernelBench's method instead (its `time_execution_with_cuda_event`): a few
+warm-up calls, then a fixed number of calls per side, each between CUDA events and followed by
+a device synchronisation, the same inputs every call, optionally no L2 flush; the sides are
+timed one after the other, not interleaved, so each keeps its own data in the cache.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ class TimedSide:
 
 
 def summarize(samples_ms: list[float]) -> dict[str, float]:
-    """Median, IQR, n, relative standard error of the median, min."""
+    """Median, IQR, n, relative standard error of the median, min; mean, std and max too."""
     n = len(samples_ms)
     median = statistics.median(samples_ms)
     if n >= 4:
@@ -40,7 +45,9 @@ def summarize(samples_ms: list[float]) -> dict[str, float]:
         iqr = max(samples_ms) - min(samples_ms)
     # standard error of the median from a robust sigma (IQR / 1.349), normal approximation
     rse = (1.2533 * (iqr / 1.349) / math.sqrt(n)) / median if n > 1 and median > 0 else float("inf")
-    return {"median_ms": median, "iqr_ms": iqr, "n": n, "rel_stderr": rse, "min_ms": min(samples_ms)}
+    return {"median_ms": median, "iqr_ms": iqr, "n": n, "rel_stderr": rse, "min_ms": min(samples_ms),
+            "mean_ms": statistics.fmean(samples_ms), "std_ms": statistics.pstdev(samples_ms) if n > 1 else 0.0,
+            "max_ms": max(samples_ms)}
 
 
 class L2Flusher:
@@ -119,6 +126,43 @@ def interleaved(
             done = all(summarize(samples[n])["rel_stderr"] < target_rel_stderr for n in names)
             if done or time.perf_counter() - start_wall > budget_s:
                 break
+    return samples
+
+
+def fixed_count(
+    sides: dict[str, TimedSide],
+    *,
+    reps: int,
+    warmup_calls: int,
+    flush: Callable[[], None] | None,
+) -> dict[str, list[float]]:
+    """KernelBench's timing: per side, `warmup_calls` synchronised calls, then `reps` calls, each
+    between CUDA events and followed by `torch.cuda.synchronize()`; the same inputs throughout.
+
+    The synchronisation after each call means the events also hold the host's launch latency
+    of a short call, as they do in KernelBench. With `flush`, the L2 is cleared before each call.
+    """
+    samples: dict[str, list[float]] = {}
+    for name, side in sides.items():
+        side.prepare(0)
+        for _ in range(warmup_calls):
+            side.call()
+            torch.cuda.synchronize()
+        times: list[float] = []
+        for _ in range(reps):
+            if flush is not None:
+                flush()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = side.call()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+            if side.after is not None:
+                side.after(0, out)
+            del out
+        samples[name] = times
     return samples
 
 
