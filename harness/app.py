@@ -26,9 +26,10 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 
 from agents import ConfigError, PromptBuilder, PromptError, make_agent
-from eval import EvalConfig, Evaluator
+from eval import EvalConfig
 from harness import overrides as ov
 from harness.cli import VERSION, stdout_closed
+from harness.executors import make_evaluator
 from harness.loop import UNREACHABLE, LoopOutcome, LoopSettings, RunLoop
 from harness.progress import QuietDisplay, RichDisplay
 from harness.response_cache import ResponseCache
@@ -99,7 +100,7 @@ def _run(cfg: DictConfig) -> int:
     quiet = bool(config["quiet"])
     with ExitStack() as stack:
         try:
-            evaluator = stack.enter_context(Evaluator(eval_config))
+            evaluator = stack.enter_context(make_evaluator(config["executor"], eval_config, log=_say))
             store = stack.enter_context(
                 RunStore.open(run_dir, config, harness_version=VERSION)
             )

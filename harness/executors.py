@@ -1,0 +1,474 @@
+"""Where evaluations run: `executor=local` (this machine's GPUs) or `executor=ray` (a Ray cluster).
+
+Both give the run loop the same thread-safe `evaluate(problem, source, backend) -> EvalResult`.
+
+Trust: with `ray`, each evaluator actor is the trusted parent on its node. It owns one
+`eval.Evaluator` (its warm pool of sandboxed workers, unchanged), draws the secret seeds,
+computes the reference and decides the verdict there; the driver (`harness run`: agents, loop,
+run store) only sends a problem and a candidate's source and gets a plain result dict back.
+Nothing else crosses the network: no API keys (the driver's environment is never forwarded; no
+`runtime_env` is set, and a local Ray instance is started from an environment scrubbed of
+secret-looking names, since Ray's processes inherit the driver's), no pickled candidate objects.
+
+Faults: an evaluation whose actor died (killed, node lost) is sent again to another actor, at
+most `max_retries` times, and a replacement actor is started. `evaluate` returns exactly once
+per call, so the loop records each attempt once. Identical candidates (same key as the
+evaluator's cache, less the device) are evaluated once: later requests wait for the first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import os
+import socket
+import sys
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+from eval.cache import cache_key
+from eval.config import EvalConfig
+from eval.evaluator import Evaluator
+from eval.result import EvalResult, Status
+from problems.problem import Problem
+
+KINDS = ("local", "ray")
+_CPU_ACTORS_MAX = 4
+_MEMO_MAX = 4096  # finished results the driver keeps for dedupe (a few KB each)
+
+
+class ExecutorError(ValueError):
+    """A config or cluster the run cannot start with; the message is one line for the user."""
+
+
+@dataclass
+class ExecutorConfig:
+    """The `executor` group (harness/conf/executor/*.yaml).
+
+    address: null starts a local Ray instance; `auto` joins the cluster of this machine
+      (`ray start`), `ray://host:10001` joins a remote one through Ray Client.
+    num_actors: evaluator actors; null: one per GPU of the cluster, or on a CPU-only cluster
+      half its CPUs (1 to 4).
+    max_in_flight_per_actor: evaluations sent to one actor at once (back-pressure); 0: its number
+      of warm workers (`eval.workers_per_gpu`).
+    max_retries: how often an evaluation whose actor died is sent to another actor.
+    actor_start_timeout_s: how long to wait for an actor (and a replacement) to be ready.
+    """
+
+    kind: str = "local"
+    address: Optional[str] = None
+    num_actors: Optional[int] = None
+    max_in_flight_per_actor: int = 0
+    max_retries: int = 2
+    actor_start_timeout_s: float = 600.0
+    namespace: str = "kernel-harness"
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.kind not in KINDS:
+            problems.append(f"executor.kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+        if self.num_actors is not None and (isinstance(self.num_actors, bool) or int(self.num_actors) < 1):
+            problems.append(f"executor.num_actors must be >= 1 or null, not {self.num_actors!r}")
+        if self.max_in_flight_per_actor < 0:
+            problems.append(f"executor.max_in_flight_per_actor must be >= 0, not {self.max_in_flight_per_actor!r}")
+        if self.max_retries < 0:
+            problems.append(f"executor.max_retries must be >= 0, not {self.max_retries!r}")
+        if not self.actor_start_timeout_s > 0:
+            problems.append(f"executor.actor_start_timeout_s must be > 0, not {self.actor_start_timeout_s!r}")
+        if problems:
+            raise ExecutorError("; ".join(problems))
+        if self.address is not None:
+            self.address = str(self.address)
+
+
+def make_evaluator(executor: dict[str, Any], eval_config: EvalConfig,
+                   log: Callable[[str], None] | None = None) -> Any:
+    """The evaluator the run loop uses, for the `executor` config; raises `ExecutorError` for bad input."""
+    try:
+        cfg = ExecutorConfig(**executor)
+    except TypeError as exc:
+        raise ExecutorError(f"executor: {exc}") from None
+    if cfg.kind == "local":
+        return LocalEvaluator(eval_config)
+    return RayEvaluator(eval_config, cfg, log=log)
+
+
+class LocalEvaluator(Evaluator):
+    """`eval.Evaluator` on this machine (`executor=local`), each result stamped with the host's name as ray does."""
+
+    node = socket.gethostname()
+
+    def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> EvalResult:
+        result = super().evaluate(problem, source, backend)
+        result.node = result.node or self.node
+        return result
+
+
+# -- the actor: the trusted parent on its node -------------------------------------------------
+class EvaluatorActor:
+    """One `Evaluator` on one GPU of the cluster (or the CPU). Methods run on several threads at once."""
+
+    def __init__(self, eval_config: dict[str, Any]):
+        import ray
+
+        self.node = socket.gethostname()
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]  # physical GPU indices on this node
+        self.evaluator = Evaluator(EvalConfig(**eval_config))
+
+    def info(self) -> dict[str, Any]:
+        """Where this actor runs and what it holds (also the readiness probe)."""
+        return {"node": self.node, "node_id": self.node_id, "pid": os.getpid(), "gpu_ids": self.gpu_ids,
+                "workers": self.evaluator.workers, "device": self.evaluator.device_name}
+
+    def evaluate(self, problem: Problem, source: str, backend: str) -> dict[str, Any]:
+        """The result as a plain dict, with this node's name and the GPU's index on the node."""
+        result = self.evaluator.evaluate(problem, source, backend)
+        result.node = self.node
+        if result.gpu_index is not None and result.gpu_index < len(self.gpu_ids) \
+                and self.gpu_ids[result.gpu_index].isdigit():
+            result.gpu_index = int(self.gpu_ids[result.gpu_index])
+        return result.to_dict()
+
+    def baseline(self, problem: Problem) -> dict[str, Any]:
+        return self.evaluator.baseline(problem)
+
+    def environment_names(self) -> list[str]:
+        """The names (never values) of this actor's environment variables, to audit that no key arrived."""
+        return sorted(os.environ)
+
+    def close(self) -> None:
+        self.evaluator.close()
+
+
+# -- the driver's side -------------------------------------------------------------------------
+@dataclass
+class _Slot:
+    """One live actor and the evaluations the driver has sent it."""
+
+    name: str
+    handle: Any
+    info: dict[str, Any]
+    capacity: int
+    in_flight: int = 0
+    alive: bool = True
+
+
+@contextlib.contextmanager
+def _secrets_hidden() -> Iterator[None]:
+    """Hide secret-looking variables while Ray starts its processes here (they inherit os.environ)."""
+    from eval.sandbox import is_secret_name
+
+    hidden = {k: os.environ.pop(k) for k in [k for k in os.environ if is_secret_name(k)]}
+    try:
+        yield
+    finally:
+        os.environ.update(hidden)
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ExecutorError('executor=ray needs the ray package: pip install -e ".[ray]"') from None
+    return ray
+
+
+class RayEvaluator:
+    """The run loop's evaluator over Ray actors: thread-safe, bounded in flight, retried when an actor dies."""
+
+    def __init__(self, eval_config: EvalConfig, config: ExecutorConfig, log: Callable[[str], None] | None = None):
+        self.config = config
+        self.eval_config = eval_config
+        self._log = log or (lambda text: print(text, file=sys.stderr, flush=True))
+        self._ray = ray = _import_ray()
+        if eval_config.gpus is not None:
+            raise ExecutorError("eval.gpus picks GPUs of this machine; with executor=ray each actor uses the GPU "
+                                "Ray assigns it (set executor.num_actors instead)")
+        if config.address and config.address.startswith("ray://"):
+            try:
+                import grpc  # noqa: F401
+            except ImportError:
+                raise ExecutorError('executor.address=ray://... needs Ray Client: pip install "ray[client]"') from None
+        self._owns_ray = not ray.is_initialized()
+        if self._owns_ray:
+            try:
+                with _secrets_hidden() if config.address is None else contextlib.nullcontext():
+                    ray.init(address=config.address, namespace=config.namespace, logging_level="ERROR",
+                             log_to_driver=False, include_dashboard=False)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise ExecutorError(f"executor.address={config.address}: cannot connect to Ray: "
+                                    f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+        self._cond = threading.Condition()
+        self._slots: list[_Slot] = []
+        self._starting = 0
+        self._closing = False
+        self._names = itertools.count()
+        self._run_tag = f"{socket.gethostname()}-{os.getpid()}-{int(time.time())}"
+        self._problem_refs: dict[str, Any] = {}
+        self._pending: dict[str, Future[dict[str, Any]]] = {}
+        self._memo: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.stats = {"evaluated": 0, "retried": 0, "actors_lost": 0, "deduplicated": 0}
+        self._actor_config = self._config_for_actors()
+        try:
+            self._start_actors()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> "RayEvaluator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop every actor (each closes its workers); shut Ray down when this evaluator started it."""
+        ray = self._ray
+        with self._cond:
+            self._closing = True
+            slots, self._slots = self._slots, []
+            self._cond.notify_all()
+        closing = [s.handle.close.remote() for s in slots]
+        with contextlib.suppress(Exception):
+            ray.wait(closing, num_returns=len(closing), timeout=30)
+        for s in slots:
+            with contextlib.suppress(Exception):
+                ray.kill(s.handle, no_restart=True)
+        if self._owns_ray:
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+
+    @property
+    def actors(self) -> list[dict[str, Any]]:
+        """Name and `info()` of every live actor (for messages and tests)."""
+        with self._cond:
+            return [{"name": s.name, **s.info} for s in self._slots]
+
+    @property
+    def workers(self) -> int:
+        with self._cond:
+            return sum(s.info["workers"] for s in self._slots)
+
+    # -- public API --------------------------------------------------------------------------
+    def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> EvalResult:
+        """Evaluate one candidate on some actor; an identical candidate already seen is answered from it."""
+        if self.eval_config.cache_dir is None:  # no cache asked for: every request is evaluated
+            return EvalResult.from_dict(self._run(problem, source, backend))
+        key = cache_key(problem=problem.source_hash, candidate=source, backend=backend,
+                        config=self.eval_config.cache_fields())
+        with self._cond:
+            if (hit := self._memo.get(key)) is not None:
+                self.stats["deduplicated"] += 1
+                return self._copy(hit)
+            waiting = self._pending.get(key)
+            if waiting is None:
+                mine: Future[dict[str, Any]] = Future()
+                self._pending[key] = mine
+        if waiting is not None:
+            with self._cond:
+                self.stats["deduplicated"] += 1
+            return self._copy(waiting.result())
+        try:
+            d = self._run(problem, source, backend)
+        except BaseException as exc:
+            with self._cond:
+                del self._pending[key]
+            mine.set_exception(exc)
+            raise
+        with self._cond:
+            del self._pending[key]
+            if d["status"] not in (Status.TIMEOUT.value, Status.CRASH.value):  # what the evaluator's cache keeps too
+                self._memo[key] = d
+                while len(self._memo) > _MEMO_MAX:
+                    self._memo.popitem(last=False)
+        mine.set_result(d)
+        return EvalResult.from_dict(d)
+
+    def evaluate_many(self, jobs: Iterable[Any], on_result: Callable[[int, EvalResult], None] | None = None
+                      ) -> list[EvalResult]:
+        """Evaluate a batch (`eval.Job`s) with every actor's capacity in use; `on_result` as each finishes."""
+        jobs = list(jobs)
+        lock = threading.Lock()
+        width = max(1, sum(s.capacity for s in self._slots))
+
+        def one(i: int) -> EvalResult:
+            result = self.evaluate(jobs[i].problem, jobs[i].source, jobs[i].backend)
+            if on_result is not None:
+                with lock:
+                    on_result(i, result)
+            return result
+
+        with ThreadPoolExecutor(max_workers=width, thread_name_prefix="kh-ray") as pool:
+            return list(pool.map(one, range(len(jobs))))
+
+    def baseline(self, problem: Problem) -> dict[str, Any]:
+        """Eager and torch.compile timings of a problem, measured on one actor."""
+        slot = self._acquire()
+        try:
+            return self._ray.get(slot.handle.baseline.remote(self._problem_ref(problem)))
+        finally:
+            self._release(slot)
+
+    # -- one evaluation, retried on another actor if its actor dies ---------------------------
+    def _run(self, problem: Problem, source: str, backend: str) -> dict[str, Any]:
+        ray = self._ray
+        lost: list[str] = []
+        while True:
+            slot = self._acquire()
+            try:
+                d = ray.get(slot.handle.evaluate.remote(self._problem_ref(problem), source, backend))
+                with self._cond:
+                    self.stats["evaluated"] += 1
+                    self.stats["retried"] += bool(lost)
+                return d
+            except ray.exceptions.RayActorError as exc:
+                lost.append(f"{slot.name} on {slot.info.get('node', '?')}")
+                self._lose(slot, exc)
+                if len(lost) > self.config.max_retries:
+                    return self._actors_died(problem, backend, lost)
+            except ray.exceptions.RayTaskError as exc:  # the evaluator itself raised there: a harness fault
+                raise RuntimeError(f"evaluator actor {slot.name} raised: {exc.cause!r}") from None
+            finally:
+                self._release(slot)
+
+    def _actors_died(self, problem: Problem, backend: str, lost: list[str]) -> dict[str, Any]:
+        result = EvalResult(status=Status.CRASH, problem_id=problem.id, backend=backend,
+                            reason=f"the evaluator actor died {len(lost)} times while evaluating this candidate "
+                                   f"({'; '.join(lost)})",
+                            flags=["evaluator_actor_died: the candidate or the cluster ended the actor; not retried "
+                                   "further"])
+        return result.to_dict()
+
+    def _problem_ref(self, problem: Problem) -> Any:
+        """Each problem goes into Ray's object store once; evaluations carry a reference to it."""
+        with self._cond:
+            ref = self._problem_refs.get(problem.source_hash)
+            if ref is None:
+                ref = self._problem_refs[problem.source_hash] = self._ray.put(problem)
+            return ref
+
+    @staticmethod
+    def _copy(d: dict[str, Any]) -> EvalResult:
+        result = EvalResult.from_dict(d)
+        result.cached = True
+        return result
+
+    # -- actors: start, lease, lose, replace --------------------------------------------------
+    def _config_for_actors(self) -> dict[str, Any]:
+        """The evaluator settings each actor builds its `Evaluator` from (its cache relative to the driver's folder)."""
+        d = dataclasses.asdict(self.eval_config)
+        if d["cache_dir"] is not None and self.config.address is None:
+            d["cache_dir"] = str(Path(d["cache_dir"]).resolve())  # same machine: share executor=local's cache
+        return d
+
+    def _resources(self) -> tuple[dict[str, float], int]:
+        """Per-actor resources and the default number of actors, from the cluster's totals."""
+        total = self._ray.cluster_resources()
+        gpus, cpus = int(total.get("GPU", 0)), int(total.get("CPU", 0))
+        if self.eval_config.device == "cpu" or gpus == 0:
+            if self.eval_config.device == "cuda":
+                raise ExecutorError("eval.device=cuda but the Ray cluster has no GPU")
+            return {"num_cpus": 1, "num_gpus": 0}, max(1, min(_CPU_ACTORS_MAX, cpus // 2))
+        return {"num_cpus": 1, "num_gpus": 1}, gpus
+
+    def _start_actors(self) -> None:
+        per_actor, default = self._resources()
+        n = int(self.config.num_actors or default)
+        total = self._ray.cluster_resources()
+        for res, key in (("num_gpus", "GPU"), ("num_cpus", "CPU")):
+            if per_actor[res] and n * per_actor[res] > total.get(key, 0):
+                raise ExecutorError(f"executor.num_actors={n} needs {n * per_actor[res]:g} {key}(s), but the Ray "
+                                    f"cluster has {total.get(key, 0):g}")
+        self._per_actor = per_actor
+        started = [self._new_actor() for _ in range(n)]
+        refs = [handle.info.remote() for _, handle in started]
+        ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=self.config.actor_start_timeout_s)
+        if len(ready) < len(refs):
+            raise ExecutorError(f"only {len(ready)} of {n} evaluator actors started within "
+                                f"{self.config.actor_start_timeout_s:g} s (executor.actor_start_timeout_s)")
+        for (name, handle), ref in zip(started, refs):
+            try:
+                info = self._ray.get(ref)
+            except self._ray.exceptions.RayError as exc:
+                raise ExecutorError(f"evaluator actor {name} failed to start: {_first_line(exc)}") from None
+            self._add(name, handle, info)
+
+    def _new_actor(self) -> tuple[str, Any]:
+        name = f"kh-eval-{self._run_tag}-{next(self._names)}"
+        capacity = self.config.max_in_flight_per_actor or 16  # Ray's thread pool; the driver bounds it further
+        remote = self._ray.remote(EvaluatorActor).options(
+            name=name, namespace=self.config.namespace, max_restarts=0, max_task_retries=0,
+            max_concurrency=capacity, **self._per_actor)
+        return name, remote.remote(self._actor_config)
+
+    def _add(self, name: str, handle: Any, info: dict[str, Any]) -> None:
+        capacity = self.config.max_in_flight_per_actor or max(1, int(info["workers"]))
+        with self._cond:
+            if self._closing:
+                with contextlib.suppress(Exception):
+                    self._ray.kill(handle, no_restart=True)
+                return
+            self._slots.append(_Slot(name=name, handle=handle, info=info, capacity=capacity))
+            self._cond.notify_all()
+
+    def _acquire(self) -> _Slot:
+        """The least-loaded live actor with room; waits (back-pressure) while all are full."""
+        with self._cond:
+            while True:
+                if self._closing:
+                    raise RuntimeError("the ray evaluator is closed")
+                free = [s for s in self._slots if s.in_flight < s.capacity]
+                if free:
+                    slot = min(free, key=lambda s: s.in_flight / s.capacity)
+                    slot.in_flight += 1
+                    return slot
+                if not self._slots and not self._starting:
+                    raise RuntimeError("no evaluator actor is left and none could be started")
+                self._cond.wait(timeout=5)
+
+    def _release(self, slot: _Slot) -> None:
+        with self._cond:
+            slot.in_flight -= 1
+            self._cond.notify_all()
+
+    def _lose(self, slot: _Slot, exc: BaseException) -> None:
+        """Take a dead actor out of service (once) and start a replacement in the background."""
+        with self._cond:
+            if not slot.alive:
+                return
+            slot.alive = False
+            self._slots.remove(slot)
+            self.stats["actors_lost"] += 1
+            if self._closing:
+                return
+            self._starting += 1
+        with contextlib.suppress(Exception):
+            self._ray.kill(slot.handle, no_restart=True)
+        self._log(f"evaluator actor {slot.name} on {slot.info.get('node', '?')} died ({_first_line(exc)}); "
+                  f"its evaluations go to other actors; starting a replacement")
+        threading.Thread(target=self._replace, name="kh-ray-replace", daemon=True).start()
+
+    def _replace(self) -> None:
+        try:
+            name, handle = self._new_actor()
+            info = self._ray.get(handle.info.remote(), timeout=self.config.actor_start_timeout_s)
+            self._add(name, handle, info)
+        except Exception as exc:  # noqa: BLE001  the run goes on with the actors it has
+            self._log(f"a replacement evaluator actor did not start: {_first_line(exc)}")
+        finally:
+            with self._cond:
+                self._starting -= 1
+                self._cond.notify_all()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
