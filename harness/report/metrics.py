@@ -112,6 +112,7 @@ class RunMetrics:
     by_level: dict[str, LevelScores]
     per_problem: dict[str, ProblemBest]
     warnings: list[str] = field(default_factory=list)
+    preset: str = "default"  # the evaluator preset whose rules judged the run (`eval.preset`)
 
     @property
     def tokens(self) -> int:
@@ -194,7 +195,19 @@ def compute_metrics(run: RunData, *, n_boot: int = 2000, seed: int = 0, ps: Sequ
         by_level=_level_scores(best, levels, ps),
         per_problem=per_problem,
         warnings=warnings,
+        preset=run_preset(run.config, results),
     )
+
+
+def run_preset(config: dict[str, Any], results: Sequence[EvalResult]) -> str:
+    """The run's evaluator preset: its config's `eval.preset`, else what its results recorded, else `default`.
+
+    Runs recorded before presets existed were judged by the default (strict) rules.
+    """
+    if name := _get(config, "eval.preset"):
+        return str(name)
+    recorded = Counter(r.preset for r in results if getattr(r, "preset", ""))
+    return recorded.most_common(1)[0][0] if recorded else "default"
 
 
 def ks_for(n: int) -> list[int]:

@@ -24,6 +24,14 @@ NOT_TIMED_NOTE = (
 )
 
 
+PRESET_NOTE = (
+    "eval: the evaluator preset that judged the run. `default` is our strict rules; `kernelbench` follows "
+    "KernelBench's published rules (atol = rtol = 1e-2, PyTorch's default TF32, public seed, no own-kernel, "
+    "hidden-shape or integrity checks, mean of 100 synchronised calls without L2 flush): its numbers can be set "
+    "beside published KernelBench results, not beside `default` ones. `harness presets compare` pairs the two."
+)
+
+
 def ci_text(value: float, ci: tuple[float, float]) -> str:
     """`0.50 [0.25, 0.75]`: a rate with its 95% interval."""
     return f"{value:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"
@@ -60,12 +68,13 @@ def duration_text(seconds: float) -> str:
 def leaderboard_table(metrics: Sequence[RunMetrics], comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     """Headers and text cells of the leaderboard, one row per run."""
     show_setting = not comparison.comparable
-    headers = ["run", "agent", "model", "search", "backend", "device"] + (["setting"] if show_setting else [])
+    headers = ["run", "agent", "model", "search", "backend", "eval", "device"] + (["setting"] if show_setting else [])
     headers += ["problems"] + [f"fast_{p:g}" for p in DEFAULT_PS]
     headers += ["geomean", "compile", "correct", "rejected", "SOL (median)", "tokens", "cost", "wall"]
     rows = []
     for m in metrics:
-        row = [m.name + (" (unfinished)" if m.in_progress else ""), m.agent, m.model, m.search, m.backend, m.device]
+        row = [m.name + (" (unfinished)" if m.in_progress else ""), m.agent, m.model, m.search, m.backend, m.preset,
+               m.device]
         row += [comparison.setting_of[m.name]] if show_setting else []
         row.append(str(m.n_problems))
         row += [ci_text(m.fast_p[p], m.fast_p_ci[p]) if m.timing_available else NOT_TIMED for p in DEFAULT_PS]
@@ -127,6 +136,8 @@ def notes(metrics: Sequence[RunMetrics], comparison: Comparison) -> list[str]:
             "one setting. What differs:"
         )
         out += [f"  {d}" for d in comparison.differences]
+    if any(m.preset != "default" for m in metrics):
+        out.append(PRESET_NOTE)
     if any(m.cost_usd is not None and not m.cost_complete for m in metrics):
         out.append("≥ $: some attempts had no prices configured, so the cost is a lower bound.")
     for m in metrics:
@@ -182,6 +193,7 @@ def csv_rows(metrics: Sequence[RunMetrics], comparison: Comparison) -> list[dict
             "model": m.model,
             "search": m.search,
             "backend": m.backend,
+            "preset": m.preset,
             "device": m.device,
             "setting": comparison.setting_of[m.name],
             "problems": m.n_problems,

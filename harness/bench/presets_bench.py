@@ -1,0 +1,227 @@
+"""`harness presets bench`: the suite's reference solutions and the hostile candidates under each
+evaluator preset (by default our strict rules and `eval=kernelbench`), and how verdicts and
+speedups move between them.
+
+Honest solutions should get the same verdict under both, with speedups close (the two timing
+methods differ: median of L2-flushed, interleaved calls against the mean of synchronised calls
+on warm caches). The hostile candidates (`tests/hostile.py`, plus a few that aim at exactly the
+rules KernelBench leaves out) show what the strict rules catch. On a CPU only verdicts are
+compared, at the problems' reduced sizes; on a GPU, speedups too.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from eval import EvalConfig, EvalResult, Evaluator
+from problems import select_problems
+from problems.problem import Problem, problem_from_source
+from problems.suite import solution_path
+
+_CONF = Path(__file__).resolve().parents[1] / "conf" / "eval"
+_HOSTILE_FILE = Path(__file__).resolve().parents[2] / "tests" / "hostile.py"
+# hostile candidates are judged with short limits: several of them hang on purpose
+_HOSTILE_LIMITS = {"import_timeout_s": 20.0, "call_timeout_s": 10.0}
+
+
+def preset_config(name: str, **overrides: Any) -> EvalConfig:
+    """The `EvalConfig` of `harness/conf/eval/NAME.yaml` (its `defaults` chain resolved), plus overrides."""
+    values: dict[str, Any] = {}
+
+    def merge(preset: str) -> None:
+        path = _CONF / f"{preset}.yaml"
+        if not path.exists():
+            choices = ", ".join(sorted(p.stem for p in _CONF.glob("*.yaml")))
+            raise ValueError(f"unknown evaluator preset {preset!r}; choices: {choices}")
+        data = yaml.safe_load(path.read_text()) or {}
+        for parent in data.pop("defaults", []) or []:
+            if isinstance(parent, str) and parent not in ("_self_", "schema"):
+                merge(parent)
+        values.update(data)
+
+    merge(name)
+    values.update(overrides)
+    return EvalConfig(**values)
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """One candidate for one problem: a reference solution (`kind` solution) or a hostile one."""
+
+    kind: str
+    label: str
+    problem: Problem
+    source: str
+    strict_expected: str = ""  # the verdict the strict rules must give (hostile cases)
+
+
+def solution_cases(selection: str) -> list[BenchCase]:
+    """Every selected suite problem that has a hand-written solution."""
+    cases = []
+    for problem in select_problems(selection):
+        path = solution_path(problem)
+        if path is not None:
+            cases.append(BenchCase("solution", problem.id, problem, path.read_text()))
+    return cases
+
+
+def hostile_cases() -> list[BenchCase]:
+    """`tests/hostile.py`'s candidates and a few aimed at the rules KernelBench leaves out ([] without a checkout)."""
+    if not _HOSTILE_FILE.exists():
+        return []
+    spec = importlib.util.spec_from_file_location("_kh_hostile", _HOSTILE_FILE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    problem = problem_from_source(module.PROBLEM, name="add_relu", problem_id="hostile/add_relu")
+    cases = [BenchCase("hostile", name, problem, source, expected)
+             for name, (source, expected, _) in sorted(module.HOSTILE.items())]
+    shaped = problem_from_source(module.PROBLEM + _EXTRA_SHAPES, name="add_relu_hidden", problem_id="hostile/add_relu_hidden")
+    good, forward = module.GOOD, module.FORWARD
+    extra = {
+        # off by 3e-3 everywhere: inside KernelBench's 1e-2, outside our fp32 1e-4
+        "off_by_3e-3": (problem, good.replace("tl.maximum(x + y, 0.0) * scale", "tl.maximum(x + y, 0.0) * scale + 0.003"),
+                        "incorrect"),
+        # right only at the shape the agent saw
+        "hardcoded_shape": (shaped, good.replace(forward, "        if x.numel() != 4096:\n"
+                                                          "            return torch.zeros_like(x)\n" + forward),
+                            "incorrect"),
+        # ignores its inputs and recomputes KernelBench's, from the public seed
+        "regenerate_public_inputs": (problem, good.replace(forward, _REGENERATE), "incorrect"),
+        # returns before its side stream has finished (hidden work, GPU only; on a CPU it is honest)
+        "side_stream": (problem, good.replace(forward, _SIDE_STREAM), "rejected" if torch.cuda.is_available() else "correct"),
+    }
+    cases += [BenchCase("hostile", name, prob, source, expected) for name, (prob, source, expected) in extra.items()]
+    return cases
+
+
+_EXTRA_SHAPES = '''
+
+def get_extra_inputs():
+    return [[torch.randn(1000), torch.randn(1000)]]
+'''
+
+_REGENERATE = '''        calls = getattr(self, "_calls", 0)
+        self._calls = calls + 1
+        g = torch.Generator().manual_seed(42)
+        seeds = [int(torch.randint(0, 2**32 - 1, (1,), generator=g)) for _ in range(calls + 1)]
+        torch.manual_seed(seeds[calls])
+        gx, gy = torch.randn(x.numel()), torch.randn(y.numel())
+        return launch(gx.to(x.device), gy.to(y.device), self.scale)'''
+
+_SIDE_STREAM = '''        if not x.is_cuda:
+            return launch(x, y, self.scale)
+        if not hasattr(self, "_side"):
+            self._side = torch.cuda.Stream()
+        with torch.cuda.stream(self._side):
+            torch.cuda._sleep(2_000_000)
+            out = launch(x, y, self.scale)
+        return out'''
+
+
+def evaluate_all(cases: list[BenchCase], preset: str, device: str) -> list[EvalResult]:
+    """Judge every case under one preset (solutions with the preset's limits, hostile ones with short ones)."""
+    results: dict[int, EvalResult] = {}
+    for kind in ("solution", "hostile"):
+        batch = [i for i, c in enumerate(cases) if c.kind == kind]
+        if not batch:
+            continue
+        limits = _HOSTILE_LIMITS if kind == "hostile" else {}
+        with Evaluator(preset_config(preset, device=device, **limits)) as ev:
+            for i in batch:
+                results[i] = ev.evaluate(cases[i].problem, cases[i].source)
+    return [results[i] for i in range(len(cases))]
+
+
+def rows_for(cases: list[BenchCase], presets: list[str], results: dict[str, list[EvalResult]]) -> list[dict[str, Any]]:
+    """One row per case: each preset's verdict, speedup and reason."""
+    rows = []
+    for i, case in enumerate(cases):
+        row: dict[str, Any] = {"kind": case.kind, "case": case.label, "problem": case.problem.id,
+                               "strict_expected": case.strict_expected}
+        for preset in presets:
+            r = results[preset][i]
+            row[preset] = {"status": r.status.value, "speedup": r.speedup, "preset": r.preset,
+                           "reason": r.reason[:300], "flags": list(r.flags)}
+        row["verdicts_agree"] = len({row[p]["status"] for p in presets}) == 1
+        rows.append(row)
+    return rows
+
+
+def summary(rows: list[dict[str, Any]], presets: list[str]) -> dict[str, Any]:
+    """Verdict agreement of solutions, speedup ratios, and hostile candidates passed by one preset only."""
+    base, *others = presets
+    out: dict[str, Any] = {}
+    sols = [r for r in rows if r["kind"] == "solution"]
+    out["solutions"] = len(sols)
+    out["solutions_agreeing"] = sum(r["verdicts_agree"] for r in sols)
+    for other in others:
+        ratios = [r[other]["speedup"] / r[base]["speedup"] for r in sols
+                  if r[base]["speedup"] and r[other]["speedup"]]
+        out[f"speedup_ratio_{other}_over_{base}"] = {
+            "n": len(ratios),
+            "geomean": math.exp(statistics.fmean(math.log(x) for x in ratios)) if ratios else None,
+            "min": min(ratios) if ratios else None, "max": max(ratios) if ratios else None}
+        hostile = [r for r in rows if r["kind"] == "hostile"]
+        out[f"hostile_correct_only_under_{other}"] = [
+            r["case"] for r in hostile if r[other]["status"] == "correct" and r[base]["status"] != "correct"]
+    out["hostile_strict_unexpected"] = [r["case"] for r in rows if r["kind"] == "hostile" and r["strict_expected"]
+                                        and r[base]["status"] != r["strict_expected"]]
+    return out
+
+
+def table(rows: list[dict[str, Any]], presets: list[str]) -> str:
+    """Markdown: one row per case, the verdict and speedup under each preset, whether verdicts agree."""
+    heads = ["kind", "case"] + [f"{p}" for p in presets] + [f"speedup {p}" for p in presets] + ["agree"]
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
+    for r in sorted(rows, key=lambda r: (r["kind"] != "solution", r["verdicts_agree"], r["case"])):
+        speeds = ["—" if r[p]["speedup"] is None else f"{r[p]['speedup']:.2f}×" for p in presets]
+        lines.append("| " + " | ".join([r["kind"], r["case"], *(r[p]["status"] for p in presets), *speeds,
+                                        "yes" if r["verdicts_agree"] else "NO"]) + " |")
+    return "\n".join(lines)
+
+
+def environment() -> dict[str, Any]:
+    """Where the numbers came from."""
+    import triton
+
+    env: dict[str, Any] = {"torch": torch.__version__, "triton": triton.__version__, "cpu_cores": os.cpu_count(),
+                           "date": time.strftime("%Y-%m-%d")}
+    env["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (Triton interpreter)"
+    return env
+
+
+def main(selection: str, presets: list[str], *, device: str = "auto", solutions: bool = True, hostile: bool = True,
+         out: str | None = None) -> int:
+    if len(presets) < 2:
+        print("error: give at least two presets (--presets default,kernelbench)")
+        return 2
+    for p in presets:
+        preset_config(p)  # an unknown preset fails before any work
+    cases = (solution_cases(selection) if solutions else []) + (hostile_cases() if hostile else [])
+    if not cases:
+        print(f"error: nothing to evaluate (selection {selection!r} has no solutions and no hostile set was found)")
+        return 2
+    t0 = time.perf_counter()
+    results = {p: evaluate_all(cases, p, device) for p in presets}
+    rows = rows_for(cases, presets, results)
+    report = {"environment": environment(), "presets": presets, "selection": selection, "summary": summary(rows, presets),
+              "seconds": round(time.perf_counter() - t0, 1), "rows": rows}
+    print(f"# Presets: {' vs '.join(presets)} on {report['environment']['device']} ({report['seconds']} s)\n")
+    print(table(rows, presets))
+    print("\n" + json.dumps(report["summary"], indent=2))
+    if out:
+        Path(out).write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {out}")
+    return 0
