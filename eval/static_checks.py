@@ -2,9 +2,21 @@
 
 The parent reads the candidate as text only: it checks that it parses, defines `ModelNew`,
 defines at least one kernel of its own, and does not reach for harness internals (frames,
-the garbage collector, Triton's launch hooks, patching of comparison or timing functions).
+the garbage collector, Triton's launch hooks, rebinding of comparison or timing functions).
 Those patterns are refused outright; disguised versions are caught at run time by
-`eval.integrity` and by the parent's own checks.
+`eval.worker.integrity` (an identity snapshot of every watched function) and by the
+parent's own checks.
+
+Rebinding is found on the syntax tree, never by matching text: only a write to an attribute
+of a module or class imported from a watched package (`torch.allclose = f`,
+`time.perf_counter = f`, `Event.elapsed_time = f` after `from torch.cuda import Event`,
+`setattr(torch, "allclose", f)`, `vars(time)["perf_counter"] = f`,
+`torch.__dict__["equal"] = f`, `del torch.isclose`) counts. A local or instance name that
+merely shares a protected name (`elapsed_time = start.elapsed_time(end)`,
+`t = time.perf_counter()`, `self.time = 0.0`) is never flagged. Writes whose attribute name
+the source computes (`setattr(torch, "all" + "close", f)`) on a watched module are flagged too;
+writes through an object the source obtains dynamically (`__import__`, `getattr`) are left to
+the run-time snapshot.
 """
 
 from __future__ import annotations
@@ -21,12 +33,18 @@ _FORBIDDEN: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bsys\s*\.\s*_getframe\b|\binspect\s*\.\s*(stack|currentframe|getouterframes)\b|\bf_back\b|\bf_locals\b|\bf_globals\b"),
      "inspects the caller's stack frames"),
     (re.compile(r"\btriton\s*\.\s*knobs\b"), "touches Triton's runtime hooks"),
-    (re.compile(r"(torch\s*\.\s*(allclose|equal|isclose|testing\s*\.\s*assert_close|cuda\s*\.\s*(Event|synchronize))"
-                r"|time\s*\.\s*(perf_counter|time|monotonic)(_ns)?|elapsed_time)\s*=(?!=)"),
-     "replaces a comparison or timing function"),
-    (re.compile(r"setattr\s*\(\s*(torch|time|triton)\b"), "patches torch, time or triton with setattr"),
     (re.compile(r"/proc/\w+/(mem|environ)|\bptrace\b"), "reads another process's memory or environment"),
 )
+
+# Packages whose modules and classes a candidate must not rebind, and the names that matter there.
+_WATCHED_ROOTS = frozenset({"torch", "time", "triton", "gc", "threading", "eval", "problems"})
+_PROTECTED = frozenset({
+    "allclose", "isclose", "equal", "assert_close", "assert_allclose",  # comparisons
+    "perf_counter", "perf_counter_ns", "time", "time_ns", "monotonic", "monotonic_ns", "process_time",
+    "process_time_ns", "Event", "elapsed_time", "record", "synchronize", "query", "wait", "Stream",
+    "current_stream", "default_stream", "stream", "do_bench",  # timing and synchronisation
+})
+_REBIND = "replaces a comparison or timing function"
 
 
 @dataclass
@@ -59,6 +77,97 @@ def _defines_model_new(tree: ast.Module) -> bool:
     return False
 
 
+def _imported_names(tree: ast.Module) -> dict[str, str]:
+    """Local name -> dotted origin, for every import of a watched package anywhere in the source."""
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in _WATCHED_ROOTS:
+                    if alias.asname:
+                        names[alias.asname] = alias.name
+                    else:
+                        root = alias.name.split(".")[0]
+                        names[root] = root
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            if node.module.split(".")[0] in _WATCHED_ROOTS:
+                for alias in node.names:
+                    if alias.name != "*":
+                        names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    # plain aliases of those (`T = torch`, `Ev = torch.cuda.Event`), to a fixed point
+    changed = True
+    while changed:
+        changed = False
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                origin = _origin(node.value, names)
+                name = node.targets[0].id
+                if origin is not None and names.get(name) != origin and name not in names:
+                    names[name] = origin
+                    changed = True
+    return names
+
+
+def _origin(node: ast.expr, names: dict[str, str]) -> str | None:
+    """The dotted watched origin of a plain name or attribute chain (`torch.cuda.Event`), else None."""
+    if isinstance(node, ast.Name):
+        return names.get(node.id)
+    if isinstance(node, ast.Attribute):
+        base = _origin(node.value, names)
+        return f"{base}.{node.attr}" if base is not None else None
+    return None
+
+
+def _namespace_of(node: ast.expr, names: dict[str, str]) -> str | None:
+    """For `vars(X)` or `X.__dict__` with X a watched module or class: X's origin."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "vars" and len(node.args) == 1:
+        return _origin(node.args[0], names)
+    if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+        return _origin(node.value, names)
+    return None
+
+
+def _key(node: ast.expr) -> str | None:
+    """A literal attribute name, or None when the source computes it."""
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _protected(name: str | None) -> bool:
+    return name is None or name in _PROTECTED or (name.startswith("__") and name.endswith("__"))
+
+
+def _rebinding(tree: ast.Module) -> tuple[int, str] | None:
+    """(line, what) of the first rebinding of a protected function on a watched module or class."""
+    names = _imported_names(tree)
+    if not names:
+        return None
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = list(node.targets)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+            if len(node.args) >= 2 and (owner := _origin(node.args[0], names)) is not None:
+                key = _key(node.args[1])
+                if _protected(key):
+                    return node.lineno, f"{node.func.id}({owner}, {key or '<computed name>'!s})"
+            continue
+        else:
+            continue
+        for target in [t for t in targets for t in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t])]:
+            if isinstance(target, ast.Attribute) and (owner := _origin(target.value, names)) is not None:
+                if _protected(target.attr):
+                    return target.lineno, f"{owner}.{target.attr}"
+            if isinstance(target, ast.Subscript) and (owner := _namespace_of(target.value, names)) is not None:
+                key = _key(target.slice)
+                if _protected(key):
+                    return target.lineno, f"{owner}.{key or '<computed name>'} through its namespace dict"
+    return None
+
+
 def analyze(source: str) -> SourceReport:
     """Parse the candidate and classify it; never imports or executes it."""
     report = SourceReport()
@@ -79,6 +188,12 @@ def analyze(source: str) -> SourceReport:
             report.triton_kernels.append(node.name)
     report.cuda_kernels = sorted(set(_CUDA_KERNEL.findall(source)))
     report.uses_load_inline = "load_inline" in source or "cpp_extension" in source
+    rebinding = _rebinding(tree)
+    if rebinding is not None:
+        line, what = rebinding
+        report.status = Status.REJECTED
+        report.reason = f"integrity: the candidate {_REBIND} (line {line}: rebinds {what})"
+        return report
     for pattern, why in _FORBIDDEN:
         match = pattern.search(source)
         if match:

@@ -1,0 +1,100 @@
+"""Forged frames on the worker's channel (issue 10, item 8).
+
+The candidate runs inside the worker, so it can find the channel's write end (`sys.argv` of
+`python -m eval.worker READ WRITE ...`, or /proc/self/fd) and write anything into it. Whatever
+it writes must end as a verdict on the candidate (`crash`, with the reason), the worker must be
+replaced, the session must go on, and `harness eval` must print its JSON normally (exit 0).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from eval import EvalConfig, Evaluator, Status
+from harness.cli import main
+from problems.problem import problem_from_source
+from tests.hostile import FORWARD, GOOD, PROBLEM, variant
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _frame(header: object) -> bytes:
+    raw = json.dumps(header).encode()
+    return struct.pack(">I", len(raw)) + raw
+
+
+FORGED: dict[str, tuple[bytes, str]] = {
+    # name: (bytes written into the worker's reply pipe during forward, phrase the reason must contain)
+    "huge_length_prefix": (struct.pack(">I", 0xFFFFFFF0), "exceeds the limit"),
+    "garbage_json": (struct.pack(">I", 9) + b"{not json", "malformed header"),
+    "not_an_object": (_frame([1, 2, 3]), "not a JSON object"),
+    "reply_to_wrong_command": (_frame({"cmd": "load", "ok": True, "tensors": []}), "answered 'load' to 'run'"),
+    "ill_typed_field": (_frame({"cmd": "run", "ok": "yes", "tensors": []}), "does not fit"),
+    "unknown_field": (_frame({"cmd": "run", "ok": True, "verdict": "correct", "tensors": []}), "unknown field"),
+    "oversized_tensor": (_frame({"cmd": "run", "ok": True, "tensors": [
+        {"dtype": "uint8", "shape": [1 << 40], "nbytes": 1 << 40}]}), "exceeds the limit"),
+    "bad_tensor_dtype": (_frame({"cmd": "run", "ok": True, "tensors": [
+        {"dtype": "object", "shape": [1], "nbytes": 8}]}), "bad tensor spec"),
+    "tensor_size_mismatch": (_frame({"cmd": "run", "ok": True, "tensors": [
+        {"dtype": "float32", "shape": [4], "nbytes": 8}]}), "does not match its shape"),
+    "negative_dimension": (_frame({"cmd": "run", "ok": True, "tensors": [
+        {"dtype": "float32", "shape": [-4], "nbytes": 0}]}), "negative dimension"),
+    "offset_outside_region": (_frame({"cmd": "run", "ok": True, "tensors": [
+        {"dtype": "uint8", "shape": [16], "nbytes": 16, "offset": 1 << 40}]}), "outside the shared region"),
+}
+
+
+def forging_candidate(payload: bytes, via: str = "argv") -> str:
+    """The honest candidate, which first writes `payload` into the worker's reply pipe."""
+    find = ("        fd = int(sys.argv[2])\n" if via == "argv" else
+            # the write end of the reply pipe: the only write-only pipe past stderr
+            "        import stat\n"
+            "        for name in os.listdir('/proc/self/fd'):\n"
+            "            try:\n"
+            "                f = int(name)\n"
+            "                flags = open('/proc/self/fdinfo/%d' % f).read().split('flags:')[1].split()[0]\n"
+            "                if f > 2 and stat.S_ISFIFO(os.fstat(f).st_mode) and flags.endswith('1'):\n"
+            "                    fd = f\n"
+            "            except OSError:\n"
+            "                pass\n")
+    return variant(FORWARD, "        import os, sys\n" + find + f"        os.write(fd, {payload!r})\n" + FORWARD)
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    with Evaluator(EvalConfig(device="cpu", cache_dir=None, import_timeout_s=20, call_timeout_s=10)) as ev:
+        yield ev
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return problem_from_source(PROBLEM, name="add_relu")
+
+
+@pytest.mark.parametrize("name", sorted(FORGED))
+def test_forged_frame_is_a_verdict_on_the_candidate(evaluator, problem, name):
+    payload, phrase = FORGED[name]
+    result = evaluator.evaluate(problem, forging_candidate(payload))
+    assert result.status is Status.CRASH, f"{name}: {result.status.value}: {result.reason}"
+    assert "broke the protocol" in result.reason and phrase in result.reason, result.reason
+    after = evaluator.evaluate(problem, GOOD)  # the worker was replaced; the session goes on
+    assert after.status is Status.CORRECT, after.reason + after.error
+
+
+def test_channel_found_through_proc(evaluator, problem):
+    result = evaluator.evaluate(problem, forging_candidate(FORGED["huge_length_prefix"][0], via="proc"))
+    assert result.status is Status.CRASH and "exceeds the limit" in result.reason, result.reason + result.error
+
+
+@pytest.mark.parametrize("name", ["huge_length_prefix", "garbage_json", "oversized_tensor"])
+def test_harness_eval_prints_json(tmp_path, capsys, name):
+    problem, cand = tmp_path / "problem.py", tmp_path / "candidate.py"
+    problem.write_text(PROBLEM)
+    cand.write_text(forging_candidate(FORGED[name][0]))
+    code = main(["eval", "--problem", str(problem), "--candidate", str(cand), "--device", "cpu", "--no-cache", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert out["status"] == "crash" and FORGED[name][1] in out["reason"], out["reason"]

@@ -1,0 +1,127 @@
+"""Static checks: a real rebinding of a comparison or timing function is refused from the source,
+while local names that merely share a protected name never are (issue 10, item 4).
+
+The static check is a first line only; disguised rebinding is caught at run time by the identity
+snapshot (see the `*_dynamic` cases in tests/hostile.py, evaluated end to end).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from eval.result import Status
+from eval.static_checks import analyze
+from tests.hostile import GOOD, TOP, variant
+
+# An honest candidate that times its own variants to pick the faster one (the false reject of issue 10).
+SELF_TIMING = variant("class ModelNew(nn.Module):", '''import time
+from time import perf_counter
+
+
+def pick_variant(x, y, scale):
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    launch(x, y, scale)
+    end.record()
+    torch.cuda.synchronize()
+    elapsed_time = start.elapsed_time(end)
+    t = time.perf_counter()
+    perf = perf_counter()
+    monotonic = time.monotonic() - t
+    return elapsed_time, perf, monotonic
+
+
+class ModelNew(nn.Module):''')
+
+HONEST = {
+    "self_timing": SELF_TIMING,
+    "local_names": variant(TOP, '''def helper(x):
+    allclose = torch.allclose(x, x)
+    equal, isclose = torch.equal(x, x), torch.isclose(x, x)
+    time = 0.0
+    synchronize = None
+    Event = dict
+    elapsed_time: float = 1.0
+    elapsed_time += 2.0
+    return allclose, equal, isclose, time, synchronize, Event, elapsed_time
+
+
+''' + TOP),
+    "instance_attributes": variant("        self.scale = scale", '''        self.scale = scale
+        self.time = 0.0
+        self.elapsed_time = None
+        self.allclose = True
+        self.stream = None
+        self.events = {}
+        self.events["elapsed_time"] = 0.0'''),
+    "setting_switches": variant(TOP, '''torch.backends.cudnn.benchmark = True
+torch.backends.cuda.matmul.allow_tf32 = False
+setattr(torch.backends.cudnn, "deterministic", False)
+import triton.language as tl2
+cfg = {}
+cfg["allclose"] = 1
+''' + TOP),
+    "comparison_call_not_assignment": variant(TOP, "assert torch.allclose(torch.ones(2), torch.ones(2))\n" + TOP),
+    "equality_test": variant(TOP, "flag = time_check = (torch.equal == torch.equal)\n" + TOP),
+}
+
+HOSTILE = {
+    "module_attribute": "torch.allclose = lambda *a, **k: True",
+    "nested_module": "torch.testing.assert_close = lambda *a, **k: None",
+    "timer": "import time\ntime.perf_counter = lambda: 0.0",
+    "timer_alias": "import time as _t\n_t.monotonic = lambda: 0.0",
+    "from_import_module": "from torch import testing\ntesting.assert_close = print",
+    "from_import_class": "from torch.cuda import Event\nEvent.elapsed_time = lambda self, other: 0.001",
+    "class_attribute": "torch.cuda.Event.elapsed_time = lambda self, other: 0.001",
+    "alias_of_module": "T = torch\nT.equal = lambda a, b: True",
+    "alias_of_class": "Ev = torch.cuda.Event\nEv.record = lambda self, s=None: None",
+    "inside_function": "def patch():\n    torch.cuda.synchronize = lambda *a: None\npatch()",
+    "tuple_target": "torch.isclose, x = (lambda *a, **k: True), 1",
+    "augmented": "time_ns = 0\nimport time\ntime.time_ns += 0",
+    "delete": "del torch.allclose",
+    "setattr_literal": "setattr(torch, 'allclose', lambda *a, **k: True)",
+    "setattr_computed": "setattr(torch, 'all' + 'close', lambda *a, **k: True)",
+    "setattr_nested_module": "import time\nsetattr(time, 'perf_counter', lambda: 0.0)",
+    "delattr": "delattr(torch.testing, 'assert_close')",
+    "vars_literal": "vars(torch)['allclose'] = lambda *a, **k: True",
+    "vars_computed": "vars(torch)['all' + 'close'] = lambda *a, **k: True",
+    "dunder_dict": "torch.cuda.__dict__['synchronize'] = lambda *a: None",
+    "dunder_dict_computed": "import time\ntime.__dict__['perf_' + 'counter'] = lambda: 0.0",
+    "dunder_method": "torch.nn.Module.__call__ = lambda self, *a: None",
+    "triton_bench": "import triton.testing\ntriton.testing.do_bench = lambda *a, **k: 0.001",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HONEST))
+def test_honest_source_is_not_flagged(name):
+    report = analyze(HONEST[name])
+    assert report.status is None, f"{name}: {report.reason}"
+    assert report.triton_kernels == ["add_relu_kernel"]
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_rebinding_is_refused(name):
+    report = analyze(variant(TOP, HOSTILE[name] + "\n" + TOP))
+    assert report.status is Status.REJECTED, name
+    assert "replaces a comparison or timing function" in report.reason, report.reason
+
+
+def test_reason_names_the_line_and_the_target():
+    report = analyze(variant(TOP, "import time\n\n\ntime.perf_counter = lambda: 0.0\n" + TOP))
+    line = variant(TOP, "import time\n\n\ntime.perf_counter = lambda: 0.0\n" + TOP).splitlines().index(
+        "time.perf_counter = lambda: 0.0") + 1
+    assert f"line {line}" in report.reason and "time.perf_counter" in report.reason
+
+
+@pytest.mark.parametrize("form", [
+    "_m = __import__('tor' + 'ch')\nvars(_m)['all' + 'close'] = lambda *a, **k: True",
+    "t = getattr(__import__('torch'), 'test' + 'ing')\nsetattr(t, 'assert_' + 'close', print)",
+])
+def test_dynamic_forms_pass_the_static_check(form):
+    """What the source hides is left to the run-time snapshot (tests/hostile.py evaluates these end to end)."""
+    assert analyze(variant(TOP, form + "\n" + TOP)).status is None
+
+
+def test_honest_good_candidate():
+    assert analyze(GOOD).status is None
