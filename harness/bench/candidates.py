@@ -3,6 +3,8 @@ Triton and CUDA solutions, honest and failing, each source distinct so nothing i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from problems.problem import Problem, problem_from_source
 
 _PROBLEM = '''
@@ -112,21 +114,39 @@ def cuda_candidate(tag: str, threads: int = 256, extra: str = "") -> str:
     return CUDA.format(tag=tag, threads=threads, extra=extra)
 
 
-def throughput_batch() -> list[tuple[str, str, str]]:
-    """(label, source, backend) for a mixed batch: 12 Triton and 12 CUDA, a third of them failing."""
-    batch: list[tuple[str, str, str]] = []
-    for i, (block, warps) in enumerate([(256, 2), (512, 4), (1024, 4), (2048, 8), (4096, 8), (1024, 8), (512, 2), (2048, 4)]):
-        batch.append((f"triton_ok_{i}", triton_candidate(block, warps), "triton"))
+@dataclass(frozen=True)
+class BenchJob:
+    """One candidate of a benchmark batch and the verdict it must get."""
+
+    label: str
+    problem: Problem
+    source: str
+    backend: str
+    expected: str
+
+
+def mixed_batch(sizes: tuple[int, int, int], with_cuda: bool = True) -> list[BenchJob]:
+    """The throughput batch: three problem sizes; Triton and CUDA; honest, failing, crashing and hanging candidates."""
+    small, mid, large = (problem(n) for n in sizes)
     good = triton_candidate()
-    batch.append(("triton_wrong", good.replace("tl.maximum(x + y, 0.0)", "(x + y)"), "triton"))
-    batch.append(("triton_raises", good.replace("out = torch.empty_like(x)", "raise RuntimeError('bad launch')"), "triton"))
-    batch.append(("triton_syntax", good.replace("def forward(self, x, y):", "def forward(self, x, y)"), "triton"))
-    batch.append(("triton_pytorch_only", good.replace("add_relu_scale[(triton.cdiv(n, 1024),)](x, y, out, n, self.scale, BLOCK=1024, num_warps=4)",
-                                                      "out = torch.relu(x + y) * self.scale"), "triton"))
-    for i, threads in enumerate([128, 256, 512, 1024, 64, 192, 384, 768]):
-        batch.append((f"cuda_ok_{i}", cuda_candidate(f"ok{i}", threads), "cuda"))
-    batch.append(("cuda_compile_error", cuda_candidate("bad", 256, "this is not C++;"), "cuda"))
-    batch.append(("cuda_wrong", cuda_candidate("wrong", 256).replace("(v > 0.f ? v : 0.f) * scale", "v * scale"), "cuda"))
-    batch.append(("cuda_partial", cuda_candidate("partial", 256).replace("(n + threads - 1) / threads", "(n / 2 + threads - 1) / threads"), "cuda"))
-    batch.append(("cuda_oob", cuda_candidate("oob", 256).replace("out[i] =", "out[i + (1L << 40)] ="), "cuda"))
-    return batch
+    jobs = [BenchJob(f"triton_ok_{n.id.rsplit('_', 1)[-1]}_{block}", n, triton_candidate(block, warps), "triton", "correct")
+            for n in (small, mid, large) for block, warps in ((512, 4), (2048, 8))]
+    jobs += [
+        BenchJob("triton_incorrect", mid, good.replace("tl.maximum(x + y, 0.0)", "(x + y)"), "triton", "incorrect"),
+        BenchJob("triton_raises", small, good.replace("out = torch.empty_like(x)", "raise RuntimeError('bad launch')"),
+                 "triton", "runtime_error"),
+        BenchJob("triton_syntax", small, good.replace("def forward(self, x, y):", "def forward(self, x, y)"), "triton",
+                 "compile_error"),
+        BenchJob("triton_pytorch_fallback", mid, good.replace(
+            "add_relu_scale[(triton.cdiv(n, 1024),)](x, y, out, n, self.scale, BLOCK=1024, num_warps=4)",
+            "out = torch.relu(x + y) * self.scale"), "triton", "rejected"),
+        BenchJob("triton_crash", mid, good.replace("out = torch.empty_like(x)", "import os\n        os._exit(3)"),
+                 "triton", "crash"),
+        BenchJob("triton_timeout", small, good.replace("out = torch.empty_like(x)", "while True:\n            pass"),
+                 "triton", "timeout"),
+    ]
+    if with_cuda:
+        jobs += [BenchJob("cuda_ok", large, cuda_candidate("bench_ok"), "cuda", "correct"),
+                 BenchJob("cuda_compile_error", mid, cuda_candidate("bench_bad", 256, "this is not C++;"), "cuda",
+                          "compile_error")]
+    return jobs

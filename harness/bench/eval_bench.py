@@ -1,11 +1,14 @@
-"""`harness bench eval`: repeatability and throughput of the evaluator on the current GPU.
+"""`harness bench eval`: throughput, scaling and repeatability of the evaluator.
 
-repeatability: the same candidates, evaluated in separate evaluator sessions; the spread of
-their measured speedups (max/min) is what a researcher would see between two runs.
-throughput: a mixed batch of Triton and CUDA candidates (some failing) through one session
-(workers kept alive, CUDA builds in parallel on the CPU cores), against a naive evaluator
-that starts a fresh session (fresh worker process, one build at a time) per candidate,
-on a subset of the same batch, side by side in one run.
+throughput: one fixed mixed batch (`candidates.mixed_batch`: three problem sizes, Triton and
+CUDA, honest and failing, one crash, one timeout, one incorrect) through three evaluators,
+side by side in one run: the warm pool (every worker of every GPU, candidates pipelined),
+a single warm worker evaluating one candidate at a time (no pipelining, builds on the
+candidate's path), and a KernelBench-style process per candidate. Each prints
+candidates/min, GPU busy share (NVML) and per-phase medians.
+scaling: the honest Triton candidates of the batch on one GPU, then on every visible GPU.
+repeatability: the same candidates in separate evaluator sessions while the pool is full
+(filler candidates keep the other workers busy); the spread (max/min) of their speedups.
 """
 
 from __future__ import annotations
@@ -16,35 +19,42 @@ import statistics
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from eval import EvalConfig, Evaluator, Job
+from eval import EvalConfig, EvalResult, Evaluator, Job
 from harness.bench import candidates
+from harness.bench.process_per_candidate import evaluate_in_new_process
 
 REPEAT_SIZES = (1 << 16, 1 << 20, 1 << 23, 1 << 25, 1 << 27)
+GPU_SIZES = (1 << 20, 1 << 24, 1 << 26)
+CPU_SIZES = (1 << 10, 1 << 12, 1 << 14)
+_LIMITS = {"call_timeout_s": 10.0, "import_timeout_s": 240.0}  # the same wall-clock limits for every evaluator
 
 
 class _GpuBusySampler:
-    """Samples NVML GPU utilisation (share of time a kernel ran) every 50 ms on a thread."""
+    """Samples NVML GPU utilisation (share of time a kernel ran), averaged over the given GPUs, every 50 ms."""
 
-    def __init__(self, index: int = 0):
+    def __init__(self, indices: list[int] | None = None):
         self.samples: list[float] = []
         self._stop = threading.Event()
         try:
             import pynvml
 
             pynvml.nvmlInit()
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            count = pynvml.nvmlDeviceGetCount()
+            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in (indices or range(count))]
             self._nvml = pynvml
-        except Exception:  # noqa: BLE001  NVML missing: report no utilisation
+        except Exception:  # noqa: BLE001  NVML missing (CPU machine): report no utilisation
             self._nvml = None
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(0.05):
-            self.samples.append(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu / 100.0)
+            rates = [self._nvml.nvmlDeviceGetUtilizationRates(h).gpu / 100.0 for h in self._handles]
+            self.samples.append(sum(rates) / len(rates))
 
     def __enter__(self) -> "_GpuBusySampler":
         if self._nvml is not None:
@@ -60,98 +70,190 @@ class _GpuBusySampler:
         return statistics.mean(self.samples) if self.samples else None
 
 
-def _config(cache_root: str, **overrides: Any) -> EvalConfig:
-    return EvalConfig(device="cuda", cache_dir=cache_root, **overrides)
+def _device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def repeatability(sessions: int = 5, sizes: tuple[int, ...] = REPEAT_SIZES) -> dict[str, Any]:
-    """Evaluate one Triton candidate per size in `sessions` separate evaluator sessions."""
+def _config(cache_root: str | None, **overrides: Any) -> EvalConfig:
+    return EvalConfig(device=_device(), cache_dir=cache_root, **{**_LIMITS, **overrides})
+
+
+def _phase_medians(phases: list[dict[str, float]]) -> dict[str, float]:
+    keys = sorted({k for p in phases for k in p})
+    return {k: round(statistics.median([p[k] for p in phases if k in p]), 3) for k in keys}
+
+
+def _summary(name: str, batch: list[candidates.BenchJob], statuses: list[str], wall: float,
+             phases: list[dict[str, float]], busy: float | None, per_candidate_s: list[float]) -> dict[str, Any]:
+    return {"evaluator": name, "candidates": len(batch), "wall_s": round(wall, 2),
+            "candidates_per_min": round(len(batch) / wall * 60, 2), "gpu_busy_share": busy,
+            "median_s_per_candidate": round(statistics.median(per_candidate_s), 3),
+            "statuses": dict(zip((j.label for j in batch), statuses)),
+            "unexpected": {j.label: s for j, s in zip(batch, statuses) if s != j.expected},
+            "phase_medians": _phase_medians(phases)}
+
+
+def _results_summary(name: str, batch: list[candidates.BenchJob], results: list[EvalResult], wall: float,
+                     busy: float | None) -> dict[str, Any]:
+    return _summary(name, batch, [r.status.value for r in results], wall, [r.phase_seconds for r in results], busy,
+                    [r.eval_seconds for r in results])
+
+
+def run_pool(batch: list[candidates.BenchJob], **overrides: Any) -> dict[str, Any]:
+    """The warm pool over every GPU (or `overrides`), the whole batch in flight."""
+    with tempfile.TemporaryDirectory() as cache:
+        config = _config(cache, **overrides)
+        with _GpuBusySampler(config.gpus) as sampler:
+            t0 = time.perf_counter()
+            with Evaluator(config) as ev:
+                results = ev.evaluate_many([Job(j.problem, j.source, j.backend) for j in batch])
+                workers = ev.workers
+            wall = time.perf_counter() - t0
+    out = _results_summary("pool", batch, results, wall, sampler.busy_share())
+    out["workers"] = workers
+    return out
+
+
+def run_single_worker(batch: list[candidates.BenchJob]) -> dict[str, Any]:
+    """One warm worker on GPU 0, one candidate at a time, builds on the candidate's path."""
+    with tempfile.TemporaryDirectory() as cache:
+        config = _config(cache, workers_per_gpu=1, gpus=[0] if _device() == "cuda" else None)
+        with _GpuBusySampler([0] if _device() == "cuda" else None) as sampler:
+            t0 = time.perf_counter()
+            with Evaluator(config) as ev:
+                results = [ev.evaluate(j.problem, j.source, j.backend) for j in batch]
+            wall = time.perf_counter() - t0
+    return _results_summary("single worker", batch, results, wall, sampler.busy_share())
+
+
+def run_process_per_candidate(batch: list[candidates.BenchJob]) -> dict[str, Any]:
+    """KernelBench's way: a fresh process per candidate (see `process_per_candidate`), under the same wall limits."""
+    device = _device()
+    os.environ["KH_BENCH_DEVICE"] = device
+    statuses, phases, per = [], [], []
+    with _GpuBusySampler([0] if device == "cuda" else None) as sampler:
+        t0 = time.perf_counter()
+        for job in batch:
+            # it has no per-call limit of its own: a forward gets 3x our call limit, a CUDA build our import limit
+            limit = 3 * _LIMITS["call_timeout_s"] + (_LIMITS["import_timeout_s"] if job.backend == "cuda" else 0)
+            with tempfile.TemporaryDirectory() as work:
+                out = evaluate_in_new_process(job.problem.source, job.source, device, limit, Path(work))
+            statuses.append(out["status"])
+            phases.append(out["phase_seconds"])
+            per.append(out["phase_seconds"]["total"])
+        wall = time.perf_counter() - t0
+    return _summary("process per candidate", batch, statuses, wall, phases, sampler.busy_share(), per)
+
+
+def throughput() -> dict[str, Any]:
+    """The three evaluators on the same batch, side by side."""
+    gpu = _device() == "cuda"
+    batch = candidates.mixed_batch(GPU_SIZES if gpu else CPU_SIZES, with_cuda=gpu)
+    rows = []
+    for run in (lambda: run_pool(batch, gpus=[0] if gpu else None), lambda: run_single_worker(batch),
+                lambda: run_process_per_candidate(batch)):
+        rows.append(run())
+        print(json.dumps(rows[-1]), flush=True)  # each row as soon as it is measured
+    pool = rows[0]["candidates_per_min"]
+    return {"batch": [j.label for j in batch], "rows": rows,
+            "pool_over_single": round(pool / rows[1]["candidates_per_min"], 2),
+            "pool_over_process_per_candidate": round(pool / rows[2]["candidates_per_min"], 2)}
+
+
+def scaling(copies: int = 4) -> dict[str, Any]:
+    """Honest Triton candidates (distinct sources) on one GPU, then on every visible GPU."""
+    base = [j for j in candidates.mixed_batch(GPU_SIZES, with_cuda=False) if j.expected == "correct"]
+    batch = [candidates.BenchJob(f"{j.label}_{k}", j.problem, j.source + f"\n# copy {k}\n", j.backend, j.expected)
+             for k in range(copies) for j in base]
+    one = run_pool(batch, gpus=[0])
+    every = list(range(torch.cuda.device_count()))
+    out = {"candidates": len(batch), "one_gpu": one}
+    if len(every) > 1:
+        out["all_gpus"] = run_pool(batch, gpus=every)
+        out["gpus"] = len(every)
+        out["ratio"] = round(out["all_gpus"]["candidates_per_min"] / one["candidates_per_min"], 2)
+    return out
+
+
+def repeatability(sessions: int = 5, sizes: tuple[int, ...] = REPEAT_SIZES, fillers: int = 6) -> dict[str, Any]:
+    """Evaluate one Triton candidate per size in `sessions` separate sessions, with the pool kept full."""
     rows: dict[int, dict[str, list[float]]] = {n: {"speedup": [], "candidate_us": [], "reference_us": [], "n": []} for n in sizes}
-    for _ in range(sessions):
-        with tempfile.TemporaryDirectory() as cache, Evaluator(_config(cache)) as ev:
-            for n in sizes:
-                r = ev.evaluate(candidates.problem(n), candidates.triton_candidate())
-                if r.speedup is None:
-                    raise RuntimeError(f"repeatability candidate failed at n={n}: {r.status.value}: {r.reason} {r.error}")
-                rows[n]["speedup"].append(r.speedup)
-                rows[n]["candidate_us"].append(r.candidate_timing.median_ms * 1000)
-                rows[n]["reference_us"].append(r.reference_timing.median_ms * 1000)
-                rows[n]["n"].append(r.candidate_timing.n)
+    for session in range(sessions):
+        measured = [(n, Job(candidates.problem(n), candidates.triton_candidate() + f"\n# session {session}\n"))
+                    for n in sizes]
+        filler = [(None, Job(candidates.problem(1 << 24), candidates.triton_candidate(256 << (k % 4), 4)
+                             + f"\n# session {session} filler {k}\n")) for k in range(fillers)]
+        batch = [x for pair in zip(filler, measured) for x in pair] + measured[len(filler):] + filler[len(measured):]
+        with tempfile.TemporaryDirectory() as cache, Evaluator(_config(cache, gpus=[0])) as ev:
+            results = ev.evaluate_many([job for _, job in batch])
+        for (n, _), r in zip(batch, results):
+            if n is None:
+                continue
+            if r.speedup is None:
+                raise RuntimeError(f"repeatability candidate failed at n={n}: {r.status.value}: {r.reason} {r.error}")
+            rows[n]["speedup"].append(r.speedup)
+            rows[n]["candidate_us"].append(r.candidate_timing.median_ms * 1000)
+            rows[n]["reference_us"].append(r.reference_timing.median_ms * 1000)
+            rows[n]["n"].append(r.candidate_timing.n)
     out = []
     for n, row in rows.items():
         out.append({"elements": n, "candidate_us_median": statistics.median(row["candidate_us"]),
                     "reference_us_median": statistics.median(row["reference_us"]),
                     "speedups": [round(s, 4) for s in row["speedup"]],
                     "max_over_min": max(row["speedup"]) / min(row["speedup"]), "reps": row["n"]})
-    return {"sessions": sessions, "rows": out}
-
-
-def throughput(naive_subset: int = 6) -> dict[str, Any]:
-    """Candidates per minute for the pipelined evaluator and for a naive one, side by side."""
-    batch = candidates.throughput_batch()
-    problem = candidates.problem(1 << 24)
-    jobs = [Job(problem, src, backend) for _, src, backend in batch]
-    with tempfile.TemporaryDirectory() as cache:
-        with _GpuBusySampler() as sampler:
-            t0 = time.perf_counter()
-            with Evaluator(_config(cache)) as ev:
-                results = ev.evaluate_many(jobs)
-            wall = time.perf_counter() - t0
-    statuses = {label: r.status.value for (label, _, _), r in zip(batch, results)}
-    # naive: a fresh session per candidate, one build at a time; same mix (half Triton, half CUDA)
-    half = naive_subset // 2
-    subset = [b for b in batch if b[2] == "triton"][:half] + [b for b in batch if b[2] == "cuda"][:half]
-    with tempfile.TemporaryDirectory() as cache:
-        with _GpuBusySampler() as naive_sampler:
-            t0 = time.perf_counter()
-            naive_status = {}
-            for label, src, backend in subset:
-                with Evaluator(_config(cache, parallel_compiles=1)) as ev:
-                    naive_status[label] = ev.evaluate(problem, src, backend).status.value
-            naive_wall = time.perf_counter() - t0
-    ours_per_min = len(jobs) / wall * 60
-    naive_per_min = len(subset) / naive_wall * 60
-    return {"candidates": len(jobs), "wall_s": wall, "candidates_per_min": ours_per_min,
-            "gpu_busy_share": sampler.busy_share(), "statuses": statuses,
-            "naive_candidates": len(subset), "naive_wall_s": naive_wall, "naive_candidates_per_min": naive_per_min,
-            "naive_gpu_busy_share": naive_sampler.busy_share(), "naive_statuses": naive_status,
-            "ratio": ours_per_min / naive_per_min}
+    return {"sessions": sessions, "fillers_per_session": fillers, "rows": out}
 
 
 def environment() -> dict[str, Any]:
     import triton
 
-    props = torch.cuda.get_device_properties(0)
-    return {"device": props.name, "sm_count": props.multi_processor_count, "torch": torch.__version__,
-            "triton": triton.__version__, "cuda": torch.version.cuda, "cpu_cores": os.cpu_count(),
-            "date": time.strftime("%Y-%m-%d")}
+    env: dict[str, Any] = {"torch": torch.__version__, "triton": triton.__version__, "cpu_cores": os.cpu_count(),
+                           "date": time.strftime("%Y-%m-%d")}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        env.update(device=props.name, gpus=torch.cuda.device_count(), sm_count=props.multi_processor_count,
+                   cuda=torch.version.cuda)
+    else:
+        env["device"] = "cpu (Triton interpreter)"
+    return env
 
 
-def main(which: str = "all", sessions: int = 5, naive_subset: int = 6, out: str | None = None) -> int:
-    """Run the chosen parts, print a table, optionally write the JSON to `out`."""
-    if not torch.cuda.is_available():
-        print("harness bench eval needs a CUDA GPU (timings are the point of it)")
+def _print_throughput(t: dict[str, Any]) -> None:
+    busy = lambda v: "n/a" if v is None else f"{v:.0%}"  # noqa: E731
+    print(f"\nthroughput: {len(t['batch'])} candidates, the same batch through each evaluator")
+    print(f"{'evaluator':<24}{'wall s':>8}{'cand/min':>10}{'s/cand (median)':>17}{'GPU busy':>10}  unexpected verdicts")
+    for r in t["rows"]:
+        print(f"{r['evaluator']:<24}{r['wall_s']:>8.1f}{r['candidates_per_min']:>10.1f}{r['median_s_per_candidate']:>17.2f}"
+              f"{busy(r['gpu_busy_share']):>10}  {json.dumps(r['unexpected']) if r['unexpected'] else '-'}")
+    for r in t["rows"]:
+        print(f"  phase medians, {r['evaluator']}: {json.dumps(r['phase_medians'])}")
+    print(f"pool / single worker: {t['pool_over_single']:.2f}x;  pool / process per candidate: "
+          f"{t['pool_over_process_per_candidate']:.2f}x")
+
+
+def main(which: str = "all", sessions: int = 5, out: str | None = None) -> int:
+    """Run the chosen parts, print tables, optionally write the JSON to `out`."""
+    if which in ("repeatability", "scaling") and not torch.cuda.is_available():
+        print(f"harness bench eval --part {which} needs a CUDA GPU (timings are the point of it)")
         return 2
     report: dict[str, Any] = {"environment": environment()}
     print(json.dumps(report["environment"]))
-    if which in ("all", "repeatability"):
+    if which in ("all", "throughput"):
+        report["throughput"] = throughput()
+        _print_throughput(report["throughput"])
+    if which in ("all", "scaling") and torch.cuda.is_available():
+        s = report["scaling"] = scaling()
+        print(f"\nscaling: {s['candidates']} honest Triton candidates; one GPU {s['one_gpu']['candidates_per_min']:.1f}/min"
+              + (f", {s['gpus']} GPUs {s['all_gpus']['candidates_per_min']:.1f}/min = {s['ratio']:.2f}x" if "ratio" in s
+                 else " (only one GPU visible)"))
+    if which in ("all", "repeatability") and torch.cuda.is_available():
         report["repeatability"] = repeatability(sessions)
-        print(f"\nrepeatability ({sessions} separate sessions, Triton add+relu+scale vs eager)")
+        print(f"\nrepeatability ({sessions} separate sessions, pool full, Triton add+relu+scale vs eager)")
         print(f"{'elements':>11} {'cand us':>9} {'eager us':>9} {'speedup min..max':>18} {'max/min':>8}")
         for row in report["repeatability"]["rows"]:
             s = row["speedups"]
             print(f"{row['elements']:>11} {row['candidate_us_median']:>9.1f} {row['reference_us_median']:>9.1f} "
                   f"{min(s):>8.3f}..{max(s):<8.3f} {row['max_over_min']:>8.4f}")
-    if which in ("all", "throughput"):
-        t = throughput(naive_subset)
-        report["throughput"] = t
-        busy = lambda v: "n/a" if v is None else f"{v:.0%}"  # noqa: E731
-        print(f"\nthroughput: {t['candidates']} candidates in {t['wall_s']:.1f} s = {t['candidates_per_min']:.1f}/min, "
-              f"GPU busy {busy(t['gpu_busy_share'])}")
-        print(f"naive (fresh session per candidate): {t['naive_candidates']} in {t['naive_wall_s']:.1f} s = "
-              f"{t['naive_candidates_per_min']:.1f}/min, GPU busy {busy(t['naive_gpu_busy_share'])}")
-        print(f"ratio: {t['ratio']:.2f}x")
-        print("statuses:", json.dumps(t["statuses"]))
     if out:
         with open(out, "w") as f:
             json.dump(report, f, indent=1)

@@ -8,10 +8,10 @@ import importlib
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bench", required=True)
-    ev = sub.add_parser("eval", help="evaluator repeatability and throughput (GPU)")
-    ev.add_argument("--part", choices=("all", "repeatability", "throughput"), default="all")
+    ev = sub.add_parser("eval", help="evaluator throughput (pool / single worker / process per candidate), "
+                                     "multi-GPU scaling and repeatability (GPU; throughput also runs on CPU)")
+    ev.add_argument("--part", choices=("all", "throughput", "scaling", "repeatability"), default="all")
     ev.add_argument("--sessions", type=int, default=5)
-    ev.add_argument("--naive-subset", type=int, default=6)
     ev.add_argument("--out", help="write the full JSON report here")
     suite = sub.add_parser("suite", help="baselines, roofline floors and reference solutions per level (GPU)")
     suite.add_argument("selection", nargs="?", default="all", help="problem selection (all, level1, L1/*softmax*, ...)")
@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     if args.bench == "eval":
         from harness.bench import eval_bench
 
-        return eval_bench.main(args.part, args.sessions, args.naive_subset, args.out)
+        return eval_bench.main(args.part, args.sessions, args.out)
     if args.bench == "suite":
         from harness.bench import suite_bench
 

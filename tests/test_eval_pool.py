@@ -1,0 +1,156 @@
+"""The warm pool and the check pipeline on CPU: a mixed batch in flight at once, callers on
+several threads, the GPU gate, typed protocol and config errors, and nothing left on disk."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from eval import EvalConfig, EvalResult, Evaluator, Job, Status
+from eval import protocol
+from eval.pool import GpuGate
+from eval.sandbox import sweep_stale_folders
+from eval.wire import ProtocolError
+from harness.bench import candidates
+
+pytestmark = pytest.mark.timeout(900)
+ROOT = Path(__file__).resolve().parent.parent
+SIZES = (1 << 10, 1 << 12, 1 << 14)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    config = EvalConfig(device="cpu", cache_dir=None, workers_per_gpu=2, call_timeout_s=10, import_timeout_s=60)
+    with Evaluator(config) as ev:
+        yield ev
+
+
+def test_a_mixed_batch_gets_every_expected_verdict(pool):
+    batch = candidates.mixed_batch(SIZES, with_cuda=False)
+    seen: list[int] = []
+    results = pool.evaluate_many([Job(j.problem, j.source, j.backend) for j in batch], on_result=lambda i, r: seen.append(i))
+    assert {j.label: r.status.value for j, r in zip(batch, results)} == {j.label: j.expected for j in batch}
+    assert sorted(seen) == list(range(len(batch)))
+    assert pool.workers == 2
+    correct = [r for r in results if r.is_correct]
+    assert all(r.gpu_index is None and r.phase_seconds.keys() >= {"load", "correctness", "kernels"} for r in correct)
+
+
+def test_callers_on_several_threads(pool):
+    good = candidates.mixed_batch(SIZES, with_cuda=False)[:4]
+    wrong = [j for j in candidates.mixed_batch(SIZES, with_cuda=False) if j.expected == "incorrect"]
+    jobs = good + wrong + good[:2]
+    results: dict[int, EvalResult] = {}
+    threads = [threading.Thread(target=lambda i=i, j=j: results.__setitem__(i, pool.evaluate(j.problem, j.source)))
+               for i, j in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [results[i].status.value for i in range(len(jobs))] == [j.expected for j in jobs]
+
+
+def test_results_start_pending():
+    assert EvalResult().status is Status.PENDING
+
+
+def test_gate_keeps_timing_alone():
+    gate, events, lock = GpuGate(), [], threading.Lock()
+
+    def work(access: str, tag: str) -> None:
+        with gate.hold(access):
+            with lock:
+                events.append(("in", tag))
+            time.sleep(0.05)
+            with lock:
+                events.append(("out", tag))
+
+    threads = [threading.Thread(target=work, args=("shared", f"s{i}")) for i in range(4)]
+    threads += [threading.Thread(target=work, args=("exclusive", f"x{i}")) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    inside: set[str] = set()
+    for kind, tag in events:
+        if kind == "in":
+            assert not (tag.startswith("x") and inside), f"{tag} entered beside {inside}"
+            assert not any(t.startswith("x") for t in inside), f"{tag} entered beside {inside}"
+            inside.add(tag)
+        else:
+            inside.discard(tag)
+    with gate.hold("exclusive"):
+        with gate.hold("shared"):  # the holder's own nested steps pass straight through
+            pass
+
+
+def test_protocol_refuses_ill_typed_or_forged_replies():
+    with pytest.raises(ProtocolError, match="answered 'run' to 'time'"):
+        protocol.decode_reply(protocol.Time(), {"cmd": "run", "ok": True})
+    with pytest.raises(ProtocolError, match="does not fit"):
+        protocol.decode_reply(protocol.Run(), {"cmd": "run", "ok": True, "mutated_inputs": ["0"]})
+    with pytest.raises(ProtocolError, match="unknown field"):
+        protocol.decode_reply(protocol.Load(), {"cmd": "load", "ok": True, "verdict": "correct"})
+    with pytest.raises(ProtocolError, match="unknown command"):
+        protocol.decode_request({"cmd": "shell"})
+    reply = protocol.decode_reply(protocol.Run(), {"cmd": "run", "ok": True, "mutated_inputs": [1]})
+    assert reply.mutated_inputs == [1]
+
+
+@pytest.mark.parametrize("bad, phrase", [
+    ({"device": "tpu"}, "eval.device must be one of"),
+    ({"workers_per_gpu": -1}, "eval.workers_per_gpu must be >= 0"),
+    ({"trials": 0}, "eval.trials must be > 0"),
+    ({"gpus": []}, "eval.gpus must be null"),
+    ({"min_reps": 50, "max_reps": 10}, "exceeds eval.max_reps"),
+])
+def test_config_validates_itself(bad, phrase):
+    with pytest.raises(ValueError, match=phrase):
+        EvalConfig(**bad)
+
+
+def test_stale_folders_of_a_dead_owner_are_swept(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    folder = tmp_path / f"kh-worker-{dead.pid}-abc"
+    folder.mkdir()
+    (folder / "candidate_0.py").write_text("secret candidate source")
+    orphan = subprocess.Popen(["sleep", "60"], cwd=folder)
+    live = tmp_path / f"kh-worker-{os.getpid()}-mine"
+    live.mkdir()
+    removed = sweep_stale_folders(str(tmp_path))
+    assert removed == [folder] and not folder.exists() and live.exists()
+    assert orphan.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_kill_9_of_the_harness_leaves_nothing_after_the_next_start(tmp_path):
+    script = f"""
+import sys, time
+sys.path.insert(0, {str(ROOT)!r})
+from eval import EvalConfig, Evaluator
+from harness.bench import candidates
+ev = Evaluator(EvalConfig(device="cpu", cache_dir=None, workers_per_gpu=1))
+r = ev.evaluate(candidates.problem(1024), candidates.triton_candidate())
+print(r.status.value, flush=True)
+time.sleep(600)
+"""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "correct"
+    assert list(tmp_path.glob(f"kh-*-{proc.pid}-*")), "the evaluator made no folders to leave behind"
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 30
+    sweep_stale_folders(str(tmp_path))
+    while list(tmp_path.glob("kh-*")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        sweep_stale_folders(str(tmp_path))
+    assert not list(tmp_path.glob("kh-*"))
