@@ -4,8 +4,19 @@ A worker is a fresh interpreter (spawned, never forked) in its own session and p
 group, in a fresh temporary directory, with an environment reduced to an allow-list and
 scrubbed of anything that looks like a secret, its output captured through a pipe and
 capped, and (where the OS allows) no network: `unshare -n` gives it a namespace with only
-loopback. When the harness runs as root the worker also drops to an unprivileged user, so
-it cannot read the parent's memory or environment.
+loopback.
+
+Where the OS allows a mount namespace (`unshare -m` as root, `unshare -U -r -m` otherwise),
+the worker sees the whole filesystem read-only except its own folder, the evaluator's build
+folders and a private `/dev/shm`; the parent's home is replaced by an empty read-only folder
+(only the interpreter, `sys.path` and the project are bound back), so files there (keys, the
+cache's HMAC key when it lives there) are out of sight. `_CONFINE` sets this up in a tiny
+interpreter (`python -I -S`, a few ms) and then gives up its privileges before the worker
+starts: as root it becomes uid 65534 when that user can run the interpreter inside the
+sandbox, otherwise it enters a fresh user namespace without a uid mapping, so the worker holds
+no capability anywhere and can neither remount nor unmount anything. Which of these applied is
+probed once (`sandbox_plan`) and reported per worker; the worker also probes for itself
+(`filesystem_isolated`: it tries to create files outside its folder).
 
 Every temporary folder the evaluator makes is named `kh-<kind>-<owner pid>-...`, so that
 `sweep_stale_folders` can remove (and stop the processes of) folders whose owner died,
@@ -16,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import json
 import os
 import shutil
 import signal
@@ -24,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +55,61 @@ _ALLOWED = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH
             "PYTHONPATH", "VIRTUAL_ENV", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 UNPRIVILEGED_UID = 65534
 _FOLDER_KINDS = ("worker", "build", "extensions")
+
+# Runs as `python -I -S -c _CONFINE SPEC CMD...` inside fresh mount (and network) namespaces, as root of
+# them: remounts everything read-only except SPEC's writable folders, hides SPEC's masked folders behind
+# empty read-only tmpfs (binding back what must stay visible), drops privileges, then execs CMD.
+_CONFINE = r"""
+import ctypes, json, os, sys
+spec = json.loads(sys.argv[1]); cmd = sys.argv[2:]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, REC, PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+def mount(src, dst, fstype, flags, data=None):
+    enc = lambda v: None if v is None else os.fsencode(v)
+    if libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)) != 0:
+        raise OSError(ctypes.get_errno(), f"mount {src} on {dst}: {os.strerror(ctypes.get_errno())}")
+mount(None, "/", None, REC | PRIVATE)
+keep = {p: os.open(p, os.O_PATH) for p in spec["rebind"] if os.path.exists(p)}
+for mask in spec["mask"]:
+    mount("tmpfs", mask, "tmpfs", NOSUID | NODEV, "mode=0755,size=1m")
+for path, fd in keep.items():
+    os.makedirs(path, exist_ok=True)
+    mount(f"/proc/self/fd/{fd}", path, None, BIND | REC)
+for fd in keep.values():
+    os.close(fd)
+writable = [os.path.realpath(p) for p in spec["writable"]]
+for path in writable:
+    mount(path, path, None, BIND | REC)
+if os.path.isdir("/dev/shm"):
+    mount("tmpfs", "/dev/shm", "tmpfs", NOSUID | NODEV, "mode=1777")
+    writable.append("/dev/shm")
+def unescape(p):
+    return p.encode().decode("unicode_escape").encode("latin-1").decode()
+points = [unescape(line.split()[4]) for line in open("/proc/self/mountinfo")]
+for point in dict.fromkeys(points):
+    if any(point == w or point.startswith(w.rstrip("/") + "/") for w in writable):
+        continue
+    try:
+        st = os.statvfs(point)
+    except OSError:
+        continue
+    flags = REMOUNT | BIND | RDONLY | (st.f_flag & (NOSUID | NODEV | NOEXEC | 1024 | 2048))
+    if st.f_flag & 4096:
+        flags |= 1 << 21
+    try:
+        mount(None, point, None, flags)
+    except OSError:
+        if point == "/":
+            raise
+os.chdir(os.getcwd())  # re-enter the working folder through its writable bind mount
+uid = spec.get("uid")
+if uid is not None:
+    os.setgroups([]); os.setgid(uid); os.setuid(uid)
+elif libc.unshare(0x10000000) != 0:
+    raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER) failed")
+os.execv(cmd[0], cmd)
+"""
 
 
 class WorkerDied(RuntimeError):
@@ -96,11 +164,92 @@ def network_isolation_prefix() -> tuple[str, ...]:
     return ()
 
 
+@dataclass(frozen=True)
+class SandboxPlan:
+    """How workers are confined on this machine (probed once): the namespace prefix and the identity."""
+
+    prefix: tuple[str, ...] = ()  # `unshare ...` creating mount (and user) namespaces; () when unavailable
+    uid: int | None = None  # the uid the worker becomes (root only), else None
+    note: str = ""
+
+    @property
+    def filesystem(self) -> bool:
+        return bool(self.prefix)
+
+
+def _needed_paths() -> list[str]:
+    """What the worker must still read inside a masked home: the interpreter, its libraries, the project."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+             str(PROJECT_ROOT)}
+    paths |= {p for p in sys.path if p and os.path.isabs(p)}
+    return sorted(p for p in paths if os.path.exists(p))
+
+
+def _masks() -> tuple[list[str], list[str]]:
+    """Folders to hide (the parent's home) and the needed paths inside them to bind back."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    if home in ("/", "") or not os.path.isdir(home):
+        return [], []
+    inside = [p for p in (os.path.realpath(q) for q in _needed_paths()) if p.startswith(home + os.sep)]
+    outer = sorted(p for p in inside if not any(p.startswith(o + os.sep) for o in inside if o != p))
+    return [home], outer
+
+
+def confine_command(plan: SandboxPlan, writable: list[str], cmd: list[str], network: bool) -> list[str]:
+    """`cmd` wrapped so that it runs confined as `plan` says (unchanged when the plan has no prefix)."""
+    if not plan.prefix:
+        return cmd
+    mask, rebind = _masks()
+    spec = json.dumps({"writable": writable, "mask": mask, "rebind": rebind, "uid": plan.uid})
+    prefix = [a for a in plan.prefix if network or a != "-n"]
+    return [*prefix, sys.executable, "-I", "-S", "-c", _CONFINE, spec, *cmd]
+
+
+@functools.lru_cache(maxsize=1)
+def sandbox_plan() -> SandboxPlan:
+    """The strongest confinement that works here: mount namespace plus uid 65534 (root), plus a user
+    namespace without capabilities, or nothing (then only `network_isolation_prefix` applies)."""
+    unshare = shutil.which("unshare")
+    if unshare is None or not sys.platform.startswith("linux") or os.environ.get("KH_NO_FS_SANDBOX"):
+        return SandboxPlan(note="no mount namespace: unshare is unavailable or disabled")
+    probe_dir = Path(tempfile.mkdtemp(prefix="kh-probe-"))
+    try:
+        root = os.geteuid() == 0
+        attempts = [((unshare, "-m", "-n", "--"), UNPRIVILEGED_UID), ((unshare, "-m", "-n", "--"), None)] if root else \
+            [((unshare, "-U", "-r", "-m", "-n", "--"), None)]
+        for prefix, uid in attempts:
+            plan = SandboxPlan(prefix, uid)
+            if uid is not None:
+                os.chown(probe_dir, uid, uid)
+            check = "import statistics, torch, triton" if uid is not None else "import statistics"
+            check += f"; open({str(probe_dir / 'ok')!r}, 'w').write('1')"
+            cmd = confine_command(plan, [str(probe_dir)], [sys.executable, "-c", check], network=True)
+            try:
+                proc = subprocess.run(cmd, capture_output=True, timeout=120, cwd="/",
+                                      env=scrubbed_env({"HOME": str(probe_dir), "TMPDIR": str(probe_dir)}))
+            except (OSError, subprocess.SubprocessError):
+                continue
+            if proc.returncode == 0 and (probe_dir / "ok").exists():
+                return plan
+        return SandboxPlan(note="mount namespaces are not permitted here")
+    finally:
+        shutil.rmtree(probe_dir, ignore_errors=True)
+
+
 @functools.lru_cache(maxsize=1)
 def can_drop_privileges() -> bool:
-    """True when running as root and an unprivileged user can still run this interpreter with torch."""
+    """True when workers run as uid 65534: the harness is root and that user can run this interpreter with torch
+    (inside the sandbox, where the parent's home is masked and the interpreter bound back, or without one)."""
     if os.geteuid() != 0:
         return False
+    if sandbox_plan().filesystem:
+        return sandbox_plan().uid is not None
+    return _runs_as_nobody()
+
+
+@functools.lru_cache(maxsize=1)
+def _runs_as_nobody() -> bool:
+    """Without a sandbox: can uid 65534 run this interpreter with torch as it is installed?"""
     try:
         proc = subprocess.run([sys.executable, "-c", "import statistics, torch, triton"], user=UNPRIVILEGED_UID,
                               group=UNPRIVILEGED_UID, extra_groups=[], cwd="/", capture_output=True, timeout=120,
@@ -212,7 +361,8 @@ class WorkerProcess:
     """
 
     def __init__(self, *, device: str, gpu_index: int | None, log_cap_bytes: int, isolate_network: bool,
-                 extra_env: dict[str, str] | None = None, max_reply_bytes: int = 1 << 30, kind: str = "worker"):
+                 extra_env: dict[str, str] | None = None, max_reply_bytes: int = 1 << 30, kind: str = "worker",
+                 isolate_filesystem: bool = True):
         self.workdir = owned_tempdir(kind)
         self.gpu_index = gpu_index
         env_extra = dict(extra_env or {})
@@ -224,12 +374,15 @@ class WorkerProcess:
             env_extra["CUDA_VISIBLE_DEVICES"] = ""
         elif gpu_index is not None:
             env_extra["CUDA_VISIBLE_DEVICES"] = str(gpu_index)
-        self.unprivileged = can_drop_privileges()
+        plan = sandbox_plan() if isolate_filesystem else SandboxPlan()
+        self.filesystem_isolated_requested = plan.filesystem
+        self.unprivileged = plan.uid is not None if plan.filesystem else os.geteuid() == 0 and _runs_as_nobody()
         if self.unprivileged:
-            env_extra["KH_DROP_UID"] = str(UNPRIVILEGED_UID)
+            if not plan.filesystem:
+                env_extra["KH_DROP_UID"] = str(UNPRIVILEGED_UID)
             os.chown(self.workdir, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
         env = scrubbed_env(env_extra)
-        prefix = network_isolation_prefix() if isolate_network else ()
+        prefix = network_isolation_prefix() if isolate_network and not plan.filesystem else ()
         if kind == "build" and shutil.which("nice"):
             prefix = (shutil.which("nice"), "-n", "10", *prefix)
         self.network_isolated_requested = bool(prefix)
@@ -239,9 +392,13 @@ class WorkerProcess:
         to_child, to_parent = new_region_fd(), new_region_fd()
         regions = (to_child, to_parent) if to_child is not None and to_parent is not None else ()
         child_fds = [os.dup(fd) for fd in regions]  # the child's copies; inheritable for pass_fds
-        cmd = [*prefix, sys.executable, "-m", "eval.worker", str(p2c_r), str(c2p_w)]
+        cmd = [sys.executable, "-m", "eval.worker", str(p2c_r), str(c2p_w)]
         if child_fds:
             cmd += [str(child_fds[1]), str(child_fds[0])]  # the child sends in to_parent, reads to_child
+        if plan.filesystem:
+            cmd = confine_command(plan, self._writable(env_extra), cmd, network=isolate_network)
+            self.network_isolated_requested = isolate_network
+        cmd = [*prefix, *cmd]
         try:
             self.proc = subprocess.Popen(
                 cmd, pass_fds=(p2c_r, c2p_w, *child_fds), stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
@@ -255,6 +412,15 @@ class WorkerProcess:
         self.output = _CappedOutput(out_r, log_cap_bytes)
         self.info: dict[str, Any] = {}
         self.started = time.monotonic()
+
+    def _writable(self, env: dict[str, str]) -> list[str]:
+        """The worker's own folder, its build folder, and this evaluator's build folders (extensions are
+        loaded from there, and loading takes a lock file in the extension's folder)."""
+        folders = [str(self.workdir)]
+        if env.get("TORCH_EXTENSIONS_DIR"):
+            folders.append(env["TORCH_EXTENSIONS_DIR"])
+        folders += [str(p) for p in Path(tempfile.gettempdir()).glob(f"kh-extensions-{os.getpid()}-*")]
+        return [f for f in dict.fromkeys(folders) if os.path.isdir(f)]
 
     def request(self, message: protocol.Request, tensors: list[torch.Tensor] | None = None,
                 timeout: float | None = None, device: torch.device | None = None) -> tuple[Any, list[torch.Tensor]]:

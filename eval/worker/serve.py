@@ -87,7 +87,8 @@ class Worker:
     def cmd_hello(self, msg: p.Hello, tensors: list[torch.Tensor]) -> Handled:
         self.device = torch.device(msg.device)
         info: dict[str, Any] = {"torch": torch.__version__, "python": sys.version.split()[0], "uid": os.getuid(),
-                                "network_isolated": _network_isolated()}
+                                "network_isolated": _network_isolated(),
+                                "filesystem_isolated": _filesystem_isolated()}
         try:
             import triton
 
@@ -477,6 +478,24 @@ def _network_isolated() -> bool:
         return False
     names = [line.split(":", 1)[0].strip() for line in lines]
     return all(n == "lo" for n in names)
+
+
+def _filesystem_isolated() -> bool:
+    """True when this process cannot create a file outside its own folder: not beside it (the shared
+    temporary directory), not in the project, not in /var/tmp or /dev/shm's parent filesystem."""
+    here = Path.cwd().resolve()
+    project = Path(__file__).resolve().parents[2]
+    for folder in (here.parent, project, Path("/var/tmp"), Path("/tmp")):
+        probe = folder / f".kh-write-probe-{os.getpid()}"
+        try:
+            fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except OSError:
+            continue
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
+        return False
+    return True
 
 
 def main() -> None:

@@ -1,0 +1,185 @@
+"""Filesystem isolation of workers and authenticated cache entries (issue 10, item 9).
+
+On this machine and in CI `unshare -m` works (as root; `unshare -U -r -m` otherwise), so a
+worker must see the filesystem read-only except its own folder and the build folders, and
+must say so (`filesystem_isolated`). A blocked write is just an error inside the candidate:
+a candidate that needs to write there fails like any other candidate whose forward raises
+(`runtime_error`); one that swallows the error is judged on its outputs as usual.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from eval import EvalConfig, Evaluator, Status
+from eval import protocol as p
+from eval.cache import JsonCache
+from eval.sandbox import PROJECT_ROOT, WorkerProcess, sandbox_plan
+from problems.problem import problem_from_source
+from tests.hostile import FORWARD, GOOD, PROBLEM, variant
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _mount_namespaces_work() -> bool:
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return False
+    args = [unshare, "-m", "true"] if os.geteuid() == 0 else [unshare, "-U", "-r", "-m", "true"]
+    return subprocess.run(args, capture_output=True).returncode == 0
+
+
+MOUNT_NS = _mount_namespaces_work()
+
+
+def writes(path: str, swallow: bool = False) -> str:
+    """The honest candidate, which writes a file at `path` during forward (and raises if it cannot, unless swallowed)."""
+    body = f"        open({path!r}, 'w').write('planted')\n"
+    if swallow:
+        body = "        try:\n    " + body + "        except OSError:\n            pass\n"
+    return variant(FORWARD, body + FORWARD)
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    with Evaluator(EvalConfig(device="cpu", cache_dir=None, import_timeout_s=30, call_timeout_s=20)) as ev:
+        yield ev
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return problem_from_source(PROBLEM, name="add_relu")
+
+
+def test_the_plan_matches_the_machine():
+    assert sandbox_plan().filesystem is MOUNT_NS
+    if MOUNT_NS and os.geteuid() == 0:
+        assert sandbox_plan().uid == 65534  # the interpreter is bound back into the masked home, so uid 65534 runs it
+
+
+def test_honest_candidate_reports_isolation(evaluator, problem):
+    r = evaluator.evaluate(problem, GOOD)
+    assert r.status is Status.CORRECT, r.reason + r.error
+    assert r.filesystem_isolated is MOUNT_NS
+    assert r.network_isolated is True
+    assert r.unprivileged is (os.geteuid() == 0 and MOUNT_NS) or not MOUNT_NS
+
+
+@pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
+@pytest.mark.parametrize("where", ["tmp", "project", "home"])
+def test_writes_outside_the_worker_folder_fail(evaluator, problem, where, tmp_path_factory):
+    target = {"tmp": Path("/tmp") / f"kh-planted-{os.getpid()}",
+              "project": PROJECT_ROOT / f".kh-planted-{os.getpid()}",
+              "home": Path.home() / f".kh-planted-{os.getpid()}"}[where]
+    try:
+        r = evaluator.evaluate(problem, writes(str(target)))
+        assert r.status is Status.RUNTIME_ERROR, r.reason + r.error
+        assert "Read-only file system" in r.error or "Permission denied" in r.error or "No such file" in r.error, r.error
+        assert not target.exists()
+        swallowed = evaluator.evaluate(problem, writes(str(target), swallow=True))
+        assert swallowed.status is Status.CORRECT, swallowed.reason + swallowed.error  # still judged on its outputs
+        assert not target.exists()
+    finally:
+        target.unlink(missing_ok=True)
+
+
+def test_writes_inside_the_worker_folder_work(evaluator, problem):
+    r = evaluator.evaluate(problem, writes("scratch.txt"))
+    assert r.status is Status.CORRECT, r.reason + r.error
+
+
+@pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
+def test_parent_home_is_hidden(evaluator, problem, tmp_path):
+    home_file = Path.home() / f".kh-secret-{os.getpid()}"
+    home_file.write_text("secret")
+    try:
+        source = variant(FORWARD, f"        import os\n        if os.path.exists({str(home_file)!r}):\n"
+                                  "            raise RuntimeError('saw the home folder')\n" + FORWARD)
+        r = evaluator.evaluate(problem, source)
+        assert r.status is Status.CORRECT, r.reason + r.error
+    finally:
+        home_file.unlink()
+
+
+def test_probe_is_truthful_without_a_sandbox():
+    worker = WorkerProcess(device="cpu", gpu_index=None, log_cap_bytes=4096, isolate_network=True, isolate_filesystem=False)
+    try:
+        reply, _ = worker.request(p.Hello(device="cpu"), timeout=120)
+    finally:
+        worker.close()
+    assert reply.info["filesystem_isolated"] is False
+
+
+@pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
+def test_triton_cache_and_temporary_files_work_in_the_sandbox():
+    worker = WorkerProcess(device="cpu", gpu_index=None, log_cap_bytes=4096, isolate_network=True)
+    try:
+        reply, _ = worker.request(p.Hello(device="cpu"), timeout=120)
+        assert reply.info["filesystem_isolated"] is True and reply.info["network_isolated"] is True
+        load, _ = worker.request(p.Load(problem_source=PROBLEM, candidate_source=variant(FORWARD, """        import os, tempfile
+        with tempfile.NamedTemporaryFile() as f:
+            f.write(b'x')
+        cache = os.environ['TRITON_CACHE_DIR']
+        os.makedirs(cache, exist_ok=True)
+        open(os.path.join(cache, 'probe'), 'w').write('x')
+        open('/dev/shm/kh-probe', 'w').write('x')
+""" + FORWARD), weight_seed=1), timeout=120)
+        assert load.ok, load.error
+        import torch
+
+        run, out = worker.request(p.Run(args=[{"t": 0}, {"t": 1}]), [torch.randn(4096), torch.randn(4096)], timeout=60)
+        assert run.ok, run.error
+    finally:
+        worker.close()
+    assert not Path("/dev/shm/kh-probe").exists()  # the worker's /dev/shm is its own
+
+
+# -- the result cache ---------------------------------------------------------------------------
+def test_cache_roundtrip_and_key_file(tmp_path):
+    cache = JsonCache(tmp_path, "results")
+    cache.put("k", {"status": "correct"})
+    assert cache.get("k") == {"status": "correct"}
+    assert (tmp_path / "hmac.key").stat().st_mode & 0o777 == 0o600
+    assert JsonCache(tmp_path, "results").get("k") == {"status": "correct"}  # same key across sessions
+
+
+@pytest.mark.parametrize("tamper", ["plain_json", "edited_value", "moved_to_other_key", "forged_mac", "garbage"])
+def test_planted_or_modified_cache_entries_are_ignored(tmp_path, tamper):
+    cache = JsonCache(tmp_path, "results")
+    cache.put("k", {"status": "incorrect"})
+    entry = json.loads((cache.dir / "k.json").read_text())
+    target = cache.dir / "k.json"
+    if tamper == "plain_json":  # the format before authentication, or a naive forgery
+        target.write_text(json.dumps({"status": "correct", "speedup": 100.0}))
+    elif tamper == "edited_value":
+        entry["value"] = entry["value"].replace("incorrect", "correct")
+        target.write_text(json.dumps(entry))
+    elif tamper == "moved_to_other_key":
+        target = cache.dir / "other.json"
+        target.write_text(json.dumps(entry))
+    elif tamper == "forged_mac":
+        entry["value"] = json.dumps({"status": "correct"})
+        entry["mac"] = "0" * 64
+        target.write_text(json.dumps(entry))
+    else:
+        target.write_bytes(b"\x00\xff not json")
+    assert cache.get(target.stem) is None
+
+
+def test_planted_result_is_evaluated_again(tmp_path):
+    problem = problem_from_source(PROBLEM, name="add_relu")
+    wrong = variant("tl.maximum(x + y, 0.0)", "(x + y)")
+    with Evaluator(EvalConfig(device="cpu", cache_dir=str(tmp_path))) as ev:
+        first = ev.evaluate(problem, wrong)
+        assert first.status is Status.INCORRECT
+        for path in (tmp_path / "results").glob("*.json"):  # plant a correct verdict, without the key
+            forged = dict(first.to_dict(), status="correct", reason="correct", speedup=50.0)
+            path.write_text(json.dumps(forged))
+        again = ev.evaluate(problem, wrong)
+    assert not again.cached and again.status is Status.INCORRECT
