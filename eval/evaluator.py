@@ -242,6 +242,7 @@ class Evaluator:
         lease = self._pool.acquire()
         result.phase_seconds["worker"] = round(time.perf_counter() - waited, 4)
         result.network_isolated = lease.worker.info.get("network_isolated")
+        result.filesystem_isolated = lease.worker.info.get("filesystem_isolated")
         result.unprivileged = lease.worker.unprivileged
         result.gpu_index = lease.gpu_index
         result.device = lease.worker.info.get("device_name") or result.device
