@@ -116,3 +116,41 @@ def test_load_request_carries_precision_and_state_copy() -> None:
     load = p.Load(problem_source="x", precision="torch_default", copy_state=False)
     assert p.decode_request(p.encode(load)) == load
     assert dataclasses.asdict(p.Load())["precision"] == "strict" and p.Load().copy_state is True
+
+
+def test_fixed_count_timing_follows_kernelbench_call_pattern(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CPU, with CUDA events faked: warm-up calls, then one synchronised call per event pair, no flush."""
+    from eval.worker import timing
+
+    log: list[str] = []
+
+    class FakeEvent:
+        clock = 0.0
+
+        def __init__(self, enable_timing: bool = False) -> None:
+            self.t = 0.0
+
+        def record(self) -> None:
+            FakeEvent.clock += 1.0
+            self.t = FakeEvent.clock
+            log.append("record")
+
+        def elapsed_time(self, other: "FakeEvent") -> float:
+            return other.t - self.t
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: log.append("sync"))
+    seen: list[tuple[str, int]] = []
+    sides = {name: timing.TimedSide(prepare=lambda k, n=name: log.append(f"prepare {n} {k}"),
+                                    call=lambda n=name: log.append(f"call {n}"),
+                                    after=lambda k, out, n=name: seen.append((n, k)))
+             for name in ("reference", "candidate")}
+    samples = timing.fixed_count(sides, reps=4, warmup_calls=3, flush=None)
+    assert {k: len(v) for k, v in samples.items()} == {"reference": 4, "candidate": 4}
+    ref = log[:log.index("prepare candidate 0")]
+    # one side after the other: prepared once, 3 synchronised warm-up calls, then record/call/record/sync x 4
+    assert ref == ["prepare reference 0"] + ["call reference", "sync"] * 3 + [
+        "record", "call reference", "record", "sync"] * 4
+    assert seen == [("reference", 0)] * 4 + [("candidate", 0)] * 4
+    s = timing.summarize([1.0, 2.0, 3.0, 10.0])
+    assert s["mean_ms"] == 4.0 and s["median_ms"] == 2.5 and s["max_ms"] == 10.0 and s["min_ms"] == 1.0
