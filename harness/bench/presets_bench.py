@@ -207,8 +207,12 @@ def main(selection: str, presets: list[str], *, device: str = "auto", solutions:
     if len(presets) < 2:
         print("error: give at least two presets (--presets default,kernelbench)")
         return 2
-    for p in presets:
-        preset_config(p)  # an unknown preset fails before any work
+    try:
+        for p in presets:
+            preset_config(p)  # an unknown preset fails before any work
+    except ValueError as exc:
+        print(f"error: {exc}")
+        return 2
     cases = (solution_cases(selection) if solutions else []) + (hostile_cases() if hostile else [])
     if not cases:
         print(f"error: nothing to evaluate (selection {selection!r} has no solutions and no hostile set was found)")
