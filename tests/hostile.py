@@ -50,6 +50,43 @@ def variant(old: str, new: str, base: str = GOOD) -> str:
 FORWARD = "        return launch(x, y, self.scale)"
 TOP = "class ModelNew(nn.Module):"
 
+# Honest candidates that look like tampering to a careless check: they must be judged correct.
+SELF_TIMING = variant(TOP, '''import time
+from time import perf_counter
+
+
+def timed(fn, x, y, scale):
+    """Time one variant the way an autotuning candidate does: events on a GPU, the clock on a CPU."""
+    if x.is_cuda:
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(x, y, scale)
+        end.record()
+        torch.cuda.synchronize()
+        elapsed_time = start.elapsed_time(end)
+        return elapsed_time
+    t = time.perf_counter()
+    fn(x, y, scale)
+    elapsed_time = (perf_counter() - t) * 1e3
+    return elapsed_time
+
+
+def launch_small(x, y, scale):
+    out = torch.empty_like(x)
+    n = x.numel()
+    add_relu_kernel[(triton.cdiv(n, 256),)](x, y, out, n, scale, BLOCK=256)
+    return out
+
+
+''' + TOP).replace(FORWARD, """        if not hasattr(self, "best"):
+            variants = [launch, launch_small]
+            times = [timed(fn, x, y, self.scale) for fn in variants]
+            self.best = variants[times.index(min(times))]
+        return self.best(x, y, self.scale)""")
+
+HONEST: dict[str, str] = {"self_timing": SELF_TIMING}
+
 HOSTILE: dict[str, tuple[str, str, str]] = {
     # name: (source, expected status, a phrase the reason or error must contain)
     "no_model_new": (GOOD.replace("class ModelNew", "class Other"), "format_error", "ModelNew"),
@@ -69,13 +106,21 @@ HOSTILE: dict[str, tuple[str, str, str]] = {
     "patch_allclose": (variant(TOP, "torch.allclose = lambda *a, **k: True\n" + TOP), "rejected", "replaces a comparison"),
     "patch_assert_close": (variant(TOP, "torch.testing.assert_close = lambda *a, **k: None\n" + TOP), "rejected",
                            "replaces a comparison"),
-    "patch_allclose_disguised": (variant(TOP, "vars(torch)['all' + 'close'] = lambda *a, **k: True\n" + TOP), "rejected",
-                                 "torch.allclose"),
+    "patch_allclose_vars": (variant(TOP, "vars(torch)['all' + 'close'] = lambda *a, **k: True\n" + TOP), "rejected",
+                            "replaces a comparison"),
+    # the `*_disguised` forms hide the module or the name from the static check: the run-time snapshot catches them
+    "patch_allclose_disguised": (variant(TOP, "_m = __import__('tor' + 'ch')\nvars(_m)['all' + 'close'] = lambda *a, **k: True\n"
+                                         + TOP), "rejected", "replaced torch.allclose"),
+    "patch_assert_close_setattr_disguised": (variant(TOP, "_t = getattr(__import__('torch'), 'test' + 'ing')\n"
+                                                     "setattr(_t, 'assert_' + 'close', lambda *a, **k: None)\n" + TOP),
+                                             "rejected", "replaced torch.testing.assert_close"),
+    "patch_sync_in_forward_disguised": (variant(FORWARD, "        setattr(getattr(torch, 'cu' + 'da'), 'synchro' + 'nize', "
+                                                "lambda *a: None)\n" + FORWARD), "rejected", "replaced torch.cuda.synchronize"),
     "patch_timer": (variant(TOP, "import time\ntime.perf_counter = lambda: 0.0\n" + TOP), "rejected", "timing function"),
-    "patch_timer_disguised": (variant(TOP, "import time\nvars(time)['perf_' + 'counter'] = lambda: 0.0\n" + TOP),
-                              "rejected", "time.perf_counter"),
-    "patch_event_disguised": (variant(TOP, "vars(torch.cuda)['Ev' + 'ent'] = object\n" + TOP), "rejected",
-                              "torch.cuda.Event"),
+    "patch_timer_disguised": (variant(TOP, "_t = __import__('ti' + 'me')\nvars(_t)['perf_' + 'counter'] = lambda: 0.0\n" + TOP),
+                              "rejected", "replaced time.perf_counter"),
+    "patch_event_disguised": (variant(TOP, "vars(getattr(torch, 'cu' + 'da'))['Ev' + 'ent'] = object\n" + TOP), "rejected",
+                              "replaced torch.cuda.Event"),
     "gc_scan": (variant(FORWARD, "        import gc\n        for o in gc.get_objects():\n            pass\n" + FORWARD),
                 "rejected", "garbage collector"),
     "gc_scan_disguised": (variant(FORWARD, """        g = __import__('g' + 'c')
@@ -93,7 +138,7 @@ HOSTILE: dict[str, tuple[str, str, str]] = {
         return self._cache.clone()"""), "incorrect", "values differ"),
     "zero_inputs": (variant(FORWARD, """        x.zero_()
         y.zero_()
-        return launch(x, y, self.scale)"""), "incorrect", ""),
+        return launch(x, y, self.scale)"""), "incorrect", "values differ"),  # the reference ran on its own copies
     "mutates_input_after": (variant(FORWARD, """        out = launch(x, y, self.scale)
         x.zero_()
         return out"""), "incorrect", "modified input"),
@@ -126,10 +171,14 @@ class ModelNew(nn.Module):
     "tensor_subclass": (variant(FORWARD, """        class Lazy(torch.Tensor):
             pass
         return launch(x, y, self.scale).as_subclass(Lazy)"""), "incorrect", "not a torch.Tensor"),
+    # the test sets OPENAI_API_KEY and MY_SERVICE_TOKEN in the parent; the candidate reports what it can see
     "reads_api_key": (variant(FORWARD, """        import os
         leaked = [k for k in os.environ if 'KEY' in k or 'TOKEN' in k or 'OPENAI' in k]
-        if leaked:
-            raise RuntimeError('saw secrets: ' + ','.join(leaked))
-        return launch(x, y, self.scale)"""), "correct", ""),
-    "prints_50mb": (variant(TOP, "import sys\nsys.stdout.write('x' * (50 << 20))\nsys.stdout.flush()\n" + TOP), "correct", ""),
+        values = [k for k, v in os.environ.items() if 'secret' in v]
+        if leaked or values or 'PATH' not in os.environ:
+            raise RuntimeError('saw secrets: ' + ','.join(leaked + values))
+        raise RuntimeError('no secrets among %d variables' % len(os.environ))"""), "runtime_error", "no secrets among"),
+    # 50 MB of output at import: drained and capped, the evaluation goes on (stdout is not part of a correct result)
+    "prints_50mb": (variant(TOP, "import sys\nsys.stdout.write('x' * (50 << 20))\nsys.stdout.flush()\n" + TOP), "correct",
+                    "correct (CPU interpreter"),
 }

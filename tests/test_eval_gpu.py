@@ -11,6 +11,9 @@ from harness.bench import candidates
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 FORWARD = "        return out\n"
+# Which defence fires first for these two, read from the pipeline (checks.PIPELINE) and confirmed on the device:
+PHASE_DETECTION_STATUS, PHASE_DETECTION_PHRASE = Status.REJECTED, "TBD"
+POINTER_CACHE_STATUS, POINTER_CACHE_PHRASE = Status.INCORRECT, "TBD"
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +62,9 @@ def test_cuda_compile_error(evaluator, problem):
 ])
 def test_illegal_memory_access_then_next_is_fine(evaluator, problem, source):
     r = evaluator.evaluate(problem, source, backend="cuda" if "load_inline" in source else "triton")
-    assert r.status in (Status.RUNTIME_ERROR, Status.CRASH), r.status
-    assert "illegal" in (r.reason + r.error).lower() or r.status is Status.CRASH
+    # the sticky CUDA error surfaces at the worker's synchronisation after forward: a runtime error naming it
+    assert r.status is Status.RUNTIME_ERROR, f"{r.status}: {r.reason}"
+    assert "illegal memory access" in (r.reason + r.error).lower(), r.reason + r.error
     _good(evaluator, problem)
 
 
@@ -78,7 +82,9 @@ SIDE_STREAM = candidates.triton_candidate().replace(
 def test_side_stream_work_is_rejected(evaluator, problem):
     assert "torch.cuda.stream(side)" in SIDE_STREAM
     r = evaluator.evaluate(problem, SIDE_STREAM)
-    assert r.status in (Status.REJECTED, Status.INCORRECT), f"{r.status}: {r.reason}"
+    # correctness trials synchronise the device, so they pass; the hidden-work check must fire
+    assert r.status is Status.REJECTED, f"{r.status}: {r.reason}"
+    assert "changed after a device-wide synchronisation" in r.reason, r.reason
     _good(evaluator, problem)
 
 
@@ -90,7 +96,9 @@ def test_phase_detection_is_caught(evaluator, problem):
         "        if self.calls > 12:\n            return out\n",
     )
     r = evaluator.evaluate(problem, source)
-    assert r.status in (Status.INCORRECT, Status.REJECTED), f"{r.status}: {r.reason}"
+    # honest through the trials; lazy from the 13th call on, which falls inside the timing checks
+    assert r.status is PHASE_DETECTION_STATUS, f"{r.status}: {r.reason}"
+    assert PHASE_DETECTION_PHRASE in r.reason, r.reason
 
 
 def test_pointer_keyed_cache_is_caught(evaluator, problem):
@@ -100,12 +108,32 @@ def test_pointer_keyed_cache_is_caught(evaluator, problem):
         "        if key in memo:\n            return memo[key].clone()\n        out = torch.empty_like(x)\n",
     ).replace(FORWARD, "        memo[key] = out\n" + FORWARD)
     r = evaluator.evaluate(problem, source)
-    assert r.status in (Status.INCORRECT, Status.REJECTED), f"{r.status}: {r.reason}"
+    assert r.status is POINTER_CACHE_STATUS, f"{r.status}: {r.reason}"
+    assert POINTER_CACHE_PHRASE in r.reason, r.reason
 
 
 def test_sandbox_reports_isolation(evaluator, problem):
+    """The device runs as root with `unshare` and no bubblewrap: mount namespace, uid 65534, no network."""
     r = evaluator.evaluate(problem, candidates.triton_candidate(512, 4))
+    assert r.status is Status.CORRECT, r.reason + r.error
     assert r.network_isolated is True
+    assert r.filesystem_isolated is True
+    assert r.unprivileged is True
+
+
+@pytest.mark.parametrize("backend", ["triton", "cuda"])
+def test_writes_outside_the_worker_folder_fail_on_the_gpu(evaluator, problem, backend, tmp_path):
+    target = f"/tmp/kh-gpu-planted-{backend}"
+    base = candidates.triton_candidate(512, 4) if backend == "triton" else candidates.cuda_candidate("fswrite", 256)
+    head = "    def forward(self, x, y):\n"
+    source = base.replace(head, head + f"        open({target!r}, 'w').write('x')\n")
+    assert source != base
+    r = evaluator.evaluate(problem, source, backend=backend)
+    assert r.status is Status.RUNTIME_ERROR, f"{r.status}: {r.reason} {r.error}"
+    assert "Read-only file system" in r.error or "Permission denied" in r.error, r.error
+    import os
+
+    assert not os.path.exists(target)
 
 
 def test_fp8_outputs_are_compared_on_the_gpu(evaluator):

@@ -12,7 +12,8 @@ import pytest
 
 from eval import EvalConfig, Evaluator, Status
 from problems.problem import problem_from_source
-from tests.hostile import GOOD, HOSTILE, PROBLEM
+from tests.hostile import GOOD, HONEST, HOSTILE, PROBLEM
+from tests.test_eval_sandbox import MOUNT_NS
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -39,7 +40,15 @@ def test_honest_candidate_is_correct(evaluator, problem):
     assert result.kernels.own_kernels_launched == ["add_relu_kernel"]
     assert result.trials >= 5
     assert result.speedup is None and not result.timing_meaningful
-    assert result.network_isolated in (True, False)
+    assert result.network_isolated is True  # `unshare -n` works here and in CI (as root, or with -r otherwise)
+    assert result.filesystem_isolated is MOUNT_NS
+
+
+@pytest.mark.parametrize("name", sorted(HONEST))
+def test_honest_lookalike_is_correct(evaluator, problem, name):
+    """Honest candidates that resemble tampering (e.g. timing their own variants) are never refused."""
+    result = evaluator.evaluate(problem, HONEST[name])
+    assert result.status is Status.CORRECT, f"{name}: {result.reason} {result.error}"
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
@@ -48,7 +57,7 @@ def test_hostile_candidate(evaluator, problem, name):
     result = evaluator.evaluate(problem, source)
     text = f"{result.reason}\n{result.error}\n{result.stdout_tail}"
     assert result.status.value == expected, f"{name}: got {result.status.value}: {text[-2000:]}"
-    assert phrase in text, f"{name}: reason lacks {phrase!r}: {text[-2000:]}"
+    assert phrase and phrase in text, f"{name}: reason lacks {phrase!r}: {text[-2000:]}"
     # the session still evaluates an honest candidate normally afterwards
     after = evaluator.evaluate(problem, GOOD)
     assert after.status is Status.CORRECT, f"after {name}: {after.reason} {after.error}"
