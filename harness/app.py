@@ -33,7 +33,7 @@ from harness.executors import make_evaluator
 from harness.loop import UNREACHABLE, LoopOutcome, LoopSettings, RunLoop
 from harness.progress import QuietDisplay, RichDisplay
 from harness.response_cache import ResponseCache
-from harness.store import RunStore, StoreError, safe_name
+from harness.store import VOLATILE_KEYS, RunStore, StoreError, safe_name
 from harness.summary import print_summary
 from problems.problem import Problem, ProblemError
 from problems.select import select_problems
@@ -102,7 +102,7 @@ def _run(cfg: DictConfig) -> int:
         try:
             evaluator = stack.enter_context(make_evaluator(config["executor"], eval_config, log=_say))
             store = stack.enter_context(
-                RunStore.open(run_dir, config, harness_version=VERSION)
+                RunStore.open(run_dir, config, harness_version=VERSION, volatile=(*VOLATILE_KEYS, "executor"))
             )
             _check_problem_sources(store, problems)
             cache = None

@@ -162,10 +162,13 @@ class _Slot:
 
 @contextlib.contextmanager
 def _secrets_hidden() -> Iterator[None]:
-    """Hide secret-looking variables while Ray starts its processes here (they inherit os.environ)."""
+    """Hide secret-looking variables while Ray starts its processes here (they inherit os.environ).
+
+    Ray's own settings (`RAY_*`, such as its cluster token) stay: Ray's processes need them anyway.
+    """
     from eval.sandbox import is_secret_name
 
-    hidden = {k: os.environ.pop(k) for k in [k for k in os.environ if is_secret_name(k)]}
+    hidden = {k: os.environ.pop(k) for k in [k for k in os.environ if is_secret_name(k) and not k.startswith("RAY_")]}
     try:
         yield
     finally:
@@ -334,6 +337,7 @@ class RayEvaluator:
                 self._lose(slot, exc)
                 if len(lost) > self.config.max_retries:
                     return self._actors_died(problem, backend, lost)
+                self._log(f"retrying {problem.id} on another actor ({len(lost)} of {self.config.max_retries})")
             except ray.exceptions.RayTaskError as exc:  # the evaluator itself raised there: a harness fault
                 raise RuntimeError(f"evaluator actor {slot.name} raised: {exc.cause!r}") from None
             finally:
