@@ -6,6 +6,7 @@ side by side in one run: the warm pool (every worker of every GPU, candidates pi
 a single warm worker evaluating one candidate at a time (no pipelining, builds on the
 candidate's path), and a KernelBench-style process per candidate. Each prints
 candidates/min, GPU busy share (NVML) and per-phase medians.
+latency: one honest Triton candidate at 16M elements on a warm, otherwise idle pool.
 scaling: the honest Triton candidates of the batch on one GPU, then on every visible GPU.
 repeatability: the same candidates in separate evaluator sessions while the pool is full
 (filler candidates keep the other workers busy); the spread (max/min) of their speedups.
@@ -160,6 +161,18 @@ def throughput() -> dict[str, Any]:
             "pool_over_process_per_candidate": round(pool / rows[2]["candidates_per_min"], 2)}
 
 
+def latency(n: int = 1 << 24, repeats: int = 3) -> dict[str, Any]:
+    """Wall time of one honest Triton candidate on a warm, otherwise idle pool (distinct sources, so nothing is cached)."""
+    with tempfile.TemporaryDirectory() as cache, Evaluator(_config(cache, gpus=[0])) as ev:
+        ev.evaluate(candidates.problem(1 << 10), candidates.triton_candidate() + "\n# warm every path once\n")
+        runs = [ev.evaluate(candidates.problem(n), candidates.triton_candidate(1024, 4) + f"\n# latency {k}\n")
+                for k in range(repeats)]
+    return {"elements": n, "statuses": [r.status.value for r in runs],
+            "eval_seconds": [round(r.eval_seconds, 3) for r in runs],
+            "median_s": round(statistics.median(r.eval_seconds for r in runs), 3),
+            "phase_medians": _phase_medians([r.phase_seconds for r in runs])}
+
+
 def scaling(copies: int = 4) -> dict[str, Any]:
     """Honest Triton candidates (distinct sources) on one GPU, then on every visible GPU."""
     base = [j for j in candidates.mixed_batch(GPU_SIZES, with_cuda=False) if j.expected == "correct"]
@@ -233,7 +246,7 @@ def _print_throughput(t: dict[str, Any]) -> None:
 
 def main(which: str = "all", sessions: int = 5, out: str | None = None) -> int:
     """Run the chosen parts, print tables, optionally write the JSON to `out`."""
-    if which in ("repeatability", "scaling") and not torch.cuda.is_available():
+    if which in ("repeatability", "scaling", "latency") and not torch.cuda.is_available():
         print(f"harness bench eval --part {which} needs a CUDA GPU (timings are the point of it)")
         return 2
     report: dict[str, Any] = {"environment": environment()}
@@ -241,6 +254,10 @@ def main(which: str = "all", sessions: int = 5, out: str | None = None) -> int:
     if which in ("all", "throughput"):
         report["throughput"] = throughput()
         _print_throughput(report["throughput"])
+    if which in ("all", "latency") and torch.cuda.is_available():
+        lat = report["latency"] = latency()
+        print(f"\nlatency: honest Triton candidate, {lat['elements']} elements, warm idle pool: median "
+              f"{lat['median_s']:.2f} s {lat['eval_seconds']} {lat['statuses']}; phases {json.dumps(lat['phase_medians'])}")
     if which in ("all", "scaling") and torch.cuda.is_available():
         s = report["scaling"] = scaling()
         print(f"\nscaling: {s['candidates']} honest Triton candidates; one GPU {s['one_gpu']['candidates_per_min']:.1f}/min"
