@@ -210,7 +210,7 @@ class Evaluator:
 
     def _new_result(self, job: Job) -> EvalResult:
         return EvalResult(problem_id=job.problem.id, backend=job.backend, device=self.device_name,
-                          versions=dict(self.versions))
+                          versions=dict(self.versions), preset=self.config.preset)
 
     def _judge(self, job: Job, build: Future[Build] | None, result: EvalResult) -> None:
         report = static_checks.analyze(job.source)

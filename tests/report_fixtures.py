@@ -8,11 +8,11 @@ metric has a value that can be computed by hand.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from eval.config import EvalConfig
 from eval.result import EvalResult, KernelShare, Mismatch, Status
 from harness.store import AGENT_ERROR, Attempt, RunStore
 
@@ -26,7 +26,7 @@ SMOKE = (
     "LLM/01_rmsnorm",
     "LLM/03_silu_and_mul",
 )
-_EVAL_DEFAULTS = yaml.safe_load((Path(__file__).parents[1] / "harness/conf/eval/default.yaml").read_text())
+_EVAL_DEFAULTS = dataclasses.asdict(EvalConfig())  # the eval schema's defaults, as `harness run` stores them
 
 
 def config(
