@@ -57,7 +57,7 @@ UNPRIVILEGED_UID = 65534
 _FOLDER_KINDS = ("worker", "build", "extensions")
 
 # Runs as `python -I -S -c _CONFINE SPEC CMD...` inside fresh mount (and network) namespaces, as root of
-# them: remounts everything read-only except SPEC's writable folders, hides SPEC's masked folders behind
+# them: remounts everything read-only except SPEC's writable folders and /proc (minus /proc/sys & co.), hides SPEC's masked folders behind
 # empty read-only tmpfs (binding back what must stay visible), drops privileges, then execs CMD.
 _CONFINE = r"""
 import ctypes, json, os, sys
@@ -84,11 +84,17 @@ for path in writable:
 if os.path.isdir("/dev/shm"):
     mount("tmpfs", "/dev/shm", "tmpfs", NOSUID | NODEV, "mode=1777")
     writable.append("/dev/shm")
+# /proc itself stays writable (the CUDA driver fails on a read-only /proc); its system-wide knobs do not
+for path in ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"):
+    try:
+        mount(path, path, None, BIND | REC)
+    except OSError:
+        pass
 def unescape(p):
     return p.encode().decode("unicode_escape").encode("latin-1").decode()
 points = [unescape(line.split()[4]) for line in open("/proc/self/mountinfo")]
 for point in dict.fromkeys(points):
-    if any(point == w or point.startswith(w.rstrip("/") + "/") for w in writable):
+    if point == "/proc" or any(point == w or point.startswith(w.rstrip("/") + "/") for w in writable):
         continue
     try:
         st = os.statvfs(point)
