@@ -28,11 +28,12 @@ from eval import static_checks
 from eval.builds import Build
 from eval.config import EvalConfig
 from eval.pool import Lease
-from eval.reference import Reference, derive_seed, encode_args
+from eval.reference import Reference, encode_args
 from eval.result import EvalResult, KernelShare, Status, Timing
 from eval.roofline import IMPLAUSIBLE_BELOW_FLOOR, Ceilings
 from problems import runtime
 from problems.compare import compare
+from problems.runtime import derive_seed
 from problems.problem import Problem
 
 ERROR_CHARS = 3000
@@ -80,6 +81,8 @@ class Context:
     reference: Reference | None = None
     timed_sets: list[list[Any]] = field(default_factory=list)  # the candidate's timing inputs, kept by the parent
     timed_outputs: list[torch.Tensor] = field(default_factory=list)
+    timing_nonce: int = 0  # seeds the fresh inputs of every timed repetition (strict adaptive timing)
+    sampled_reps: list[int] = field(default_factory=list)  # repetitions whose outputs came back, when fresh
 
     @property
     def on_gpu(self) -> bool:
@@ -240,11 +243,18 @@ def hidden_work(ctx: Context) -> None:
 
 
 def time_candidate(ctx: Context) -> None:
-    """Interleaved timing of reference and candidate on the staged sets."""
-    reply, outputs = ctx.request(p.Time(**timing_rule(ctx.config)), timeout=ctx.config.timing_timeout_s)
+    """Timing of reference and candidate; under the strict rule every candidate repetition gets unseen inputs."""
+    fresh = ctx.config.timing_method == "adaptive" and ctx.config.timed_output_checks
+    ctx.timing_nonce = secrets.randbits(62) | 1 if fresh else 0
+    reply, outputs = ctx.request(p.Time(**timing_rule(ctx.config), nonce=ctx.timing_nonce),
+                                 timeout=ctx.config.timing_timeout_s)
     if reply.violations:
         raise Verdict(Status.REJECTED, "integrity: " + "; ".join(reply.violations))
     ctx.timed_outputs = outputs
+    ctx.sampled_reps = reply.sampled_reps if reply.fresh_inputs else []
+    if fresh and not reply.fresh_inputs:
+        ctx.result.flags.append("timed inputs rotated among the staged sets: the problem's get_inputs() draws "
+                                "other shapes each time, so fresh inputs per repetition could not be used")
     if ctx.config.timed_output_checks and reply.inconsistent_timed_outputs:
         raise Verdict(Status.REJECTED, f"integrity: {reply.inconsistent_timed_outputs} timed runs returned "
                                        "different outputs for the same inputs (stale, cached or skipped work)")
@@ -261,8 +271,24 @@ def time_candidate(ctx: Context) -> None:
 
 
 def timed_outputs(ctx: Context) -> None:
-    """What the candidate returned while being timed must be right too."""
+    """What the candidate returned while being timed must be right too.
+
+    With fresh inputs, the outputs are those of repetitions the worker sampled at random as they
+    ran; their inputs are redrawn here from the nonce, so a memo or a skipped call shows as wrong.
+    """
     assert ctx.reference is not None
+    if ctx.sampled_reps:
+        per_rep = len(ctx.timed_outputs) // len(ctx.sampled_reps)
+        for i, rep in enumerate(ctx.sampled_reps):
+            inputs = ctx.reference.inputs(derive_seed(ctx.timing_nonce, f"rep{rep}"))
+            got = ctx.timed_outputs[i * per_rep:(i + 1) * per_rep]
+            mismatch = compare(ctx.expected(inputs), got, *ctx.tolerance())
+            if mismatch is not None:
+                ctx.result.mismatch = mismatch
+                ctx.result.speedup = None
+                raise Verdict(Status.INCORRECT, f"the output of timed repetition {rep} (fresh inputs) is wrong: "
+                                                f"output {mismatch.output}: {mismatch.reason}")
+        return
     pool = len(ctx.timed_sets)
     per_set = len(ctx.timed_outputs) // pool if pool else 0
     for k in range(pool):

@@ -29,12 +29,12 @@ from eval.cache import JsonCache, cache_key
 from eval.checks import Context, RetryAlone, Verdict, trim
 from eval.config import EvalConfig
 from eval.pool import Lease, WorkerPool
-from eval.reference import Reference, derive_seed, encode_args, use_small_sizes
+from eval.reference import Reference, encode_args, use_small_sizes
 from eval.result import EvalResult, Status, Timing
 from eval.roofline import cached_ceilings
 from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout, protect_parent, sweep_stale_folders
 from problems.problem import Problem
-from problems.runtime import strict_precision
+from problems.runtime import derive_seed, strict_precision
 
 _CPU_WORKERS_MAX = 4
 _GPU_WORKERS_DEFAULT = 4

@@ -170,14 +170,24 @@ class TimeReply(Reply):
     candidate: dict[str, float] = field(default_factory=dict)
     inconsistent_timed_outputs: int = 0
     violations: list[str] = field(default_factory=list)
+    fresh_inputs: bool = False  # every repetition drew new candidate inputs (then outputs are of `sampled_reps`)
+    sampled_reps: list[int] = field(default_factory=list)
 
 
 @dataclass
 class Time(TimingRule):
-    """Interleaved timing on the staged sets; replies with the candidate's first output per set."""
+    """Timing on the staged sets; replies with timed outputs for the parent to check.
+
+    With a `nonce` (adaptive method only), every candidate repetition gets inputs never seen
+    before, drawn on the device outside the timed interval from `derive_seed(nonce, "rep<i>")`,
+    and the outputs of a few repetitions chosen at random as they run come back with their
+    indices, so the parent can redraw those inputs and check them. Without one, the staged
+    sets rotate and the first output per set comes back.
+    """
 
     cmd: ClassVar[str] = "time"
     reply: ClassVar[type[Reply]] = TimeReply
+    nonce: int = 0
 
 
 @dataclass

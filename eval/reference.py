@@ -8,7 +8,6 @@ reduced sizes and seeding all go through `problems.runtime`, exactly as in the w
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from types import ModuleType
 from typing import Any
@@ -34,12 +33,6 @@ def problem_module(problem: Problem, small: bool = False) -> ModuleType:
         if key not in _modules:
             _modules[key] = runtime.load_module(problem, small=small)
         return _modules[key]
-
-
-def derive_seed(secret: int, label: str) -> int:
-    """A sub-seed for one use (trial, timing pool, ...) that reveals nothing about the secret."""
-    digest = hashlib.sha256(f"{secret}:{label}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 2
 
 
 class Reference:

@@ -11,10 +11,11 @@ from harness.bench import candidates
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 FORWARD = "        return out\n"
-# Which defence fires first for these two (observed on the H100 device, 2026-11-22):
-# phase detection passes the trials and is caught by the timed-output consistency check;
-# the pointer-keyed memo is caught by the correctness trials (freed input memory is reused at the same address).
-PHASE_DETECTION_STATUS, PHASE_DETECTION_PHRASE = Status.REJECTED, "timed runs returned different outputs"
+# Which defence fires first for these two: phase detection passes the trials and is caught by the
+# check of randomly sampled timed repetitions (every repetition has fresh inputs, redrawn by the parent);
+# the pointer-keyed memo is caught by the correctness trials (freed input memory is reused at the same
+# address; observed on the H100 device, 2026-11-22).
+PHASE_DETECTION_STATUS, PHASE_DETECTION_PHRASE = Status.INCORRECT, "(fresh inputs) is wrong"
 POINTER_CACHE_STATUS, POINTER_CACHE_PHRASE = Status.INCORRECT, "values differ"
 
 
@@ -101,6 +102,21 @@ def test_phase_detection_is_caught(evaluator, problem):
     # honest through the trials; lazy from the 13th call on, which falls inside the timing checks
     assert r.status is PHASE_DETECTION_STATUS, f"{r.status}: {r.reason}"
     assert PHASE_DETECTION_PHRASE in r.reason, r.reason
+
+
+def test_memo_keyed_on_sampled_values_gains_nothing(evaluator, problem):
+    """A memo keyed on pointers plus a few sampled values (one host sync) used to pass at ~10x with 3 rotating
+    input sets; every timed repetition now has unseen inputs, so it can only compute, and its outputs are checked."""
+    honest = evaluator.evaluate(problem, candidates.triton_candidate() + "\n# honest twin\n")
+    source = candidates.triton_candidate().replace(
+        "        out = torch.empty_like(x)\n",
+        "        key = (x.data_ptr(), y.data_ptr(), tuple(x.view(-1)[:4].tolist()), tuple(y.view(-1)[-4:].tolist()))\n"
+        "        memo = self.__dict__.setdefault('memo', {})\n"
+        "        if key in memo:\n            return memo[key].clone()\n        out = torch.empty_like(x)\n",
+    ).replace(FORWARD, "        memo[key] = out.clone()\n" + FORWARD)
+    r = evaluator.evaluate(problem, source)
+    assert honest.status is Status.CORRECT and r.status is Status.CORRECT, f"{r.status}: {r.reason}"
+    assert r.speedup < honest.speedup * 1.05, (r.speedup, honest.speedup)
 
 
 def test_pointer_keyed_cache_is_caught(evaluator, problem):

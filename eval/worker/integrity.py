@@ -19,7 +19,7 @@ import torch
 
 _WATCHED_MODULE_NAMES = (
     "torch", "torch.nn.functional", "torch.testing", "torch.cuda", "torch.cuda.streams",
-    "torch.autograd.profiler", "torch.profiler", "time", "gc", "threading",
+    "torch.autograd.profiler", "torch.profiler", "time", "gc", "threading", "os", "random",
     "eval.worker.serve", "eval.worker.timing", "eval.worker.integrity", "eval.worker.tracing", "eval.wire",
     "eval.protocol", "problems.runtime", "problems.compare",
     "triton.runtime.jit", "triton.runtime.autotuner", "triton.runtime.interpreter", "triton.testing",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import random
 import shutil
 import sys
 import time
@@ -27,6 +28,7 @@ from eval.worker import integrity, timing, tracing
 from problems import runtime
 
 _TRACEBACK_CHARS = 4000
+_SAMPLED_REPS = 3  # timed repetitions whose outputs the parent checks
 _torch_equal = torch.equal  # captured before any candidate can patch them
 _torch_allclose = torch.allclose
 Handled = tuple[p.Reply, list[torch.Tensor]]
@@ -74,6 +76,7 @@ class Worker:
         self.tracer = tracing.TritonLaunchTracer()
         self.tracer.install()
         self.reference: torch.nn.Module | None = None
+        self.problem: Any = None
         self.candidate: torch.nn.Module | None = None
         self.candidate_module_name = ""
         self.snapshot: integrity.Snapshot | None = None
@@ -112,7 +115,8 @@ class Worker:
         runtime.set_precision(msg.precision)  # before the snapshot, which then guards these switches
         torch.use_deterministic_algorithms(False)
         try:
-            problem = runtime.load_source(msg.problem_source, msg.problem_label or "<problem>", msg.size_overrides)
+            problem = self.problem = runtime.load_source(msg.problem_source, msg.problem_label or "<problem>",
+                                                         msg.size_overrides)
             self.reference = runtime.build_model(problem, msg.weight_seed, self.device)
         except BaseException as exc:  # noqa: BLE001  trusted code, but report rather than die
             return _failure("problem", exc, p.LoadReply), []
@@ -238,33 +242,49 @@ class Worker:
                                  violations=self.snapshot.violations()), []
 
     def cmd_time(self, msg: p.Time, tensors: list[torch.Tensor]) -> Handled:
-        """Time reference and candidate on the staged sets by the rule's method; returns summaries and,
-        when `check_outputs`, the candidate's first output per set."""
+        """Time reference and candidate by the rule's method; returns summaries and timed outputs (see `p.Time`)."""
         assert self.candidate is not None and self.reference is not None and self.snapshot is not None
         ref_buf = [t.clone() for t in self.ref_sets[0]]
         cand_buf = [t.clone() for t in self.cand_sets[0]]
         ref_args = _rebuild_args(self.args, ref_buf)
         cand_args = _rebuild_args(self.args, cand_buf)
+        fresh = bool(msg.nonce) and msg.method == "adaptive" and msg.check_outputs and self._fresh_draws_fit(msg.nonce)
         first_out: dict[int, list[torch.Tensor]] = {}
         drift = {"count": 0}
+        sampled = _Reservoir(_SAMPLED_REPS)
 
-        def check_candidate(k: int, out: Any) -> None:
+        def check_candidate(rep: int, out: Any) -> None:
             outs = [o.detach().clone() for o in runtime.flatten_outputs(out) if isinstance(o, torch.Tensor)]
+            k = rep % len(self.cand_sets)
             if k not in first_out:
                 first_out[k] = outs
             elif not all(_close(a, b) for a, b in zip(outs, first_out[k])):
                 drift["count"] += 1
 
-        sides = {
-            "reference": timing.TimedSide(_refiller(ref_buf, self.ref_sets), lambda: self.reference(*ref_args)),
-            "candidate": timing.TimedSide(_refiller(cand_buf, self.cand_sets), lambda: self.candidate(*cand_args),
-                                          check_candidate if msg.check_outputs else None),
-        }
+        if fresh:
+            cand_side = timing.TimedSide(_fresh_refiller(cand_buf, self.problem, msg.nonce, self.device),
+                                         lambda: self.candidate(*cand_args), sampled.offer)
+        else:
+            cand_side = timing.TimedSide(_refiller(cand_buf, self.cand_sets), lambda: self.candidate(*cand_args),
+                                         check_candidate if msg.check_outputs else None)
+        sides = {"reference": timing.TimedSide(_refiller(ref_buf, self.ref_sets), lambda: self.reference(*ref_args)),
+                 "candidate": cand_side}
         with torch.no_grad():
-            samples = self._timed(msg, sides, len(self.cand_sets))
-        outputs = [o for k in range(len(self.cand_sets)) for o in first_out.get(k, [])]
+            samples = self._timed(msg, sides)
+        if fresh:
+            outputs = [o for _, outs in sampled.items for o in outs]
+        else:
+            outputs = [o for k in range(len(self.cand_sets)) for o in first_out.get(k, [])]
         return p.TimeReply(reference=timing.summarize(samples["reference"]), candidate=timing.summarize(samples["candidate"]),
-                           inconsistent_timed_outputs=drift["count"], violations=self.snapshot.violations()), outputs
+                           inconsistent_timed_outputs=drift["count"], violations=self.snapshot.violations(),
+                           fresh_inputs=fresh, sampled_reps=[rep for rep, _ in sampled.items]), outputs
+
+    def _fresh_draws_fit(self, nonce: int) -> bool:
+        """Whether the problem's `get_inputs()` draws tensors shaped like the staged set (so buffers can be refilled)."""
+        probe = [x for x in runtime.make_inputs(self.problem, runtime.derive_seed(nonce, "probe"), self.device)
+                 if isinstance(x, torch.Tensor)]
+        staged = self.cand_sets[0]
+        return len(probe) == len(staged) and all(a.shape == b.shape and a.dtype == b.dtype for a, b in zip(probe, staged))
 
     def cmd_time_compiled(self, msg: p.TimeCompiled, tensors: list[torch.Tensor]) -> Handled:
         """Time torch.compile(reference) against eager under the same method (baseline only)."""
@@ -278,12 +298,12 @@ class Worker:
             samples = self._timed(
                 msg, {"eager": timing.TimedSide(_refiller(buf_a, self.ref_sets), lambda: self.reference(*args_a)),
                       "compiled": timing.TimedSide(_refiller(buf_b, self.ref_sets), lambda: compiled(*args_b))},
-                len(self.ref_sets), min_warmup_ms=200.0)
+                min_warmup_ms=200.0)
         return p.TimeCompiledReply(eager=timing.summarize(samples["eager"]),
                                    compiled=timing.summarize(samples["compiled"])), []
 
     def cmd_unload(self, msg: p.Unload, tensors: list[torch.Tensor]) -> Handled:
-        self.candidate = self.reference = None
+        self.candidate = self.reference = self.problem = None
         self.ref_sets, self.cand_sets = [], []
         for name in [n for n in sys.modules if n.startswith("kh_candidate_")]:
             del sys.modules[name]
@@ -294,7 +314,7 @@ class Worker:
         return p.Reply(), []
 
     # -- helpers ----------------------------------------------------------------------------
-    def _timed(self, rule: p.TimingRule, sides: dict[str, timing.TimedSide], pool_size: int,
+    def _timed(self, rule: p.TimingRule, sides: dict[str, timing.TimedSide],
                min_warmup_ms: float = 0.0) -> dict[str, list[float]]:
         """Samples per side under the rule's method: adaptive and interleaved, or KernelBench's fixed count."""
         assert self.flusher is not None
@@ -303,7 +323,7 @@ class Worker:
                                       flush=self.flusher if rule.flush else None)
         args = _rule(rule)
         args["warmup_ms"] = max(args["warmup_ms"], min_warmup_ms)
-        return timing.interleaved(sides, pool_size=pool_size, flush=self.flusher if rule.flush else _no_flush, **args)
+        return timing.interleaved(sides, flush=self.flusher if rule.flush else _no_flush, **args)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -405,11 +425,39 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _refiller(buf: list[torch.Tensor], pool: list[list[torch.Tensor]]) -> Callable[[int], None]:
-    """`prepare(k)` for timing: copy input set k of the pool into the fixed input buffers."""
-    def prepare(k: int) -> None:
-        for b, src in zip(buf, pool[k]):
+    """`prepare(rep)` for timing: copy the pool's input set for repetition rep into the fixed input buffers."""
+    def prepare(rep: int) -> None:
+        for b, src in zip(buf, pool[rep % len(pool)]):
             b.copy_(src)
     return prepare
+
+
+def _fresh_refiller(buf: list[torch.Tensor], problem: Any, nonce: int, device: torch.device) -> Callable[[int], None]:
+    """`prepare(rep)` that draws new inputs for every repetition (so no memo of earlier calls can hit)."""
+    def prepare(rep: int) -> None:
+        drawn = runtime.make_inputs(problem, runtime.derive_seed(nonce, f"rep{rep}"), device)
+        for b, src in zip(buf, [x for x in drawn if isinstance(x, torch.Tensor)]):
+            b.copy_(src)
+    return prepare
+
+
+class _Reservoir:
+    """A uniform random sample of `size` timed repetitions' outputs, chosen as they run (OS randomness)."""
+
+    def __init__(self, size: int):
+        self.size, self.seen = size, 0
+        self.items: list[tuple[int, list[torch.Tensor]]] = []
+        self._rng = random.SystemRandom()
+
+    def offer(self, rep: int, out: Any) -> None:
+        self.seen += 1
+        slot = len(self.items) if len(self.items) < self.size else self._rng.randrange(self.seen)
+        if slot < self.size:
+            kept = (rep, [o.detach().clone() for o in runtime.flatten_outputs(out) if isinstance(o, torch.Tensor)])
+            if slot == len(self.items):
+                self.items.append(kept)
+            else:
+                self.items[slot] = kept
 
 
 def _rebuild_args(spec: p.ArgSpec, tensors: list[torch.Tensor]) -> list[Any]:

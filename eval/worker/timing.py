@@ -27,7 +27,8 @@ _SYNC_BATCH = 10  # repetitions between host synchronisations (outside every int
 
 @dataclass
 class TimedSide:
-    """One side of an interleaved timing: `prepare(k)` loads pool set k, `call()` runs it."""
+    """One side of a timing: `prepare(rep)` loads repetition rep's inputs (warm-up calls count below 0),
+    `call()` runs it, `after(rep, out)` inspects its output outside the interval."""
 
     prepare: Callable[[int], None]
     call: Callable[[], Any]
@@ -86,7 +87,6 @@ def _cycles_per_us() -> float:
 def interleaved(
     sides: dict[str, TimedSide],
     *,
-    pool_size: int,
     min_reps: int,
     max_reps: int,
     target_rel_stderr: float,
@@ -96,7 +96,7 @@ def interleaved(
 ) -> dict[str, list[float]]:
     """Time each side per repetition, interleaved; return the samples (ms) per side."""
     names = list(sides)
-    _warm_up(sides, pool_size, warmup_ms, flush)
+    _warm_up(sides, warmup_ms, flush)
     samples: dict[str, list[float]] = {n: [] for n in names}
     start_wall = time.perf_counter()
     rep = 0
@@ -104,10 +104,9 @@ def interleaved(
         pending: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
         for _ in range(_SYNC_BATCH):
             order = names if rep % 2 == 0 else names[::-1]
-            k = rep % pool_size
             for name in order:
                 side = sides[name]
-                side.prepare(k)
+                side.prepare(rep)
                 flush()
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
@@ -116,7 +115,7 @@ def interleaved(
                 end.record()
                 pending.append((name, start, end))
                 if side.after is not None:
-                    side.after(k, out)
+                    side.after(rep, out)
                 del out
             rep += 1
         torch.cuda.synchronize()
@@ -166,12 +165,12 @@ def fixed_count(
     return samples
 
 
-def _warm_up(sides: dict[str, TimedSide], pool_size: int, warmup_ms: float, flush: Callable[[], None]) -> None:
+def _warm_up(sides: dict[str, TimedSide], warmup_ms: float, flush: Callable[[], None]) -> None:
     deadline = time.perf_counter() + warmup_ms / 1000.0
     calls = 0
     while calls < 3 or time.perf_counter() < deadline:
         for side in sides.values():
-            side.prepare(calls % pool_size)
+            side.prepare(-1 - calls)
             flush()
             side.call()
         torch.cuda.synchronize()
