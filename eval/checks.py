@@ -1,7 +1,7 @@
 """The check pipeline: plain functions, run in order on one evaluation's `Context`.
 
 load -> correctness trials -> stage timing inputs -> own kernels -> hidden work -> time ->
-timed outputs -> speed of light. Each step either returns (the candidate passed it) or
+timed outputs -> speed of light -> replies in order. Each step either returns (the candidate passed it) or
 raises `Verdict`. Each declares the access to its GPU it needs (`GpuGate`): consecutive
 steps with the same access share one hold, and only the steps whose numbers depend on
 having the GPU alone (kernel shares, back-to-back wall time, timing) hold it exclusively.
@@ -301,6 +301,11 @@ def timed_outputs(ctx: Context) -> None:
                                             f"{mismatch.reason}")
 
 
+def in_order(ctx: Context) -> None:
+    """The worker's replies are still in step: no reply a candidate forged earlier displaced a real one."""
+    ctx.request(p.Sync(), timeout=ctx.config.call_timeout_s)
+
+
 def speed_of_light(ctx: Context) -> None:
     """SOL fraction against the probed ceilings; flag times under the roofline floor."""
     result = ctx.result
@@ -336,6 +341,7 @@ PIPELINE: tuple[Step, ...] = (
     Step("timing", time_candidate, "exclusive", gpu_only=True),
     Step("timed_outputs", timed_outputs, "shared", gpu_only=True, enabled=lambda c: c.timed_output_checks),
     Step("speed_of_light", speed_of_light, "none", gpu_only=True),
+    Step("in_order", in_order, "none"),
 )
 
 

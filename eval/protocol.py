@@ -212,6 +212,14 @@ class Unload(Request):
 
 
 @dataclass
+class Sync(Request):
+    """Answer at once. Sent after the last check: a reply still queued from earlier (a candidate forged one
+    in its place) arrives here instead, out of order, and ends the evaluation as a crash."""
+
+    cmd: ClassVar[str] = "sync"
+
+
+@dataclass
 class Exit(Request):
     """Leave the serve loop (no reply)."""
 
@@ -219,7 +227,7 @@ class Exit(Request):
 
 
 REQUESTS: dict[str, type[Request]] = {
-    cls.cmd: cls for cls in (Hello, Load, Prepare, Run, Kernels, Stage, HiddenWork, Time, TimeCompiled, Unload, Exit)
+    cls.cmd: cls for cls in (Hello, Load, Prepare, Run, Kernels, Stage, HiddenWork, Time, TimeCompiled, Unload, Sync, Exit)
 }
 
 

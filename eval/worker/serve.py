@@ -302,6 +302,9 @@ class Worker:
         return p.TimeCompiledReply(eager=timing.summarize(samples["eager"]),
                                    compiled=timing.summarize(samples["compiled"])), []
 
+    def cmd_sync(self, msg: p.Sync, tensors: list[torch.Tensor]) -> Handled:
+        return p.Reply(), []
+
     def cmd_unload(self, msg: p.Unload, tensors: list[torch.Tensor]) -> Handled:
         self.candidate = self.reference = self.problem = None
         self.ref_sets, self.cand_sets = [], []
