@@ -203,7 +203,8 @@ class RayEvaluator:
         if self._owns_ray:
             try:
                 with _secrets_hidden() if config.address is None else contextlib.nullcontext():
-                    ray.init(address=config.address, namespace=config.namespace, logging_level="ERROR",
+                    # "local": a new instance even when `ray start` left one (or a stale address) on this machine
+                    ray.init(address=config.address or "local", namespace=config.namespace, logging_level="ERROR",
                              log_to_driver=False, include_dashboard=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise ExecutorError(f"executor.address={config.address}: cannot connect to Ray: "

@@ -84,6 +84,9 @@ def test_ray_smoke_has_the_same_verdicts_as_local(ray_module: Any, tmp_path: Pat
     local_results = [r["result"] for r in results(tmp_path / "runs" / "local-smoke")]
     assert {r["node"] for r in ray_results} == {socket.gethostname()} == {r["node"] for r in local_results}
     assert all(set(a) == set(b) for a, b in zip(ray_results, local_results))  # one schema for both executors
+    again = harness_run(*smoke_args(tmp_path, "ray-smoke"))  # the executor may change on resume
+    assert again.returncode == 0, again.stderr
+    assert len(results(tmp_path / "runs" / "ray-smoke")) == 6
 
 
 def free_port() -> int:
@@ -122,6 +125,9 @@ def ray_head(ray_module: Any) -> Iterator[str]:
                 break
             time.sleep(grace)
         head.wait(timeout=30)
+        current = Path("/tmp/ray/ray_current_cluster")  # `ray start` left its address for `auto`: not after us
+        if current.exists() and address.rsplit(":", 1)[1] in current.read_text():
+            current.unlink()
 
 
 def test_an_actor_killed_mid_run_loses_and_duplicates_nothing(ray_module: Any, ray_head: str, tmp_path: Path
