@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import queue
 import secrets
+import socket
 import sys
 import threading
 import time
@@ -210,7 +211,7 @@ class Evaluator:
 
     def _new_result(self, job: Job) -> EvalResult:
         return EvalResult(problem_id=job.problem.id, backend=job.backend, device=self.device_name,
-                          versions=dict(self.versions), preset=self.config.preset)
+                          versions=dict(self.versions), preset=self.config.preset, node=socket.gethostname())
 
     def _judge(self, job: Job, build: Future[Build] | None, result: EvalResult) -> None:
         report = static_checks.analyze(job.source)

@@ -112,11 +112,14 @@ class _Region:
             self._map = None
 
     def close(self) -> None:
+        """Idempotent: a second close must never close a descriptor number reused by someone else."""
         self._close_map()
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 class Channel:
@@ -258,11 +261,14 @@ class Channel:
             pos += n
 
     def close(self) -> None:
-        for fd in (self.read_fd, self.write_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        """Idempotent: a second close must never close a descriptor number reused by someone else."""
+        fds, self.read_fd, self.write_fd = (self.read_fd, self.write_fd), -1, -1
+        for fd in fds:
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
         for region in (self._send_region, self._recv_region):
             if region is not None:
                 region.close()

@@ -162,3 +162,19 @@ def test_gpu_commands_explain_themselves_without_a_gpu(capsys):
     assert main(["device", "probe"]) == 2
     assert main(["baseline", "smoke"]) == 2
     assert "no CUDA GPU" in capsys.readouterr().out
+
+
+def test_channel_close_is_idempotent():
+    """A second close must not close a descriptor number the process has since reused (a double close
+    once closed the result cache's temporary file under a concurrent evaluation)."""
+    import os
+
+    a, b = _channel_pair()
+    a.close()
+    reused_r, reused_w = os.pipe()  # likely the numbers a just released
+    a.close()
+    os.write(reused_w, b"x")
+    assert os.read(reused_r, 1) == b"x"
+    os.close(reused_r)
+    os.close(reused_w)
+    b.close()
