@@ -120,6 +120,10 @@ class Evaluator:
         self._builder.close()
 
     # -- public API --------------------------------------------------------------------------
+    def wait_warm(self, timeout: float | None = None) -> bool:
+        """Block until every worker of the pool has started (benchmarks start their clocks after it)."""
+        return self._pool.wait_warm(timeout)
+
     def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> EvalResult:
         """Evaluate one candidate; never raises for candidate faults. Safe to call from several threads."""
         return self._evaluate(Job(problem, source, backend), None)

@@ -87,11 +87,17 @@ class WorkerPool:
         self._live: set[WorkerProcess] = set()
         self._lock = threading.Lock()
         self._closed = False
+        self._started = 0
+        self._warm = threading.Event()
         self.size = len(gpu_indices) * per_device
         self._background = ThreadPoolExecutor(max_workers=self.size, thread_name_prefix="kh-pool")
         for g in gpu_indices:
             for _ in range(per_device):
                 self._replace(g)
+
+    def wait_warm(self, timeout: float | None = None) -> bool:
+        """Block until every first-generation worker has started (or failed to); True if all did in time."""
+        return self._warm.wait(timeout)
 
     def gate(self, gpu_index: int | None) -> GpuGate:
         return self._gates[gpu_index]
@@ -126,6 +132,12 @@ class WorkerPool:
         for worker in live:
             worker.close()
 
+    def _count_start(self) -> None:
+        with self._lock:
+            self._started += 1
+            if self._started >= self.size:
+                self._warm.set()
+
     def _recycle(self, worker: WorkerProcess) -> None:
         try:
             reply, _ = worker.request(protocol.Unload(), timeout=60)
@@ -156,7 +168,9 @@ class WorkerPool:
             worker = self._make_worker(gpu_index)
         except Exception as exc:  # noqa: BLE001  reported to the next evaluation that asks
             self._idle.put(_SpawnFailure(gpu_index, str(exc)))
+            self._count_start()
             return
+        self._count_start()
         with self._lock:
             self._live.add(worker)
         if self._closed:

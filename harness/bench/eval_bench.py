@@ -1,5 +1,7 @@
 """`harness bench eval`: throughput, scaling and repeatability of the evaluator.
 
+Pooled evaluators start their clocks once their workers are warm (the start-up, paid once
+per session, is reported apart as `start_s`); a process per candidate pays it every time.
 throughput: one fixed mixed batch (`candidates.mixed_batch`: three problem sizes, Triton and
 CUDA, honest and failing, one crash, one timeout, one incorrect) through three evaluators,
 side by side in one run: the warm pool (every worker of every GPU, candidates pipelined),
@@ -104,14 +106,17 @@ def run_pool(batch: list[candidates.BenchJob], **overrides: Any) -> dict[str, An
     """The warm pool over every GPU (or `overrides`), the whole batch in flight."""
     with tempfile.TemporaryDirectory() as cache:
         config = _config(cache, **overrides)
-        with _GpuBusySampler(config.gpus) as sampler:
-            t0 = time.perf_counter()
-            with Evaluator(config) as ev:
+        t_start = time.perf_counter()
+        with Evaluator(config) as ev:
+            ev.wait_warm(600)
+            warm_s = time.perf_counter() - t_start
+            with _GpuBusySampler(config.gpus) as sampler:
+                t0 = time.perf_counter()
                 results = ev.evaluate_many([Job(j.problem, j.source, j.backend) for j in batch])
-                workers = ev.workers
-            wall = time.perf_counter() - t0
+                wall = time.perf_counter() - t0
+            workers = ev.workers
     out = _results_summary("pool", batch, results, wall, sampler.busy_share())
-    out["workers"] = workers
+    out.update(workers=workers, start_s=round(warm_s, 2))
     return out
 
 
@@ -119,12 +124,17 @@ def run_single_worker(batch: list[candidates.BenchJob]) -> dict[str, Any]:
     """One warm worker on GPU 0, one candidate at a time, builds on the candidate's path."""
     with tempfile.TemporaryDirectory() as cache:
         config = _config(cache, workers_per_gpu=1, gpus=[0] if _device() == "cuda" else None)
-        with _GpuBusySampler([0] if _device() == "cuda" else None) as sampler:
-            t0 = time.perf_counter()
-            with Evaluator(config) as ev:
+        t_start = time.perf_counter()
+        with Evaluator(config) as ev:
+            ev.wait_warm(600)
+            warm_s = time.perf_counter() - t_start
+            with _GpuBusySampler([0] if _device() == "cuda" else None) as sampler:
+                t0 = time.perf_counter()
                 results = [ev.evaluate(j.problem, j.source, j.backend) for j in batch]
-            wall = time.perf_counter() - t0
-    return _results_summary("single worker", batch, results, wall, sampler.busy_share())
+                wall = time.perf_counter() - t0
+    out = _results_summary("single worker", batch, results, wall, sampler.busy_share())
+    out["start_s"] = round(warm_s, 2)
+    return out
 
 
 def run_process_per_candidate(batch: list[candidates.BenchJob]) -> dict[str, Any]:
