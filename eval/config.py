@@ -48,7 +48,8 @@ class EvalConfig:
       4 on a GPU and, on a CPU, one per two cores (at most 4).
     own_kernel_policy: "reject" fails candidates none of whose own kernels ran; "report" only notes it.
     problem_scale: "auto" uses a problem's reduced sizes (META["small"]) on CPU and full sizes on a GPU.
-    max_output_bytes: the most tensor bytes one worker reply may carry; more is a verdict on the candidate.
+    max_output_bytes: the most bytes one forward's outputs may take; a worker reply carries at most
+      max(3, timed_input_sets) forwards' outputs, and more than that is a verdict on the candidate.
 
     Rules a preset may relax (defaults are the strict ones; `eval=kernelbench` sets the others):
     preset: the name recorded in every result and shown in reports.

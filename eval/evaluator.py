@@ -320,7 +320,8 @@ class Evaluator:
         env = {"TORCH_CUDA_ARCH_LIST": self._arch, **self.config.extra_env}
         worker = WorkerProcess(device="cuda" if gpu_index is not None else "cpu", gpu_index=gpu_index,
                                log_cap_bytes=self.config.log_cap_bytes, isolate_network=self.config.isolate_network,
-                               extra_env=env, max_reply_bytes=self.config.max_output_bytes)
+                               extra_env=env, max_reply_bytes=self.config.max_output_bytes
+                               * max(p.SAMPLED_REPS, self.config.timed_input_sets))
         try:
             reply, _ = worker.request(p.Hello(device="cuda:0" if gpu_index is not None else "cpu"), timeout=300)
         except (WorkerDied, WorkerTimeout) as exc:

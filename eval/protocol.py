@@ -16,6 +16,9 @@ from typing import Any, ClassVar, Optional, Union
 
 from eval.wire import ProtocolError
 
+# Timed repetitions whose outputs a Time reply carries back for the parent to check.
+SAMPLED_REPS = 3
+
 # An input list travels as a JSON spec plus tensors: {"t": i} stands for tensor i, anything else is a literal.
 ArgSpec = list[Any]
 

@@ -28,7 +28,6 @@ from eval.worker import integrity, timing, tracing
 from problems import runtime
 
 _TRACEBACK_CHARS = 4000
-_SAMPLED_REPS = 3  # timed repetitions whose outputs the parent checks
 _torch_equal = torch.equal  # captured before any candidate can patch them
 _torch_allclose = torch.allclose
 Handled = tuple[p.Reply, list[torch.Tensor]]
@@ -251,7 +250,7 @@ class Worker:
         fresh = bool(msg.nonce) and msg.method == "adaptive" and msg.check_outputs and self._fresh_draws_fit(msg.nonce)
         first_out: dict[int, list[torch.Tensor]] = {}
         drift = {"count": 0}
-        sampled = _Reservoir(_SAMPLED_REPS)
+        sampled = _Reservoir(p.SAMPLED_REPS)
 
         def check_candidate(rep: int, out: Any) -> None:
             outs = [o.detach().clone() for o in runtime.flatten_outputs(out) if isinstance(o, torch.Tensor)]
