@@ -108,11 +108,7 @@ def interleaved(
                 side = sides[name]
                 side.prepare(rep)
                 flush()
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                out = side.call()
-                end.record()
+                start, end, out = _bracketed(side.call)
                 pending.append((name, start, end))
                 if side.after is not None:
                     side.after(rep, out)
@@ -151,11 +147,7 @@ def fixed_count(
         for _ in range(reps):
             if flush is not None:
                 flush()
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            out = side.call()
-            end.record()
+            start, end, out = _bracketed(side.call)
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end))
             if side.after is not None:
@@ -163,6 +155,16 @@ def fixed_count(
             del out
         samples[name] = times
     return samples
+
+
+def _bracketed(call: Callable[[], Any]) -> tuple[torch.cuda.Event, torch.cuda.Event, Any]:
+    """One call between two CUDA events on the current stream, with no host synchronisation between them."""
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    out = call()
+    end.record()
+    return start, end, out
 
 
 def _warm_up(sides: dict[str, TimedSide], warmup_ms: float, flush: Callable[[], None]) -> None:
