@@ -1,6 +1,6 @@
 """Shared material of the `test_run_*` tests: a tiny problem, three candidates, and a runner.
 
-The problem (ReLU of a sum, 4096 floats) is small enough for the Triton interpreter on CPU, so
+The problem (ReLU of a sum, the prompts' worked example at 1 x 4096 floats) is small enough for the Triton interpreter on CPU, so
 the real evaluator judges every candidate in well under a second once its worker is up.
 """
 
@@ -10,59 +10,13 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-PROBLEM = '''\
-import torch
-import torch.nn as nn
+from agents.prompting import EXAMPLES_DIR
 
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, a, b):
-        return torch.relu(a + b)
-
-
-N = 4096
-
-
-def get_inputs():
-    return [torch.randn(N), torch.randn(N)]
-
-
-def get_init_inputs():
-    return []
-'''
-
-_KERNEL = '''\
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def add_relu_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    a = tl.load(a_ptr + offs, mask=mask)
-    b = tl.load(b_ptr + offs, mask=mask)
-    tl.store(out_ptr + offs, {expr}, mask=mask)
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, a, b):
-        out = torch.empty_like(a)
-        n = out.numel()
-        add_relu_kernel[(triton.cdiv(n, 1024),)](a, b, out, n, BLOCK=1024)
-        return out
-'''
-
-GOOD = _KERNEL.format(expr="tl.maximum(a + b, 0.0)")
-WRONG = _KERNEL.format(expr="a + b")  # forgets the ReLU: runs, but the outputs differ
+# The prompts' worked example is the one add-relu problem and kernel; here at 1 x 4096 floats.
+PROBLEM = (EXAMPLES_DIR / "add_relu_reference.py").read_text().replace("M = 4096", "M = 1")
+GOOD = (EXAMPLES_DIR / "add_relu_triton.py").read_text()
+WRONG = GOOD.replace("out = tl.maximum(a + b, 0.0)", "out = a + b")  # forgets the ReLU: runs, but the outputs differ
+assert PROBLEM.count("M = 1\n") == 1 and WRONG != GOOD
 BROKEN = "import torch\n\nclass ModelNew(torch.nn.Module:\n    pass\n"  # a syntax error
 
 

@@ -58,8 +58,9 @@ class ScriptedAgent:
 class ScriptedEvaluator:
     """Returns the next scripted (status, speedup) per problem; notes overlapping calls."""
 
-    def __init__(self, script: list[tuple[str, float | None]] | None = None, *, raise_on: int | None = None) -> None:
-        self.script, self.raise_on = script or [("correct", None)], raise_on
+    def __init__(self, script: list[tuple[str, float | None]] | None = None, *, raise_on: int | None = None,
+                 eval_delay: float = 0.01) -> None:
+        self.script, self.raise_on, self.eval_delay = script or [("correct", None)], raise_on, eval_delay
         self.calls = 0
         self.overlaps = 0
         self._busy = threading.Lock()
@@ -71,7 +72,7 @@ class ScriptedEvaluator:
             self._busy.acquire()
         try:
             self.calls += 1
-            time.sleep(0.01)
+            time.sleep(self.eval_delay)
             if self.raise_on is not None and self.calls == self.raise_on:
                 raise RuntimeError("worker pool exploded")
             i = self._count.get(problem.id, 0)
@@ -107,13 +108,15 @@ def test_correct_without_measured_speedup_never_stops_early(tmp_path: Path) -> N
     store.close()
 
 
-def test_agent_calls_overlap_while_evaluations_do_not(tmp_path: Path) -> None:
-    agent, ev = ScriptedAgent(delay=0.2), ScriptedEvaluator()
+def test_agent_calls_and_evaluations_overlap(tmp_path: Path) -> None:
+    """The evaluator is thread-safe and keeps a candidate in flight per warm worker, so the loop no longer
+    serialises evaluations: trajectories overlap in both their requests and their evaluations."""
+    agent, ev = ScriptedAgent(delay=0.2), ScriptedEvaluator(eval_delay=0.05)
     start = time.perf_counter()
     _, outcome, store = run_loop(tmp_path, agent, ev, problems=PROBLEMS, samples=2, turns=1, max_concurrency=4)
     wall = time.perf_counter() - start
     assert len(store.attempts()) == 8 and ev.calls == 8
-    assert agent.max_in_flight == 4 and ev.overlaps == 0  # requests overlapped, evaluations one at a time
+    assert agent.max_in_flight == 4 and ev.overlaps > 0  # evaluate() was entered while another call ran
     assert wall < 8 * 0.2 * 0.75  # the 0.2 s requests ran concurrently
     assert sorted(agent.calls) == sorted((p.id, s, 1) for p in PROBLEMS for s in (1, 2))
     store.close()
