@@ -28,7 +28,7 @@ from eval import static_checks
 from eval.builds import Build
 from eval.config import EvalConfig
 from eval.pool import Lease
-from eval.reference import Reference, encode_args
+from eval.reference import Reference, encode_args, problem_size
 from eval.result import EvalResult, KernelShare, Status, Timing
 from eval.roofline import IMPLAUSIBLE_BELOW_FLOOR, Ceilings
 from problems import runtime
@@ -311,14 +311,24 @@ def speed_of_light(ctx: Context) -> None:
     result = ctx.result
     if ctx.ceilings is None or result.candidate_timing is None:
         return
-    floor = ctx.ceilings.floor_s(ctx.problem.flops, ctx.problem.bytes_moved, ctx.problem.dtype)
+    result.sol_fraction, flag = judge_speed(ctx.problem, ctx.ceilings, result.candidate_timing.median_ms / 1000.0)
+    if flag:
+        result.flags.append(flag)
+
+
+def judge_speed(problem: Problem, ceilings: Ceilings, seconds: float) -> tuple[float | None, str]:
+    """SOL fraction of a measured time, and an audit flag when it beats the roofline floor.
+
+    FLOPs and bytes come from the problem's META, or are traced from its source when it has none.
+    """
+    flops, nbytes = problem_size(problem)
+    floor = ceilings.floor_s(flops, nbytes, problem.dtype)
     if floor is None:
-        return
-    measured = result.candidate_timing.median_ms / 1000.0
-    result.sol_fraction = floor / measured
-    if measured < IMPLAUSIBLE_BELOW_FLOOR * floor:
-        result.flags.append(f"implausible: {measured * 1e6:.1f} us beats the roofline floor of {floor * 1e6:.1f} us "
-                            "(FLOPs / peak, bytes / bandwidth); audit this result")
+        return None, ""
+    if seconds < IMPLAUSIBLE_BELOW_FLOOR * floor:
+        return floor / seconds, (f"implausible: {seconds * 1e6:.1f} us beats the roofline floor of {floor * 1e6:.1f} us "
+                                 "(FLOPs / peak, bytes / bandwidth); audit this result")
+    return floor / seconds, ""
 
 
 @dataclass(frozen=True)

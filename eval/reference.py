@@ -15,10 +15,33 @@ from typing import Any
 import torch
 
 from problems import runtime
+from problems.cost import measure_cost
 from problems.problem import Problem, ProblemError
 
 _modules: dict[tuple[str, bool], ModuleType] = {}
+_sizes: dict[str, tuple[float | None, float | None]] = {}
 _modules_lock = threading.Lock()
+
+
+def problem_size(problem: Problem) -> tuple[float | None, float | None]:
+    """(FLOPs, minimum bytes moved) of a problem: its META where given, else traced once from its source.
+
+    KernelBench problems carry no META; tracing them (`problems.cost`, fake tensors, no data) gives
+    every result a roofline floor, a SOL fraction and the implausibility flag all the same.
+    """
+    if problem.flops is not None and problem.bytes_moved is not None:
+        return problem.flops, problem.bytes_moved
+    key = problem.source_hash
+    with _modules_lock:
+        if key not in _sizes:
+            try:
+                cost = measure_cost(problem)
+                _sizes[key] = (float(cost.flops) or None, float(cost.bytes) or None)
+            except Exception:  # noqa: BLE001  data-dependent forwards cannot be traced: no floor
+                _sizes[key] = (None, None)
+        traced = _sizes[key]
+    return (problem.flops if problem.flops is not None else traced[0],
+            problem.bytes_moved if problem.bytes_moved is not None else traced[1])
 
 
 def use_small_sizes(problem: Problem, scale: str, device: torch.device) -> bool:

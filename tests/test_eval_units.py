@@ -178,3 +178,22 @@ def test_channel_close_is_idempotent():
     os.close(reused_r)
     os.close(reused_w)
     b.close()
+
+
+def test_a_problem_without_meta_still_gets_a_floor_and_the_implausibility_flag():
+    """KernelBench problems carry no FLOPs or bytes: they are traced from the source, so a 674x-style
+    result on a KernelBench problem is flagged like one on ours."""
+    from pathlib import Path
+
+    from eval.checks import judge_speed
+    from eval.roofline import Ceilings
+    from problems.problem import load_problem_file
+
+    path = Path(__file__).parent / "fixtures/kernelbench/KernelBench/level1/1_Sound_matmul.py"
+    problem = load_problem_file(path)
+    assert problem.flops is None and problem.bytes_moved is None
+    ceilings = Ceilings(device="test", copy_bytes_per_s=3e12, matmul_flops_per_s={"float32": 5e13})
+    fraction, flag = judge_speed(problem, ceilings, 1e-9)
+    assert fraction is not None and fraction > 1 and flag.startswith("implausible")
+    fraction, flag = judge_speed(problem, ceilings, 10.0)
+    assert 0 < fraction < 1 and flag == ""
