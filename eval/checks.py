@@ -414,8 +414,17 @@ def timing_note(config: EvalConfig, reference: dict[str, float], candidate: dict
 
 
 def kernel_base_name(profiler_name: str) -> str:
-    """`void ns::my_kernel<float>(float*, int)` -> `my_kernel`; Triton names pass through."""
-    name = profiler_name.split("(", 1)[0]
+    """A kernel's own name as the profiler reports it, in any of the forms a CUDA kernel takes.
+
+    `void ns::my_kernel<float>(float*, int)`, `void (anonymous namespace)::k<16>(float*)` and the
+    mangled `_ZN2ns9my_kernelIfEEvPfi` or `_Z9my_kernelPfi` all give `my_kernel`/`k`; Triton and
+    `extern "C"` names pass through.
+    """
+    name = profiler_name.strip()
+    if name.startswith("_Z"):
+        return _demangled_base_name(name) or name
+    name = name.replace("(anonymous namespace)", "_anonymous_")
+    name = name.split("(", 1)[0]
     depth, cut = 0, len(name)
     for i, ch in enumerate(name):  # drop template arguments
         if ch == "<":
@@ -427,3 +436,16 @@ def kernel_base_name(profiler_name: str) -> str:
     name = name[:cut].strip()
     name = name.split()[-1] if name.split() else name
     return name.split("::")[-1]
+
+
+def _demangled_base_name(mangled: str) -> str:
+    """The last identifier of an Itanium-mangled function name (`_Z<len><id>` or `_ZN...<len><id>[I...]E`)."""
+    rest = mangled[3:] if mangled.startswith("_ZN") else mangled[2:]
+    last = ""
+    while rest and rest[0].isdigit():
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        length = int(rest[:digits])
+        last, rest = rest[digits:digits + length], rest[digits + length:]
+        if not mangled.startswith("_ZN"):
+            break
+    return last

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from eval.result import Status
 
+_LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")  # between __global__ and the name
 _CUDA_KERNEL = re.compile(r"__global__\s+(?:[\w:<>,\s\*&]+?\s+)?\**\s*(\w+)\s*\(")
 _FORBIDDEN: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bgc\s*\.\s*get_(objects|referrers|referents)\b"), "scans the garbage collector's objects"),
@@ -186,7 +187,7 @@ def analyze(source: str) -> SourceReport:
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and any(_is_jit_decorator(d) for d in node.decorator_list):
             report.triton_kernels.append(node.name)
-    report.cuda_kernels = sorted(set(_CUDA_KERNEL.findall(source)))
+    report.cuda_kernels = sorted(set(_CUDA_KERNEL.findall(_LAUNCH_BOUNDS.sub(" ", source))))
     report.uses_load_inline = "load_inline" in source or "cpp_extension" in source
     rebinding = _rebinding(tree)
     if rebinding is not None:

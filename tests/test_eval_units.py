@@ -197,3 +197,35 @@ def test_a_problem_without_meta_still_gets_a_floor_and_the_implausibility_flag()
     assert fraction is not None and fraction > 1 and flag.startswith("implausible")
     fraction, flag = judge_speed(problem, ceilings, 10.0)
     assert 0 < fraction < 1 and flag == ""
+
+
+@pytest.mark.parametrize("profiled, base", [
+    ("void add_relu<16>(float*, int)", "add_relu"),
+    ("void (anonymous namespace)::k<16>(float const*, float*)", "k"),
+    ("void ns::inner::k(float*)", "k"),
+    ("_Z1kPfS_i", "k"),
+    ("_ZN2ns9my_kernelIfEEvPfi", "my_kernel"),
+    ("_ZN12_GLOBAL__N_16kernelEPf", "kernel"),
+    ("ck", "ck"),
+])
+def test_profiled_kernel_names_in_every_form(profiled, base):
+    """Templates, namespaces, anonymous namespaces, extern "C" and mangled names all reduce to the defined name."""
+    from eval.checks import kernel_base_name
+
+    assert kernel_base_name(profiled) == base
+
+
+def test_defined_cuda_kernels_in_every_form():
+    source = '''import torch
+cuda_src = r"""
+template <int N> __global__ void tk(float* x) {}
+namespace ns { __global__ void nk(float* x) {} }
+namespace { __global__ void ak(float* x) {} }
+extern "C" __global__ void ck(float* x) {}
+__global__ __launch_bounds__(256, 2) void lk(float* x) {}
+__global__ void __launch_bounds__(128) lk2(float* x) {}
+"""
+class ModelNew(torch.nn.Module):
+    pass
+'''
+    assert analyze(source).cuda_kernels == ["ak", "ck", "lk", "lk2", "nk", "tk"]
