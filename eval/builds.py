@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,8 +58,6 @@ class Builder:
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _build(self, source: str, ext_dir: Path) -> Build:
-        import time
-
         t0 = time.perf_counter()
         ext_dir.mkdir(parents=True, exist_ok=True)
         if can_drop_privileges():

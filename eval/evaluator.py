@@ -77,6 +77,11 @@ def _gpu_indices(config: EvalConfig) -> list[int | None]:
     return list(dict.fromkeys(wanted))
 
 
+def _needs_build(job: Job, report: static_checks.SourceReport) -> bool:
+    """A parsable candidate that builds CUDA/C++ extensions (or is declared CUDA) is built before it is loaded."""
+    return report.status is None and (report.uses_load_inline or job.backend == "cuda")
+
+
 class Evaluator:
     """Evaluates candidates against problems. Use as a context manager; reuse across calls."""
 
@@ -126,7 +131,8 @@ class Evaluator:
 
     def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> EvalResult:
         """Evaluate one candidate; never raises for candidate faults. Safe to call from several threads."""
-        return self._evaluate(Job(problem, source, backend), None)
+        job = Job(problem, source, backend)
+        return self._evaluate(job, static_checks.analyze(source), None)
 
     def evaluate_many(self, jobs: Iterable[Job], on_result: Callable[[int, EvalResult], None] | None = None
                       ) -> list[EvalResult]:
@@ -139,9 +145,11 @@ class Evaluator:
         done: queue.Queue[int] = queue.Queue()
         runners = ThreadPoolExecutor(max_workers=max(1, self.workers), thread_name_prefix="kh-eval")
 
+        reports = [static_checks.analyze(job.source) for job in jobs]
+
         def run(i: int, build: Future[Build] | None) -> None:
             try:
-                results[i] = self._evaluate(jobs[i], build)
+                results[i] = self._evaluate(jobs[i], reports[i], build)
             except Exception as exc:  # noqa: BLE001  a harness-side failure is recorded, the batch goes on
                 results[i] = self._new_result(jobs[i])
                 results[i].status, results[i].reason = Status.CRASH, f"the evaluator raised {type(exc).__name__}: {exc}"
@@ -153,7 +161,7 @@ class Evaluator:
             runners.submit(run, i, build)
 
         for i, job in enumerate(jobs):
-            build = self._build_if_needed(job)
+            build = self._builder.submit(job.source) if _needs_build(job, reports[i]) else None
             if build is None:
                 enter(i, None)
             else:
@@ -185,13 +193,7 @@ class Evaluator:
             return value
 
     # -- one evaluation ----------------------------------------------------------------------
-    def _build_if_needed(self, job: Job) -> Future[Build] | None:
-        report = static_checks.analyze(job.source)
-        if report.status is None and (report.uses_load_inline or job.backend == "cuda"):
-            return self._builder.submit(job.source)
-        return None
-
-    def _evaluate(self, job: Job, build: Future[Build] | None) -> EvalResult:
+    def _evaluate(self, job: Job, report: static_checks.SourceReport, build: Future[Build] | None) -> EvalResult:
         t0 = time.perf_counter()
         key = cache_key(problem=job.problem.source_hash, candidate=job.source, backend=job.backend,
                         config=self.config.cache_fields(), device=self.device_name, versions=self.versions)
@@ -201,7 +203,7 @@ class Evaluator:
             return cached
         result = self._new_result(job)
         try:
-            self._judge(job, build, result)
+            self._judge(job, report, build, result)
         except Verdict as verdict:
             result.status, result.reason, result.error = verdict.status, verdict.reason, trim(verdict.error)
         if result.status is Status.PENDING:
@@ -217,15 +219,15 @@ class Evaluator:
         return EvalResult(problem_id=job.problem.id, backend=job.backend, device=self.device_name,
                           versions=dict(self.versions), preset=self.config.preset, node=socket.gethostname())
 
-    def _judge(self, job: Job, build: Future[Build] | None, result: EvalResult) -> None:
-        report = static_checks.analyze(job.source)
+    def _judge(self, job: Job, report: static_checks.SourceReport, build: Future[Build] | None,
+               result: EvalResult) -> None:
         if report.status is not None:
             raise Verdict(report.status, report.reason)
         if not report.kernels and self.config.own_kernel_policy == "reject":
             raise Verdict(Status.REJECTED, "the candidate defines no kernel of its own (no @triton.jit function and "
                                            "no CUDA __global__ function): PyTorch-only solutions are not accepted")
         waited = time.perf_counter()
-        if build is None and (report.uses_load_inline or job.backend == "cuda"):
+        if build is None and _needs_build(job, report):
             build = self._builder.submit(job.source)
         built = build.result() if build is not None else None
         result.phase_seconds["wait_for_build"] = round(time.perf_counter() - waited, 4)

@@ -35,7 +35,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -391,7 +390,6 @@ class WorkerProcess:
         prefix = network_isolation_prefix() if isolate_network and not plan.filesystem else ()
         if kind == "build" and shutil.which("nice"):
             prefix = (shutil.which("nice"), "-n", "10", *prefix)
-        self.network_isolated_requested = bool(prefix)
         p2c_r, p2c_w = os.pipe()
         c2p_r, c2p_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -403,7 +401,6 @@ class WorkerProcess:
             cmd += [str(child_fds[1]), str(child_fds[0])]  # the child sends in to_parent, reads to_child
         if plan.filesystem:
             cmd = confine_command(plan, self._writable(env_extra), cmd, network=isolate_network)
-            self.network_isolated_requested = isolate_network
         cmd = [*prefix, *cmd]
         try:
             self.proc = subprocess.Popen(
@@ -417,7 +414,6 @@ class WorkerProcess:
                                recv_fd=regions[1] if regions else None, max_payload_bytes=max_reply_bytes)
         self.output = _CappedOutput(out_r, log_cap_bytes)
         self.info: dict[str, Any] = {}
-        self.started = time.monotonic()
 
     def _writable(self, env: dict[str, str]) -> list[str]:
         """The worker's own folder, its build folder, and this evaluator's build folders (extensions are

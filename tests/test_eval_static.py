@@ -11,31 +11,10 @@ import pytest
 
 from eval.result import Status
 from eval.static_checks import analyze
-from tests.hostile import GOOD, TOP, variant
-
-# An honest candidate that times its own variants to pick the faster one (the false reject of issue 10).
-SELF_TIMING = variant("class ModelNew(nn.Module):", '''import time
-from time import perf_counter
-
-
-def pick_variant(x, y, scale):
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    start.record()
-    launch(x, y, scale)
-    end.record()
-    torch.cuda.synchronize()
-    elapsed_time = start.elapsed_time(end)
-    t = time.perf_counter()
-    perf = perf_counter()
-    monotonic = time.monotonic() - t
-    return elapsed_time, perf, monotonic
-
-
-class ModelNew(nn.Module):''')
+from tests.hostile import GOOD, SELF_TIMING, TOP, variant
 
 HONEST = {
-    "self_timing": SELF_TIMING,
+    "self_timing": SELF_TIMING,  # from tests.hostile: also run end to end there
     "local_names": variant(TOP, '''def helper(x):
     allclose = torch.allclose(x, x)
     equal, isclose = torch.equal(x, x), torch.isclose(x, x)

@@ -160,7 +160,7 @@ def compute_metrics(run: RunData, *, n_boot: int = 2000, seed: int = 0, ps: Sequ
     return RunMetrics(
         name=run.name,
         run_dir=str(run.run_dir),
-        agent=str(_get(run.config, "agent.kind") or "-"),
+        agent=str(config_value(run.config, "agent.kind") or "-"),
         model=_model(run),
         search=_search(run.config, turns, n),
         backend=str(run.config.get("backend") or "-"),
@@ -204,7 +204,7 @@ def run_preset(config: dict[str, Any], results: Sequence[EvalResult]) -> str:
 
     Runs recorded before presets existed were judged by the default (strict) rules.
     """
-    if name := _get(config, "eval.preset"):
+    if name := config_value(config, "eval.preset"):
         return str(name)
     recorded = Counter(r.preset for r in results if getattr(r, "preset", ""))
     return recorded.most_common(1)[0][0] if recorded else "default"
@@ -306,7 +306,7 @@ def _is_cpu(device: str) -> bool:
 def _model(run: RunData) -> str:
     """The model's name: from the agent config, the model preset, or what the provider answered."""
     for key in ("agent.model", "model.name"):
-        if value := _get(run.config, key):
+        if value := config_value(run.config, key):
             return str(value)
     answered = Counter(a.model for a in run.attempts if a.model)
     return answered.most_common(1)[0][0] if answered else "-"
@@ -314,15 +314,16 @@ def _model(run: RunData) -> str:
 
 def _search(config: dict[str, Any], turns: int, samples: int) -> str:
     shape = f"{turns} turn{'s' * (turns != 1)} × {samples} sample{'s' * (samples != 1)}"
-    name = _get(config, "search.name")
+    name = config_value(config, "search.name")
     return f"{name}: {shape}" if name and name != "none" else shape
 
 
-def _get(config: dict[str, Any], dotted: str) -> Any:
+def config_value(config: dict[str, Any], dotted: str, default: Any = None) -> Any:
+    """The value at a dotted key of a stored run config (`eval.atol`), or `default` when absent."""
     node: Any = config
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
-            return None
+            return default
         node = node[part]
     return node
 

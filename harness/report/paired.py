@@ -30,7 +30,7 @@ from typing import Any
 from eval.result import EvalResult, Status
 from eval.scoring import DEFAULT_PS
 from harness.report.load import RunData
-from harness.report.metrics import RunMetrics, compute_metrics, rank
+from harness.report.metrics import RunMetrics, compute_metrics, config_value, rank
 from harness.report.tables import NOT_TIMED, speed_text
 
 Key = tuple[int, int]  # (sample, turn)
@@ -168,29 +168,21 @@ def explain(failed: EvalResult | None, passed: EvalResult | None, passed_config:
         elif m is not None and "values differ beyond" in text and _tolerances_differ(config_a, config_b):
             return "tolerance", text
         on_gpu = passed is not None and passed.device and not passed.device.startswith("cpu")
-        if on_gpu and _get(config_a, "eval.precision", "strict") != _get(config_b, "eval.precision", "strict"):
+        precision_a, precision_b = (config_value(c, "eval.precision", "strict") for c in (config_a, config_b))
+        if on_gpu and precision_a != precision_b:
             return "precision", text
         return "seeding", text
     return "other", f"{failed.status.value}: {text}"
 
 
-def _get(config: dict[str, Any], dotted: str, default: Any = None) -> Any:
-    node: Any = config
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return node
-
-
 def _explicit_tolerance(config: dict[str, Any]) -> tuple[float | None, float | None]:
     """A preset's atol/rtol when it sets them for every dtype (KernelBench's does); else unknown."""
-    atol, rtol = _get(config, "eval.atol"), _get(config, "eval.rtol")
+    atol, rtol = config_value(config, "eval.atol"), config_value(config, "eval.rtol")
     return (None if atol is None else float(atol)), (None if rtol is None else float(rtol))
 
 
 def _tolerances_differ(config_a: dict[str, Any], config_b: dict[str, Any]) -> bool:
-    return any(_get(config_a, f"eval.{k}") != _get(config_b, f"eval.{k}") for k in ("atol", "rtol"))
+    return any(config_value(config_a, f"eval.{k}") != config_value(config_b, f"eval.{k}") for k in ("atol", "rtol"))
 
 
 def reason_counts(rows: list[PairedRow]) -> dict[str, int]:
