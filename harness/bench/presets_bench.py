@@ -153,7 +153,9 @@ def rows_for(cases: list[BenchCase], presets: list[str], results: dict[str, list
         for preset in presets:
             r = results[preset][i]
             row[preset] = {"status": r.status.value, "speedup": r.speedup, "preset": r.preset,
-                           "reason": r.reason[:300], "flags": list(r.flags)}
+                           "reason": r.reason[:300], "flags": list(r.flags),
+                           "own_time_fraction": r.kernels.own_time_fraction if r.kernels else None,
+                           "top_kernels": r.kernels.top_kernels[:4] if r.kernels else []}
         row["verdicts_agree"] = len({row[p]["status"] for p in presets}) == 1
         rows.append(row)
     return rows
