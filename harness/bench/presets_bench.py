@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import yaml
 
-from eval import EvalConfig, EvalResult, Evaluator
+from eval import EvalConfig, EvalResult, Evaluator, Job
 from problems import select_problems
 from problems.problem import Problem, problem_from_source
 from problems.suite import solution_path
@@ -131,16 +131,24 @@ _SIDE_STREAM = '''        if not x.is_cuda:
 
 
 def evaluate_all(cases: list[BenchCase], preset: str, device: str) -> list[EvalResult]:
-    """Judge every case under one preset (solutions with the preset's limits, hostile ones with short ones)."""
+    """Judge every case under one preset, the pool full (solutions with the preset's limits, hostile ones
+    with short ones); one line per finished case, so a cut-off run still shows what it did."""
     results: dict[int, EvalResult] = {}
     for kind in ("solution", "hostile"):
         batch = [i for i, c in enumerate(cases) if c.kind == kind]
         if not batch:
             continue
         limits = _HOSTILE_LIMITS if kind == "hostile" else {}
+
+        def report(j: int, result: EvalResult, batch: list[int] = batch) -> None:
+            share = result.kernels.own_time_fraction if result.kernels else None
+            print(f"  {preset:>12} {kind:<8} {cases[batch[j]].label:<40} {result.status.value:<14} "
+                  f"{'—' if result.speedup is None else f'{result.speedup:.2f}x':>8} "
+                  f"own {'—' if share is None else f'{share:.0%}':>4} {result.reason[:80]}", flush=True)
+
         with Evaluator(preset_config(preset, device=device, **limits)) as ev:
-            for i in batch:
-                results[i] = ev.evaluate(cases[i].problem, cases[i].source)
+            found = ev.evaluate_many([Job(cases[i].problem, cases[i].source) for i in batch], on_result=report)
+        results.update(zip(batch, found))
     return [results[i] for i in range(len(cases))]
 
 
