@@ -139,6 +139,10 @@ class EvaluatorActor:
     def baseline(self, problem: Problem) -> dict[str, Any]:
         return self.evaluator.baseline(problem)
 
+    def wait_warm(self, timeout: float) -> bool:
+        """Whether every worker of this actor's pool started within `timeout` seconds."""
+        return self.evaluator.wait_warm(timeout)
+
     def environment_names(self) -> list[str]:
         """The names (never values) of this actor's environment variables, to audit that no key arrived."""
         return sorted(os.environ)
@@ -312,6 +316,12 @@ class RayEvaluator:
 
         with ThreadPoolExecutor(max_workers=width, thread_name_prefix="kh-ray") as pool:
             return list(pool.map(one, range(len(jobs))))
+
+    def wait_warm(self, timeout: float | None = None) -> bool:
+        """Block until every actor's workers have started (benchmarks start their clocks after it)."""
+        with self._cond:
+            handles = [s.handle for s in self._slots]
+        return all(self._ray.get([h.wait_warm.remote(timeout if timeout is not None else 600.0) for h in handles]))
 
     def baseline(self, problem: Problem) -> dict[str, Any]:
         """Eager and torch.compile timings of a problem, measured on one actor."""

@@ -10,6 +10,7 @@ candidate's path), and a KernelBench-style process per candidate. Each prints
 candidates/min, GPU busy share (NVML) and per-phase medians.
 latency: one honest Triton candidate at 16M elements on a warm, otherwise idle pool.
 scaling: the honest Triton candidates of the batch on one GPU, then on every visible GPU.
+ray-scaling: the same batch through `executor=ray` (a local Ray instance): one actor, then one per GPU.
 repeatability: the same candidates in separate evaluator sessions while the pool is full
 (filler candidates keep the other workers busy); the spread (max/min) of their speedups.
 """
@@ -198,6 +199,36 @@ def scaling(copies: int = 4) -> dict[str, Any]:
     return out
 
 
+def ray_scaling(copies: int = 4) -> dict[str, Any]:
+    """The `scaling` batch through `executor=ray` on a local Ray instance: one evaluator actor, then one per GPU."""
+    from harness.executors import ExecutorConfig, RayEvaluator
+
+    sizes = GPU_SIZES if _device() == "cuda" else CPU_SIZES
+    base = [j for j in candidates.mixed_batch(sizes, with_cuda=False) if j.expected == "correct"]
+    batch = [candidates.BenchJob(f"{j.label}_{k}", j.problem, j.source + f"\n# ray copy {k}\n", j.backend, j.expected)
+             for k in range(copies) for j in base]
+    gpus = max(1, torch.cuda.device_count())
+    out: dict[str, Any] = {"candidates": len(batch), "gpus": gpus}
+    for actors in sorted({1, gpus}):
+        with tempfile.TemporaryDirectory() as cache:
+            t_start = time.perf_counter()
+            with RayEvaluator(_config(cache), ExecutorConfig(kind="ray", num_actors=actors)) as ev:
+                ev.wait_warm(600)
+                warm_s = time.perf_counter() - t_start
+                with _GpuBusySampler(list(range(actors))) as sampler:
+                    t0 = time.perf_counter()
+                    results = ev.evaluate_many([Job(j.problem, j.source, j.backend) for j in batch])
+                    wall = time.perf_counter() - t0
+                nodes = sorted({f"{r.node}:{r.gpu_index}" for r in results})
+        row = _results_summary(f"ray, {actors} actor(s)", batch, results, wall, sampler.busy_share())
+        row.update(actors=actors, start_s=round(warm_s, 2), placements=nodes)
+        out[f"actors_{actors}"] = row
+        print(json.dumps(row), flush=True)
+    if gpus > 1:
+        out["ratio"] = round(out[f"actors_{gpus}"]["candidates_per_min"] / out["actors_1"]["candidates_per_min"], 2)
+    return out
+
+
 def repeatability(sessions: int = 5, sizes: tuple[int, ...] = REPEAT_SIZES, fillers: int = 6) -> dict[str, Any]:
     """Evaluate one Triton candidate per size in `sessions` separate sessions, with the pool kept full."""
     rows: dict[int, dict[str, list[float]]] = {n: {"speedup": [], "candidate_us": [], "reference_us": [], "n": []} for n in sizes}
@@ -256,7 +287,7 @@ def _print_throughput(t: dict[str, Any]) -> None:
 
 def main(which: str = "all", sessions: int = 5, out: str | None = None) -> int:
     """Run the chosen parts, print tables, optionally write the JSON to `out`."""
-    if which in ("repeatability", "scaling", "latency") and not torch.cuda.is_available():
+    if which in ("repeatability", "scaling", "latency", "ray-scaling") and not torch.cuda.is_available():
         print(f"harness bench eval --part {which} needs a CUDA GPU (timings are the point of it)")
         return 2
     report: dict[str, Any] = {"environment": environment()}
@@ -273,6 +304,13 @@ def main(which: str = "all", sessions: int = 5, out: str | None = None) -> int:
         print(f"\nscaling: {s['candidates']} honest Triton candidates; one GPU {s['one_gpu']['candidates_per_min']:.1f}/min"
               + (f", {s['gpus']} GPUs {s['all_gpus']['candidates_per_min']:.1f}/min = {s['ratio']:.2f}x" if "ratio" in s
                  else " (only one GPU visible)"))
+    if which == "ray-scaling":
+        r = report["ray_scaling"] = ray_scaling()
+        line = f"\nray scaling: {r['candidates']} honest Triton candidates; 1 actor {r['actors_1']['candidates_per_min']:.1f}/min"
+        if "ratio" in r:
+            every = r[f"actors_{r['gpus']}"]
+            line += f", {r['gpus']} actors {every['candidates_per_min']:.1f}/min = {r['ratio']:.2f}x"
+        print(line)
     if which in ("all", "repeatability") and torch.cuda.is_available():
         report["repeatability"] = repeatability(sessions)
         print(f"\nrepeatability ({sessions} separate sessions, pool full, Triton add+relu+scale vs eager)")

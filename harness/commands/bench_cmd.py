@@ -10,7 +10,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bench", required=True)
     ev = sub.add_parser("eval", help="evaluator throughput (pool / single worker / process per candidate), "
                                      "multi-GPU scaling and repeatability (GPU; throughput also runs on CPU)")
-    ev.add_argument("--part", choices=("all", "throughput", "latency", "scaling", "repeatability"), default="all")
+    ev.add_argument("--part", choices=("all", "throughput", "latency", "scaling", "ray-scaling", "repeatability"),
+                    default="all")
     ev.add_argument("--sessions", type=int, default=5)
     ev.add_argument("--out", help="write the full JSON report here")
     suite = sub.add_parser("suite", help="baselines, roofline floors and reference solutions per level (GPU)")
