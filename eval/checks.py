@@ -17,6 +17,7 @@ poisoned allocations, unchanged inputs).
 from __future__ import annotations
 
 import secrets
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -37,10 +38,23 @@ from problems.runtime import derive_seed
 from problems.problem import Problem
 
 ERROR_CHARS = 3000
-# back-to-back calls: unexplained wall time per call beyond the reference's, as a share of the candidate's median
+# Hidden work, back-to-back: batches of calls (each ending in one device synchronisation), the candidate's
+# and the reference's interleaved; per batch, wall time minus the sum of the calls' CUDA events, per call.
+# Host noise (preemption, page faults, other workers' builds) only ever adds wall time, and to some batches;
+# work hidden on a side stream or thread adds to every batch. So the statistic is the candidate's LOWEST
+# batch minus the reference's MEDIAN batch: an honest candidate is rejected only if all
+# _HIDDEN_WORK_BATCHES of its batches are disturbed by more than the limit. The limit per call is
+# max(_HIDDEN_WORK_FLOOR_MS, _HIDDEN_WORK_SHARE x the candidate's median event time per call). Why these:
+# an undisturbed batch's excess is the host's loop between two event records (a few us per call, on both
+# sides alike) plus one synchronisation spread over the batch (<= ~1 us per call at 50 calls); a us-scale
+# candidate's single 20-call batch used to exceed 20 us per call from one 0.4 ms host stall (issue 10:
+# correct at 674x, then rejected), which the lowest of 7 batches no longer sees. The attacks stay far
+# above the floor: the side-stream candidates queue 0.1-1 ms of hidden GPU work per call (5-50x), in every
+# batch. `harness bench eval --part flips` prints the largest honest statistic seen against this limit.
 _HIDDEN_WORK_SHARE = 0.5
 _HIDDEN_WORK_FLOOR_MS = 0.02
-_BACK_TO_BACK = 20
+_HIDDEN_WORK_BATCHES = 7
+_BACK_TO_BACK = 50  # calls per batch at most (fewer for long calls: a batch lasts about 20 ms)
 
 
 class Verdict(Exception):
@@ -228,22 +242,62 @@ def own_kernels(ctx: Context) -> None:
 
 def hidden_work(ctx: Context) -> None:
     """Work left running after return (side streams, threads) must not exist."""
-    reply, _ = ctx.request(p.HiddenWork(reps=_BACK_TO_BACK), timeout=ctx.config.timing_timeout_s)
+    reply, _ = ctx.request(p.HiddenWork(reps=_BACK_TO_BACK, batches=_HIDDEN_WORK_BATCHES),
+                           timeout=ctx.config.timing_timeout_s)
     if reply.violations:
         raise Verdict(Status.REJECTED, "integrity: " + "; ".join(reply.violations))
     if reply.stream_mismatches:
         raise Verdict(Status.REJECTED, "integrity: the output changed after a device-wide synchronisation, so work "
                                        "was still running outside the current stream when forward returned")
-    c, r = reply.candidate, reply.reference
-    per_call = c["event_ms"] / _BACK_TO_BACK
-    unexplained = c["excess_ms_per_call"] - max(r["excess_ms_per_call"], 0.0)
-    if unexplained > max(_HIDDEN_WORK_FLOOR_MS, _HIDDEN_WORK_SHARE * per_call):
-        raise Verdict(Status.REJECTED, f"integrity: back-to-back calls took {c['wall_ms']:.3f} ms of wall time but "
-                                       f"their CUDA events only {c['event_ms']:.3f} ms: work runs outside the timed stream")
+    finding, ctx.result.hidden_work = judge_back_to_back(reply.candidate, reply.reference)
+    if finding:
+        raise Verdict(Status.REJECTED, f"integrity: {finding}")
+
+
+def judge_back_to_back(candidate: list[dict[str, float]],
+                       reference: list[dict[str, float]]) -> tuple[str | None, dict[str, float]]:
+    """Why back-to-back batches show work outside the timed stream (or None), and the numbers, in us per call.
+
+    Each batch: `wall_ms`, `event_ms`, `excess_ms_per_call`, `calls`. Unexplained wall time per call is
+    the candidate's lowest batch excess minus the reference's median; it must stay under the limit
+    (see `_HIDDEN_WORK_SHARE`).
+    """
+    if not candidate or not reference:
+        raise ValueError("hidden-work check: no back-to-back batches measured")
+    lowest = min(b["excess_ms_per_call"] for b in candidate)
+    reference_excess = max(statistics.median(b["excess_ms_per_call"] for b in reference), 0.0)
+    per_call = statistics.median(b["event_ms"] / max(b["calls"], 1) for b in candidate)
+    limit = max(_HIDDEN_WORK_FLOOR_MS, _HIDDEN_WORK_SHARE * per_call)
+    unexplained = lowest - reference_excess
+    numbers = {"unexplained_us": round(unexplained * 1000, 3), "limit_us": round(limit * 1000, 3),
+               "candidate_lowest_us": round(lowest * 1000, 3), "reference_median_us": round(reference_excess * 1000, 3),
+               "call_us": round(per_call * 1000, 3), "batches": len(candidate), "calls": int(candidate[0]["calls"])}
+    if unexplained <= limit:
+        return None, numbers
+    return (f"in every one of {len(candidate)} batches of {numbers['calls']} back-to-back calls, wall time exceeded "
+            f"the sum of the calls' CUDA events by at least {lowest * 1000:.1f} us per call (the reference's median: "
+            f"{reference_excess * 1000:.1f} us; allowed beyond it: {limit * 1000:.1f} us, for calls of "
+            f"{per_call * 1000:.1f} us): work runs outside the timed stream (side streams, threads)"), numbers
 
 
 def time_candidate(ctx: Context) -> None:
     """Timing of reference and candidate; under the strict rule every candidate repetition gets unseen inputs."""
+    if ctx.config.own_kernel_policy == "reject":
+        shortfall = own_share_shortfall(share, ctx.config.min_own_time_fraction)
+        if shortfall:
+            raise Verdict(Status.REJECTED, shortfall)
+
+
+def own_share_shortfall(share: float | None, minimum: float) -> str | None:
+    """Why own kernels' share of forward's GPU time is too small (`eval.min_own_time_fraction`), or None.
+
+    A share that could not be measured (None: CPU interpreter, no profile) or a minimum of 0 never rejects.
+    """
+    if share is None or minimum <= 0 or share >= minimum:
+        return None
+    return (f"the candidate's own kernels took {share:.2%} of forward's GPU time, under the minimum of "
+            f"{minimum:.2%} (eval.min_own_time_fraction): library kernels (PyTorch, cuBLAS) did the work and the "
+            "own kernels look like a decoy; write the substantial part of the computation as your own kernels")
     fresh = ctx.config.timing_method == "adaptive" and ctx.config.timed_output_checks
     ctx.timing_nonce = secrets.randbits(62) | 1 if fresh else 0
     reply, outputs = ctx.request(p.Time(**timing_rule(ctx.config), nonce=ctx.timing_nonce),

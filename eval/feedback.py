@@ -12,6 +12,13 @@ def _tail_lines(text: str, n: int = _LOG_LINES) -> str:
     return "\n".join(lines[-n:]) if len(lines) > n else "\n".join(lines)
 
 
+def share_text(share: float) -> str:
+    """A share of GPU time: `100%`, `36.7%`, `0.34%` (small shares keep their digits)."""
+    if share >= 0.995:
+        return f"{share:.0%}"
+    return f"{share:.1%}" if share >= 0.1 else f"{share:.2%}"
+
+
 def render_feedback(result: EvalResult) -> str:
     """What happened, why, and the numbers that help the next attempt."""
     lines = [f"Status: {result.status.value}", f"Reason: {result.reason}"]
@@ -38,7 +45,8 @@ def render_feedback(result: EvalResult) -> str:
         lines.append("Timing: not measured (no GPU; the Triton interpreter ran the kernels)")
     k = result.kernels
     if k is not None:
-        share = f", {k.own_time_fraction:.0%} of GPU time" if k.own_time_fraction is not None else ""
+        share = (f"; they took {share_text(k.own_time_fraction)} of forward's GPU time, library kernels the rest"
+                 if k.own_time_fraction is not None else "")
         lines.append(f"Own kernels launched: {', '.join(k.own_kernels_launched) or 'none'}{share}")
         if k.top_kernels:
             top = "; ".join(f"{name[:60]} {ms * 1000:.1f} us" for name, ms in k.top_kernels[:5])

@@ -130,18 +130,24 @@ class Stage(Request):
 @dataclass
 class HiddenWorkReply(Reply):
     stream_mismatches: int = 0
-    candidate: dict[str, float] = field(default_factory=dict)
-    reference: dict[str, float] = field(default_factory=dict)
+    # one entry per batch of back-to-back calls, in the order measured (the two sides interleaved):
+    # wall_ms, event_ms, excess_ms_per_call (wall minus events, per call) and calls
+    candidate: list[dict[str, float]] = field(default_factory=list)
+    reference: list[dict[str, float]] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
 
 
 @dataclass
 class HiddenWork(Request):
-    """Output right after return vs after a full sync; back-to-back wall time vs events (staged inputs)."""
+    """Output right after return vs after a full sync; then `batches` batches per side of back-to-back
+    calls (at most `reps` each, fewer for long calls so a batch lasts about `batch_ms`), the candidate's
+    and the reference's interleaved, each batch's wall time against the sum of its events (staged inputs)."""
 
     cmd: ClassVar[str] = "hidden_work"
     reply: ClassVar[type[Reply]] = HiddenWorkReply
-    reps: int = 20
+    reps: int = 50
+    batches: int = 7
+    batch_ms: float = 20.0
 
 
 @dataclass

@@ -70,6 +70,7 @@ class EvalResult:
     mismatch: Mismatch | None = None
     kernels: KernelShare | None = None
     sol_fraction: float | None = None
+    hidden_work: dict[str, float] = field(default_factory=dict)  # back-to-back check, us per call (checks.judge_back_to_back)
     flags: list[str] = field(default_factory=list)  # audit notes (implausible speedup, drift, ...)
     error: str = ""  # trimmed compile log / traceback tail
     stdout_tail: str = ""

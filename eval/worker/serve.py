@@ -37,6 +37,34 @@ def _tail(text: str, n: int = _TRACEBACK_CHARS) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
+def _back_to_back_batches(candidate: Callable[[], Any], reference: Callable[[], Any],
+                          msg: p.HiddenWork) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """`msg.batches` batches of back-to-back calls per side, the two sides interleaved (ABBA), the same number
+    of calls in every batch: `msg.reps`, or fewer when the slower side's call would make a batch last more than
+    `msg.batch_ms`. The garbage collector is paused meanwhile (a collection inside a batch is host noise)."""
+    slowest = 0.0
+    for call in (candidate, reference):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        call()
+        torch.cuda.synchronize()
+        slowest = max(slowest, (time.perf_counter() - t0) * 1000.0)
+    calls = max(3, min(msg.reps, int(msg.batch_ms / max(slowest, 1e-3))))
+    sides: dict[str, list[dict[str, float]]] = {"candidate": [], "reference": []}
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for k in range(max(1, msg.batches)):
+            order = ("candidate", "reference") if k % 2 == 0 else ("reference", "candidate")
+            for name in order:
+                batch = timing.back_to_back_excess(candidate if name == "candidate" else reference, calls)
+                sides[name].append({**batch, "calls": calls})
+    finally:
+        if collecting:
+            gc.enable()
+    return sides["candidate"], sides["reference"]
+
+
 def _is_cuda_error(exc: BaseException) -> bool:
     text = f"{type(exc).__name__}: {exc}"
     return any(s in text for s in ("CUDA error", "cudaError", "illegal memory access", "CUBLAS_STATUS", "device-side assert"))
@@ -224,7 +252,7 @@ class Worker:
         return reply, []
 
     def cmd_hidden_work(self, msg: p.HiddenWork, tensors: list[torch.Tensor]) -> Handled:
-        """Output copied right after return vs after a full sync; back-to-back wall vs events."""
+        """Output copied right after return vs after a full sync; back-to-back batches, wall vs events."""
         assert self.candidate is not None and self.reference is not None and self.snapshot is not None
         inputs = _rebuild_args(self.args, [t.clone() for t in self.cand_sets[0]])
         ref_inputs = _rebuild_args(self.args, [t.clone() for t in self.ref_sets[0]])
@@ -235,8 +263,7 @@ class Worker:
                 snap = [o.clone() if isinstance(o, torch.Tensor) else o for o in out]  # same stream, right after return
                 torch.cuda.synchronize()
                 differs += any(isinstance(o, torch.Tensor) and not _same(o, s) for o, s in zip(out, snap))
-            cand = timing.back_to_back_excess(lambda: self.candidate(*inputs), msg.reps)
-            ref = timing.back_to_back_excess(lambda: self.reference(*ref_inputs), msg.reps)
+            cand, ref = _back_to_back_batches(lambda: self.candidate(*inputs), lambda: self.reference(*ref_inputs), msg)
         return p.HiddenWorkReply(stream_mismatches=differs, candidate=cand, reference=ref,
                                  violations=self.snapshot.violations()), []
 

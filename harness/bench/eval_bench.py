@@ -285,6 +285,30 @@ def _print_throughput(t: dict[str, Any]) -> None:
           f"{t['pool_over_process_per_candidate']:.2f}x")
 
 
+def own_share_or_flips(which: str, rounds: int, out: str | None) -> int:
+    """`--part own-share` (every solution, the hybrids and the decoy: each one's own-kernel share) or `--part flips`
+    (honest microsecond-scale candidates judged `rounds` times on fresh pools); each prints its table."""
+    if which == "flips" and not torch.cuda.is_available():
+        print("harness bench eval --part flips needs a CUDA GPU (the hidden-work check runs only there)")
+        return 2
+    report: dict[str, Any] = {"environment": environment()}
+    print(json.dumps(report["environment"]), flush=True)
+    if which == "own-share":
+        from harness.bench import own_share
+
+        report["own_share"] = own_share.run()
+        own_share.print_table(report["own_share"])
+    else:
+        from harness.bench import flips
+
+        report["flips"] = flips.run(rounds)
+        flips.print_table(report["flips"])
+    if out:
+        with open(out, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
 def main(which: str = "all", sessions: int = 5, out: str | None = None) -> int:
     """Run the chosen parts, print tables, optionally write the JSON to `out`."""
     if which in ("repeatability", "scaling", "latency", "ray-scaling") and not torch.cuda.is_available():

@@ -10,9 +10,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bench", required=True)
     ev = sub.add_parser("eval", help="evaluator throughput (pool / single worker / process per candidate), "
                                      "multi-GPU scaling and repeatability (GPU; throughput also runs on CPU)")
-    ev.add_argument("--part", choices=("all", "throughput", "latency", "scaling", "ray-scaling", "repeatability"),
+    ev.add_argument("--part", choices=("all", "throughput", "latency", "scaling", "ray-scaling", "repeatability",
+                                       "own-share", "flips"),
                     default="all")
     ev.add_argument("--sessions", type=int, default=5)
+    ev.add_argument("--rounds", type=int, default=20, help="flips (not part of all): rounds, each on a fresh pool; "
+                                                           "own-share (not part of all) takes no options")
     ev.add_argument("--out", help="write the full JSON report here")
     suite = sub.add_parser("suite", help="baselines, roofline floors and reference solutions per level (GPU)")
     suite.add_argument("selection", nargs="?", default="all", help="problem selection (all, level1, L1/*softmax*, ...)")
@@ -23,6 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.bench == "eval" and args.part in ("own-share", "flips"):
+        from harness.bench import eval_bench
+
+        return eval_bench.own_share_or_flips(args.part, args.rounds, args.out)
     if args.bench == "eval":
         from harness.bench import eval_bench
 

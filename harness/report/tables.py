@@ -70,7 +70,8 @@ def leaderboard_table(metrics: Sequence[RunMetrics], comparison: Comparison) -> 
     show_setting = not comparison.comparable
     headers = ["run", "agent", "model", "search", "backend", "eval", "device"] + (["setting"] if show_setting else [])
     headers += ["problems"] + [f"fast_{p:g}" for p in DEFAULT_PS]
-    headers += ["geomean", "compile", "correct", "rejected", "SOL (median)", "tokens", "cost", "wall"]
+    headers += ["geomean", "compile", "correct", "rejected", "SOL (median)", "own share (median)", "tokens", "cost",
+                "wall"]
     rows = []
     for m in metrics:
         row = [m.name + (" (unfinished)" if m.in_progress else ""), m.agent, m.model, m.search, m.backend, m.preset,
@@ -84,6 +85,7 @@ def leaderboard_table(metrics: Sequence[RunMetrics], comparison: Comparison) -> 
             ci_text(m.correct_rate, m.correct_rate_ci),
             str(m.rejected),
             fraction_text(m.median_sol_fraction),
+            fraction_text(m.median_own_time_fraction),
             tokens_text(m.tokens),
             cost_text(m),
             duration_text(m.wall_s),

@@ -1,0 +1,169 @@
+"""`harness bench eval --part flips`: do verdicts of honest microsecond-scale candidates flip between runs?
+
+Several honest Triton candidates for tiny problems (a call takes a few microseconds, so host
+noise is as large as the GPU work) are evaluated again and again, each round on a fresh pool
+(a new `Evaluator`: new workers, nothing cached) with the round's candidates in flight together.
+Every verdict other than `correct` is a false reject; a verdict that differs from the same
+candidate's previous one is a verdict change. Each row also shows the back-to-back hidden-work
+statistic (unexplained wall time per call, `EvalResult.hidden_work`) at its worst against the
+limit, so the margin of that check is measured, not assumed. Rounds stop starting once the time
+budget is near, so the part stays under about five minutes on an H100.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from typing import Any
+
+import torch
+
+from eval import EvalConfig, Evaluator, Job
+from harness.bench import candidates
+from problems.problem import Problem, problem_from_source
+
+_ROW_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+ROWS = {rows}
+COLS = {cols}
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return {expr}
+
+
+def get_inputs():
+    return [torch.randn(ROWS, COLS)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+_ROW_KERNEL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def {name}(x_ptr, out_ptr, cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < cols
+    x = tl.load(x_ptr + row * cols + offs, mask=mask, other={other})
+    {body}
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        rows, cols = x.shape
+        out = torch.empty({out_shape}, device=x.device, dtype=x.dtype)
+        {name}[(rows,)](x, out, cols, BLOCK=triton.next_power_of_2(cols))
+        return out
+'''
+
+_SOFTMAX = ("m = tl.max(x, axis=0)\n    e = tl.exp(x - m)\n"
+            "    tl.store(out_ptr + row * cols + offs, e / tl.sum(e, axis=0), mask=mask)")
+_ROW_SUM = "tl.store(out_ptr + row, tl.sum(x, axis=0))"
+
+
+def _row_problem(name: str, rows: int, cols: int, expr: str) -> Problem:
+    return problem_from_source(_ROW_PROBLEM.format(rows=rows, cols=cols, expr=expr), name=name,
+                               problem_id=f"bench/{name}")
+
+
+def honest_cases() -> list[tuple[str, Problem, str]]:
+    """(label, problem, source): elementwise and row-reduction problems at sizes where a call takes a few us."""
+    softmax = _ROW_KERNEL.format(name="row_softmax", other='float("-inf")', body=_SOFTMAX, out_shape="x.shape")
+    row_sum = _ROW_KERNEL.format(name="row_sum", other="0.0", body=_ROW_SUM, out_shape="(rows,)")
+    return [
+        ("add_relu_scale_4k", candidates.problem(1 << 12), candidates.triton_candidate(1024, 4)),
+        ("add_relu_scale_64k", candidates.problem(1 << 16), candidates.triton_candidate(1024, 4)),
+        ("softmax_64x256", _row_problem("softmax_64x256", 64, 256, "torch.softmax(x, dim=1)"), softmax),
+        ("row_sum_128x512", _row_problem("row_sum_128x512", 128, 512, "x.sum(dim=1)"), row_sum),
+    ]
+
+
+def run(rounds: int = 20, budget_s: float = 280.0, device: str | None = None) -> dict[str, Any]:
+    """Up to `rounds` rounds, each a fresh pool judging every candidate once; stop starting rounds near the budget."""
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    cases = honest_cases()
+    verdicts: dict[str, list[str]] = {label: [] for label, _, _ in cases}
+    reasons: dict[str, list[str]] = {label: [] for label, _, _ in cases}
+    unexplained: dict[str, list[float]] = {label: [] for label, _, _ in cases}
+    limits: dict[str, list[float]] = {label: [] for label, _, _ in cases}
+    speedups: dict[str, list[float]] = {label: [] for label, _, _ in cases}
+    t_start = time.perf_counter()
+    round_s: list[float] = []
+    for k in range(rounds):
+        elapsed = time.perf_counter() - t_start
+        if round_s and elapsed + max(round_s) > budget_s:
+            print(f"flips: stopping after {k} rounds ({elapsed:.0f} s; the next round could pass the {budget_s:.0f} s budget)",
+                  flush=True)
+            break
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as cache, Evaluator(EvalConfig(device=device, cache_dir=cache)) as ev:
+            results = ev.evaluate_many([Job(problem, source + f"\n# flips round {k}\n") for _, problem, source in cases])
+        round_s.append(time.perf_counter() - t0)
+        line = []
+        for (label, _, _), r in zip(cases, results):
+            verdicts[label].append(r.status.value)
+            if r.status.value != "correct":
+                reasons[label].append(r.reason[:300])
+            if r.hidden_work:
+                unexplained[label].append(r.hidden_work["unexplained_us"])
+                limits[label].append(r.hidden_work["limit_us"])
+            if r.speedup is not None:
+                speedups[label].append(r.speedup)
+            line.append(f"{label} {r.status.value}" + (f" ({r.hidden_work['unexplained_us']:.1f}/"
+                                                       f"{r.hidden_work['limit_us']:.1f} us)" if r.hidden_work else ""))
+        print(f"flips round {k + 1}: {round_s[-1]:.1f} s; " + "; ".join(line), flush=True)
+    rows = []
+    for label, _, _ in cases:
+        v = verdicts[label]
+        rows.append({"case": label, "runs": len(v), "correct": v.count("correct"),
+                     "false_rejects": sum(s != "correct" for s in v),
+                     "verdict_changes": sum(a != b for a, b in zip(v, v[1:])),
+                     "unexplained_us_max": max(unexplained[label]) if unexplained[label] else None,
+                     "unexplained_us_median": statistics.median(unexplained[label]) if unexplained[label] else None,
+                     "limit_us_min": min(limits[label]) if limits[label] else None,
+                     "speedup_min": min(speedups[label]) if speedups[label] else None,
+                     "speedup_max": max(speedups[label]) if speedups[label] else None,
+                     "reasons": reasons[label][:3]})
+    return {"rounds": len(round_s), "wall_s": round(time.perf_counter() - t_start, 1),
+            "round_s_median": round(statistics.median(round_s), 1) if round_s else None, "rows": rows,
+            "false_rejects": sum(r["false_rejects"] for r in rows), "verdicts": sum(r["runs"] for r in rows),
+            "verdict_changes": sum(r["verdict_changes"] for r in rows)}
+
+
+def print_table(report: dict[str, Any]) -> None:
+    """The Markdown table (paste into docs/benchmarks.md) and the one-line total."""
+    def num(x: float | None, fmt: str) -> str:
+        return "—" if x is None else format(x, fmt)
+
+    print(f"\nflips: {report['rounds']} rounds, each on a fresh pool, {report['wall_s']} s "
+          f"(median {report['round_s_median']} s per round)\n")
+    print("| case | runs | correct | false rejects | verdict changes | hidden-work excess us/call, median / max "
+          "(limit) | speedup min..max |")
+    print("|---|---:|---:|---:|---:|---|---|")
+    for r in report["rows"]:
+        print(f"| {r['case']} | {r['runs']} | {r['correct']} | {r['false_rejects']} | {r['verdict_changes']} | "
+              f"{num(r['unexplained_us_median'], '.1f')} / {num(r['unexplained_us_max'], '.1f')} "
+              f"({num(r['limit_us_min'], '.1f')}) | {num(r['speedup_min'], '.2f')}..{num(r['speedup_max'], '.2f')} |")
+    print(f"\n{report['false_rejects']} false rejects and {report['verdict_changes']} verdict changes in "
+          f"{report['verdicts']} verdicts")
+    for r in report["rows"]:
+        for reason in r["reasons"]:
+            print(f"  {r['case']}: {reason}")

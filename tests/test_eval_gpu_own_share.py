@@ -1,0 +1,65 @@
+"""Issue 10 on a GPU (`pytest -m gpu`): the own-share rule rejects a decoy and keeps honest GEMM + epilogue
+hybrids; the back-to-back hidden-work check keeps honest microsecond-scale candidates and still catches
+hidden side-stream work the output check cannot see."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eval import EvalConfig, Evaluator, Job, Status
+from harness.bench import candidates, flips, own_share
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+@pytest.fixture(scope="module")
+def evaluator(tmp_path_factory):
+    with Evaluator(EvalConfig(device="cuda", cache_dir=str(tmp_path_factory.mktemp("cache")))) as ev:
+        yield ev
+
+
+def test_decoy_is_rejected_by_the_share_rule_with_the_share_in_the_reason(evaluator):
+    (label, (pid, source)), = own_share.DECOYS.items()
+    r = evaluator.evaluate(own_share.problem(pid), source)
+    assert r.status is Status.REJECTED, f"{r.status}: {r.reason}"
+    assert "eval.min_own_time_fraction" in r.reason and "of forward's GPU time" in r.reason, r.reason
+    share = r.kernels.own_time_fraction
+    assert share is not None and share < 0.005 and f"{share:.2%}" in r.reason, (share, r.reason)
+
+
+@pytest.mark.parametrize("label", sorted(own_share.HYBRIDS))
+def test_honest_hybrids_are_correct(evaluator, label):
+    pid, source = own_share.HYBRIDS[label]
+    r = evaluator.evaluate(own_share.problem(pid), source)
+    assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error}"
+    share = r.kernels.own_time_fraction
+    # cuBLAS does the GEMM: the epilogue's share is small but above the minimum
+    assert share is not None and 0.005 <= share < 0.5, share
+
+
+def test_microsecond_candidates_are_not_rejected_for_hidden_work(evaluator):
+    """Ten evaluations of each honest us-scale candidate, in flight together (the pool busy): all correct."""
+    jobs = [Job(problem, source + f"\n# copy {k}\n") for k in range(10) for _, problem, source in flips.honest_cases()]
+    results = evaluator.evaluate_many(jobs)
+    bad = [(r.problem_id, r.status.value, r.reason) for r in results if r.status is not Status.CORRECT]
+    assert not bad, bad
+    assert all(r.hidden_work and r.hidden_work["unexplained_us"] <= r.hidden_work["limit_us"] for r in results)
+
+
+# The output is computed on the current stream, so the output check sees nothing; ~0.1 ms of GPU
+# work per call is queued on a side stream that forward never waits for.
+SIDE_WORK = candidates.triton_candidate().replace(
+    "        return out\n",
+    "        side = self.__dict__.setdefault('side', torch.cuda.Stream())\n"
+    "        with torch.cuda.stream(side):\n"
+    "            torch.cuda._sleep(200_000)\n"
+    "        return out\n",
+)
+
+
+def test_side_stream_work_outside_the_output_is_caught_back_to_back(evaluator):
+    assert "torch.cuda._sleep" in SIDE_WORK
+    r = evaluator.evaluate(candidates.problem(1 << 20), SIDE_WORK)  # own kernel ~8 us: share ~7 %, above the minimum
+    assert r.status is Status.REJECTED, f"{r.status}: {r.reason}"
+    assert "outside the timed stream" in r.reason and "back-to-back" in r.reason, r.reason
