@@ -7,10 +7,13 @@ import torch
 
 from eval import EvalConfig, Evaluator, Status
 from harness.bench import candidates
+from harness.bench.candidates import TRITON_LAUNCH, edit
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 FORWARD = "        return out\n"
+ALLOC = "        out = torch.empty_like(a)\n"
+LAUNCH = f"        {TRITON_LAUNCH.format(warps=4)}\n"
 # Which defence fires first for these two: phase detection passes the trials and is caught by the
 # check of randomly sampled timed repetitions (every repetition has fresh inputs, redrawn by the parent);
 # the pointer-keyed memo is caught by the correctness trials (freed input memory is reused at the same
@@ -41,7 +44,7 @@ def test_triton_candidate_timed(evaluator, problem):
     assert r.timing_meaningful and r.speedup is not None
     # eager runs three memory-bound kernels, the fused kernel one: about 2-3x on a big input
     assert 1.5 < r.speedup < 4.5, r.speedup
-    assert r.kernels.own_kernels_launched == ["add_relu_scale"]
+    assert r.kernels.own_kernels_launched == ["add_relu_kernel"]
     assert r.kernels.own_time_fraction is not None and r.kernels.own_time_fraction > 0.9
     assert r.candidate_timing.rel_stderr < 0.05
 
@@ -60,7 +63,7 @@ def test_cuda_compile_error(evaluator, problem):
 
 
 @pytest.mark.parametrize("source", [
-    candidates.triton_candidate().replace("tl.store(out_ptr + offs,", "tl.store(out_ptr + offs + (1 << 40),"),
+    edit(candidates.triton_candidate(), "tl.store(out_ptr + offsets,", "tl.store(out_ptr + offsets + (1 << 40),"),
     candidates.cuda_candidate("oobtest", 256).replace("out[i] =", "out[i + (1L << 40)] ="),
 ])
 def test_illegal_memory_access_then_next_is_fine(evaluator, problem, source):
@@ -71,14 +74,14 @@ def test_illegal_memory_access_then_next_is_fine(evaluator, problem, source):
     _good(evaluator, problem)
 
 
-SIDE_STREAM = candidates.triton_candidate().replace(
-    "        add_relu_scale[(triton.cdiv(n, 1024),)](x, y, out, n, self.scale, BLOCK=1024, num_warps=4)\n",
+SIDE_STREAM = edit(
+    candidates.triton_candidate(), LAUNCH,
     "        side = self.__dict__.setdefault('side', torch.cuda.Stream())\n"
     "        side.wait_stream(torch.cuda.current_stream())\n"
     "        with torch.cuda.stream(side):\n"
     "            for _ in range(30):\n"
-    "                torch.sin(x)\n"
-    "            add_relu_scale[(triton.cdiv(n, 1024),)](x, y, out, n, self.scale, BLOCK=1024, num_warps=4)\n",
+    "                torch.sin(a)\n"
+    "    " + LAUNCH,
 )
 
 
@@ -93,9 +96,9 @@ def test_side_stream_work_is_rejected(evaluator, problem):
 
 def test_phase_detection_is_caught(evaluator, problem):
     # honest for the first calls (correctness trials), then skips the kernel (timing)
-    source = candidates.triton_candidate().replace(
-        "        out = torch.empty_like(x)\n",
-        "        out = torch.empty_like(x)\n        self.calls = getattr(self, 'calls', 0) + 1\n"
+    source = edit(
+        candidates.triton_candidate(), ALLOC,
+        ALLOC + "        self.calls = getattr(self, 'calls', 0) + 1\n"
         "        if self.calls > 12:\n            return out\n",
     )
     r = evaluator.evaluate(problem, source)
@@ -108,23 +111,23 @@ def test_memo_keyed_on_sampled_values_gains_nothing(evaluator, problem):
     """A memo keyed on pointers plus a few sampled values (one host sync) used to pass at ~10x with 3 rotating
     input sets; every timed repetition now has unseen inputs, so it can only compute, and its outputs are checked."""
     honest = evaluator.evaluate(problem, candidates.triton_candidate() + "\n# honest twin\n")
-    source = candidates.triton_candidate().replace(
-        "        out = torch.empty_like(x)\n",
-        "        key = (x.data_ptr(), y.data_ptr(), tuple(x.view(-1)[:4].tolist()), tuple(y.view(-1)[-4:].tolist()))\n"
+    source = edit(edit(
+        candidates.triton_candidate(), ALLOC,
+        "        key = (a.data_ptr(), b.data_ptr(), tuple(a.view(-1)[:4].tolist()), tuple(b.view(-1)[-4:].tolist()))\n"
         "        memo = self.__dict__.setdefault('memo', {})\n"
-        "        if key in memo:\n            return memo[key].clone()\n        out = torch.empty_like(x)\n",
-    ).replace(FORWARD, "        memo[key] = out.clone()\n" + FORWARD)
+        "        if key in memo:\n            return memo[key].clone()\n" + ALLOC,
+    ), FORWARD, "        memo[key] = out.clone()\n" + FORWARD)
     r = evaluator.evaluate(problem, source)
     assert honest.status is Status.CORRECT and r.status is Status.CORRECT, f"{r.status}: {r.reason}"
     assert r.speedup < honest.speedup * 1.05, (r.speedup, honest.speedup)
 
 
 def test_pointer_keyed_cache_is_caught(evaluator, problem):
-    source = candidates.triton_candidate().replace(
-        "        out = torch.empty_like(x)\n",
-        "        key = (x.data_ptr(), y.data_ptr())\n        memo = self.__dict__.setdefault('memo', {})\n"
-        "        if key in memo:\n            return memo[key].clone()\n        out = torch.empty_like(x)\n",
-    ).replace(FORWARD, "        memo[key] = out\n" + FORWARD)
+    source = edit(edit(
+        candidates.triton_candidate(), ALLOC,
+        "        key = (a.data_ptr(), b.data_ptr())\n        memo = self.__dict__.setdefault('memo', {})\n"
+        "        if key in memo:\n            return memo[key].clone()\n" + ALLOC,
+    ), FORWARD, "        memo[key] = out\n" + FORWARD)
     r = evaluator.evaluate(problem, source)
     assert r.status is POINTER_CACHE_STATUS, f"{r.status}: {r.reason}"
     assert POINTER_CACHE_PHRASE in r.reason, r.reason
@@ -143,9 +146,8 @@ def test_sandbox_reports_isolation(evaluator, problem):
 def test_writes_outside_the_worker_folder_fail_on_the_gpu(evaluator, problem, backend, tmp_path):
     target = f"/tmp/kh-gpu-planted-{backend}"
     base = candidates.triton_candidate(512, 4) if backend == "triton" else candidates.cuda_candidate("fswrite", 256)
-    head = "    def forward(self, x, y):\n"
-    source = base.replace(head, head + f"        open({target!r}, 'w').write('x')\n")
-    assert source != base
+    head = next(line for line in base.splitlines(keepends=True) if line.startswith("    def forward("))
+    source = edit(base, head, head + f"        open({target!r}, 'w').write('x')\n")
     r = evaluator.evaluate(problem, source, backend=backend)
     assert r.status is Status.RUNTIME_ERROR, f"{r.status}: {r.reason} {r.error}"
     assert "Read-only file system" in r.error or "Permission denied" in r.error, r.error

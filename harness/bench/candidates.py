@@ -1,11 +1,46 @@
 """Problems and candidates for the evaluator benchmarks: sized elementwise problems with
-Triton and CUDA solutions, honest and failing, each source distinct so nothing is cached."""
+Triton and CUDA solutions, honest and failing, each source distinct so nothing is cached.
+
+The honest add-relu Triton kernel has one home, the prompts' worked example
+(`agents/prompts/examples/add_relu_triton.py`): the benchmark's Triton candidates, the test
+fixtures and the hostile variants of `tests/hostile.py` are all that file with named edits
+(`edit` fails loudly when an anchor is gone).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agents.prompting import EXAMPLES_DIR
 from problems.problem import Problem, problem_from_source
+
+# the prompts' worked example: relu(a + b) and its Triton kernel `add_relu_kernel`
+EXAMPLE_PROBLEM = (EXAMPLES_DIR / "add_relu_reference.py").read_text()
+EXAMPLE_TRITON = (EXAMPLES_DIR / "add_relu_triton.py").read_text()
+
+
+def edit(source: str, old: str, new: str) -> str:
+    """`source` with its one occurrence of `old` replaced by `new` (an anchor that is gone, or not unique, fails)."""
+    assert source.count(old) == 1, f"anchor occurs {source.count(old)} times, not once: {old!r}"
+    return source.replace(old, new)
+
+
+def example_problem_source(n: int) -> str:
+    """The worked example's problem, relu(a + b), over 1 x n float32 elements."""
+    return edit(EXAMPLE_PROBLEM, "M = 4096\nN = 4096\n", f"M = 1\nN = {n}\n")
+
+
+# the worked example with a `scale` (the benchmark problem's init argument) and a chosen block and warp count
+_LAUNCH = "add_relu_kernel[grid](a, b, out, n_elements, BLOCK_SIZE=BLOCK_SIZE)"
+TRITON_LAUNCH = "add_relu_kernel[grid](a, b, out, n_elements, self.scale, BLOCK_SIZE=BLOCK_SIZE, num_warps={warps})"
+_SCALED = [
+    ("n_elements, BLOCK_SIZE: tl.constexpr)", "n_elements, scale, BLOCK_SIZE: tl.constexpr)"),
+    ("out = tl.maximum(a + b, 0.0)", "out = tl.maximum(a + b, 0.0) * scale"),
+    ("    def __init__(self):\n        super().__init__()\n",
+     "    def __init__(self, scale: float):\n        super().__init__()\n        self.scale = scale\n"),
+    ("        BLOCK_SIZE = 1024\n", "        BLOCK_SIZE = {block}\n"),
+    (_LAUNCH, TRITON_LAUNCH),
+]
 
 _PROBLEM = '''
 import torch
@@ -29,34 +64,6 @@ def get_inputs():
 
 def get_init_inputs():
     return [1.5]
-'''
-
-TRITON = '''
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def add_relu_scale(x_ptr, y_ptr, out_ptr, n, scale, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    y = tl.load(y_ptr + offs, mask=mask)
-    tl.store(out_ptr + offs, tl.maximum(x + y, 0.0) * scale, mask=mask)
-
-
-class ModelNew(nn.Module):
-    def __init__(self, scale: float):
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x, y):
-        out = torch.empty_like(x)
-        n = x.numel()
-        add_relu_scale[(triton.cdiv(n, {block}),)](x, y, out, n, self.scale, BLOCK={block}, num_warps={warps})
-        return out
 '''
 
 CUDA = '''
@@ -107,7 +114,11 @@ def problem(n: int) -> Problem:
 
 
 def triton_candidate(block: int = 1024, warps: int = 4) -> str:
-    return TRITON.format(block=block, warps=warps)
+    """The worked example's kernel computing relu(a + b) * scale, launched with `block` elements and `warps` warps."""
+    source = EXAMPLE_TRITON
+    for old, new in _SCALED:
+        source = edit(source, old, new.format(block=block, warps=warps))
+    return source
 
 
 def cuda_candidate(tag: str, threads: int = 256, extra: str = "") -> str:
@@ -129,21 +140,18 @@ def mixed_batch(sizes: tuple[int, int, int], with_cuda: bool = True) -> list[Ben
     """The throughput batch: three problem sizes; Triton and CUDA; honest, failing, crashing and hanging candidates."""
     small, mid, large = (problem(n) for n in sizes)
     good = triton_candidate()
+    alloc = "out = torch.empty_like(a)"
     jobs = [BenchJob(f"triton_ok_{n.id.rsplit('_', 1)[-1]}_{block}", n, triton_candidate(block, warps), "triton", "correct")
             for n in (small, mid, large) for block, warps in ((512, 4), (2048, 8))]
     jobs += [
-        BenchJob("triton_incorrect", mid, good.replace("tl.maximum(x + y, 0.0)", "(x + y)"), "triton", "incorrect"),
-        BenchJob("triton_raises", small, good.replace("out = torch.empty_like(x)", "raise RuntimeError('bad launch')"),
-                 "triton", "runtime_error"),
-        BenchJob("triton_syntax", small, good.replace("def forward(self, x, y):", "def forward(self, x, y)"), "triton",
+        BenchJob("triton_incorrect", mid, edit(good, "tl.maximum(a + b, 0.0)", "(a + b)"), "triton", "incorrect"),
+        BenchJob("triton_raises", small, edit(good, alloc, "raise RuntimeError('bad launch')"), "triton", "runtime_error"),
+        BenchJob("triton_syntax", small, edit(good, "-> torch.Tensor:\n        a = ", "-> torch.Tensor\n        a = "), "triton",
                  "compile_error"),
-        BenchJob("triton_pytorch_fallback", mid, good.replace(
-            "add_relu_scale[(triton.cdiv(n, 1024),)](x, y, out, n, self.scale, BLOCK=1024, num_warps=4)",
-            "out = torch.relu(x + y) * self.scale"), "triton", "rejected"),
-        BenchJob("triton_crash", mid, good.replace("out = torch.empty_like(x)", "import os\n        os._exit(3)"),
-                 "triton", "crash"),
-        BenchJob("triton_timeout", small, good.replace("out = torch.empty_like(x)", "while True:\n            pass"),
-                 "triton", "timeout"),
+        BenchJob("triton_pytorch_fallback", mid, edit(good, TRITON_LAUNCH.format(warps=4), "out = torch.relu(a + b) * self.scale"),
+                 "triton", "rejected"),
+        BenchJob("triton_crash", mid, edit(good, alloc, "import os\n        os._exit(3)"), "triton", "crash"),
+        BenchJob("triton_timeout", small, edit(good, alloc, "while True:\n            pass"), "triton", "timeout"),
     ]
     if with_cuda:
         jobs += [BenchJob("cuda_ok", large, cuda_candidate("bench_ok"), "cuda", "correct"),
