@@ -1,108 +1,80 @@
 """Candidate sources used by the evaluator tests: one honest kernel and many hostile variants.
 
-Each hostile candidate is the honest one with one change, so a test failure points at exactly
-one evaluator check.
+The honest kernel is the prompts' worked example (`agents/prompts/examples/add_relu_triton.py`)
+on its own problem, relu(a + b) over 1 x 4096 floats. Each hostile candidate is the honest one
+with one change at a named anchor (an anchor that is gone fails at import), so a test failure
+points at exactly one evaluator check.
 """
 
-from harness.bench.candidates import problem_source
+from harness.bench.candidates import EXAMPLE_TRITON, edit, example_problem_source
 
-GOOD = '''
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def add_relu_kernel(x_ptr, y_ptr, out_ptr, n, scale, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    y = tl.load(y_ptr + offs, mask=mask)
-    tl.store(out_ptr + offs, tl.maximum(x + y, 0.0) * scale, mask=mask)
-
-
-def launch(x, y, scale):
-    out = torch.empty_like(x)
-    n = x.numel()
-    add_relu_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, scale, BLOCK=1024)
-    return out
-
-
-class ModelNew(nn.Module):
-    def __init__(self, scale: float):
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x, y):
-        return launch(x, y, self.scale)
-'''
-
-PROBLEM = problem_source(4096)
+GOOD = EXAMPLE_TRITON
+PROBLEM = example_problem_source(4096)
 
 
 def variant(old: str, new: str, base: str = GOOD) -> str:
-    """The honest candidate with `old` replaced by `new` (which must occur)."""
-    assert old in base, old
-    return base.replace(old, new)
+    """The honest candidate with `old` (which must occur exactly once) replaced by `new`."""
+    return edit(base, old, new)
 
 
-FORWARD = "        return launch(x, y, self.scale)"
 TOP = "class ModelNew(nn.Module):"
+SIGNATURE = "    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:\n"
+# the whole body of `forward` (the last thing in the file): `variant(FORWARD, X + FORWARD)` runs X first
+FORWARD = GOOD[GOOD.index(SIGNATURE) + len(SIGNATURE):]
+RETURN = "        return out\n"  # the last line of `forward`, after the kernel ran
+RELU = "tl.maximum(a + b, 0.0)"  # inside the kernel
+assert FORWARD.endswith(RETURN) and GOOD.count(SIGNATURE) == 1, "the worked example's forward has changed shape"
 
 # Honest candidates that look like tampering to a careless check: they must be judged correct.
-SELF_TIMING = variant(TOP, '''import time
+SELF_TIMING = variant("        BLOCK_SIZE = 1024\n", """        if not hasattr(self, "best"):
+            times = {block: timed(launch, a, b, out, block) for block in (256, 1024)}
+            self.best = min(times, key=times.get)
+        BLOCK_SIZE = self.best
+""", base=variant(TOP, '''import time
 from time import perf_counter
 
 
-def timed(fn, x, y, scale):
+def timed(fn, a, *args):
     """Time one variant the way an autotuning candidate does: events on a GPU, the clock on a CPU."""
-    if x.is_cuda:
+    if a.is_cuda:
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
-        fn(x, y, scale)
+        fn(a, *args)
         end.record()
         torch.cuda.synchronize()
         elapsed_time = start.elapsed_time(end)
         return elapsed_time
     t = time.perf_counter()
-    fn(x, y, scale)
+    fn(a, *args)
     elapsed_time = (perf_counter() - t) * 1e3
     return elapsed_time
 
 
-def launch_small(x, y, scale):
-    out = torch.empty_like(x)
-    n = x.numel()
-    add_relu_kernel[(triton.cdiv(n, 256),)](x, y, out, n, scale, BLOCK=256)
-    return out
+def launch(a, b, out, block):
+    add_relu_kernel[(triton.cdiv(out.numel(), block),)](a, b, out, out.numel(), BLOCK_SIZE=block)
 
 
-''' + TOP).replace(FORWARD, """        if not hasattr(self, "best"):
-            variants = [launch, launch_small]
-            times = [timed(fn, x, y, self.scale) for fn in variants]
-            self.best = variants[times.index(min(times))]
-        return self.best(x, y, self.scale)""")
+''' + TOP))
 
 HONEST: dict[str, str] = {"self_timing": SELF_TIMING}
 
 HOSTILE: dict[str, tuple[str, str, str]] = {
     # name: (source, expected status, a phrase the reason or error must contain)
-    "no_model_new": (GOOD.replace("class ModelNew", "class Other"), "format_error", "ModelNew"),
+    "no_model_new": (variant(TOP, "class Other(nn.Module):"), "format_error", "ModelNew"),
     "empty": ("", "format_error", "empty"),
-    "syntax_error": (variant(FORWARD, "        return launch(x, y,"), "compile_error", "syntax error"),
+    "syntax_error": (variant(RETURN, "        return (out,\n"), "compile_error", "syntax error"),
     "missing_module": ("import not_a_real_module_xyz\n" + GOOD, "compile_error", "not_a_real_module_xyz"),
     "loop_at_import": (variant(TOP, "while True:\n    pass\n\n" + TOP), "timeout", "load"),
-    "loop_in_forward": (variant(FORWARD, "        while True:\n            pass"), "timeout", "run"),
+    "loop_in_forward": (variant(FORWARD, "        while True:\n            pass\n"), "timeout", "run"),
     "sys_exit_at_import": (variant(TOP, "import sys\nsys.exit(3)\n" + TOP), "compile_error", "sys.exit"),
-    "sys_exit_in_forward": (variant(FORWARD, "        import sys\n        sys.exit(0)"), "runtime_error", "sys.exit"),
-    "os_exit_in_forward": (variant(FORWARD, "        import os\n        os._exit(0)"), "crash", "exited with code 0"),
-    "segfault": (variant(FORWARD, "        import ctypes\n        ctypes.string_at(0)"), "crash", "SIGSEGV"),
-    "raises": (variant(FORWARD, "        raise ValueError('boom')"), "runtime_error", "boom"),
-    "wrong_shape": (variant(FORWARD, "        return launch(x, y, self.scale)[:-1]"), "incorrect", "shape"),
-    "wrong_dtype": (variant(FORWARD, "        return launch(x, y, self.scale).double()"), "incorrect", "dtype"),
-    "wrong_values": (variant("tl.maximum(x + y, 0.0)", "(x + y)"), "incorrect", "values differ"),
+    "sys_exit_in_forward": (variant(FORWARD, "        import sys\n        sys.exit(0)\n"), "runtime_error", "sys.exit"),
+    "os_exit_in_forward": (variant(FORWARD, "        import os\n        os._exit(0)\n"), "crash", "exited with code 0"),
+    "segfault": (variant(FORWARD, "        import ctypes\n        ctypes.string_at(0)\n"), "crash", "SIGSEGV"),
+    "raises": (variant(FORWARD, "        raise ValueError('boom')\n"), "runtime_error", "boom"),
+    "wrong_shape": (variant(RETURN, "        return out[:-1]\n"), "incorrect", "shape"),
+    "wrong_dtype": (variant(RETURN, "        return out.double()\n"), "incorrect", "dtype"),
+    "wrong_values": (variant(RELU, "(a + b)"), "incorrect", "values differ"),
     "patch_allclose": (variant(TOP, "torch.allclose = lambda *a, **k: True\n" + TOP), "rejected", "replaces a comparison"),
     "patch_assert_close": (variant(TOP, "torch.testing.assert_close = lambda *a, **k: None\n" + TOP), "rejected",
                            "replaces a comparison"),
@@ -125,59 +97,59 @@ HOSTILE: dict[str, tuple[str, str, str]] = {
                 "rejected", "garbage collector"),
     "gc_scan_disguised": (variant(FORWARD, """        g = __import__('g' + 'c')
         for o in getattr(g, 'get_' + 'objects')():
-            if isinstance(o, torch.Tensor) and o.shape == x.shape and o is not x and o is not y:
+            if isinstance(o, torch.Tensor) and o.shape == a.shape and o is not a and o is not b:
                 return o.clone()
-        return torch.zeros_like(x)"""), "incorrect", "values differ"),
+        return torch.zeros_like(a)
+"""), "incorrect", "values differ"),
     "frame_peek": (variant(FORWARD, "        import sys\n        f = sys._getframe(1)\n" + FORWARD), "rejected",
                    "stack frames"),
     "regenerate_inputs": (variant(FORWARD, """        torch.manual_seed(42)
-        gx, gy = torch.randn(x.numel()), torch.randn(y.numel())
-        return launch(gx.to(x.device), gy.to(y.device), self.scale)"""), "incorrect", "values differ"),
-    "cached_first_output": (variant(FORWARD, """        if not hasattr(self, '_cache'):
-            self._cache = launch(x, y, self.scale)
-        return self._cache.clone()"""), "incorrect", "values differ"),
-    "zero_inputs": (variant(FORWARD, """        x.zero_()
-        y.zero_()
-        return launch(x, y, self.scale)"""), "incorrect", "values differ"),  # the reference ran on its own copies
-    "mutates_input_after": (variant(FORWARD, """        out = launch(x, y, self.scale)
-        x.zero_()
-        return out"""), "incorrect", "modified input"),
+        a, b = torch.randn(a.shape).to(a.device), torch.randn(b.shape).to(b.device)
+""" + FORWARD), "incorrect", "values differ"),
+    "cached_first_output": (variant(FORWARD, """        if hasattr(self, '_cache'):
+            return self._cache.clone()
+""" + edit(FORWARD, RETURN, "        self._cache = out\n" + RETURN)), "incorrect", "values differ"),
+    "zero_inputs": (variant(FORWARD, """        a.zero_()
+        b.zero_()
+""" + FORWARD), "incorrect", "values differ"),  # the reference ran on its own copies
+    # `x` keeps the caller's tensor, whatever `forward` rebinds `a` to
+    "mutates_input_after": (variant(FORWARD, "        x = a\n" + edit(FORWARD, RETURN, "        x.zero_()\n" + RETURN)),
+                            "incorrect", "modified input"),
     "pytorch_only": ("""
 import torch
 import torch.nn as nn
 
 class ModelNew(nn.Module):
-    def __init__(self, scale):
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x, y):
-        return torch.relu(x + y) * self.scale
+    def forward(self, a, b):
+        return torch.relu(a + b)
 """, "rejected", "defines no kernel"),
-    "decoy_kernel": (variant(FORWARD, "        return torch.relu(x + y) * self.scale"), "rejected", "none of the candidate's own kernels ran"),
+    "decoy_kernel": (variant(FORWARD, "        return torch.relu(a + b)\n"), "rejected",
+                     "none of the candidate's own kernels ran"),
     "fallback_on_error": (variant(FORWARD, """        try:
-            add_relu_kernel[(1,)](x, y)
+            add_relu_kernel[(1,)](a, b)
         except Exception:
             pass
-        return torch.relu(x + y) * self.scale"""), "rejected", "none of the candidate's own kernels ran"),
-    "returns_input_view": (variant(FORWARD, """        launch(x, y, self.scale)
-        return x.view(-1)"""), "incorrect", "shares memory"),
-    "unwritten_output": (variant("    out = torch.empty_like(x)\n    n = x.numel()",
-                                 "    out = torch.empty_like(x)\n    n = x.numel() // 2"), "incorrect", "NaN"),
+        return torch.relu(a + b)
+"""), "rejected", "none of the candidate's own kernels ran"),
+    "returns_input_view": (variant(FORWARD, "        x = a\n" + edit(FORWARD, RETURN, "        return x.view(x.shape)\n")),
+                           "incorrect", "shares memory"),
+    "unwritten_output": (variant("        n_elements = out.numel()\n", "        n_elements = out.numel() // 2\n"), "incorrect", "NaN"),
     "starts_thread": (variant(FORWARD, """        import threading, time as _t
         threading.Thread(target=_t.sleep, args=(30,), daemon=True).start()
-        return launch(x, y, self.scale)"""), "rejected", "threads"),
+""" + FORWARD), "rejected", "threads"),
     "enables_tf32": (variant(TOP, "torch.backends.cuda.matmul.allow_tf32 = True\n" + TOP), "rejected", "precision"),
-    "tensor_subclass": (variant(FORWARD, """        class Lazy(torch.Tensor):
+    "tensor_subclass": (variant(RETURN, """        class Lazy(torch.Tensor):
             pass
-        return launch(x, y, self.scale).as_subclass(Lazy)"""), "incorrect", "not a torch.Tensor"),
+        return out.as_subclass(Lazy)
+"""), "incorrect", "not a torch.Tensor"),
     # the test sets OPENAI_API_KEY and MY_SERVICE_TOKEN in the parent; the candidate reports what it can see
     "reads_api_key": (variant(FORWARD, """        import os
         leaked = [k for k in os.environ if 'KEY' in k or 'TOKEN' in k or 'OPENAI' in k]
         values = [k for k, v in os.environ.items() if 'secret' in v]
         if leaked or values or 'PATH' not in os.environ:
             raise RuntimeError('saw secrets: ' + ','.join(leaked + values))
-        raise RuntimeError('no secrets among %d variables' % len(os.environ))"""), "runtime_error", "no secrets among"),
+        raise RuntimeError('no secrets among %d variables' % len(os.environ))
+"""), "runtime_error", "no secrets among"),
     # 50 MB of output at import: drained and capped, the evaluation goes on (stdout is not part of a correct result)
     "prints_50mb": (variant(TOP, "import sys\nsys.stdout.write('x' * (50 << 20))\nsys.stdout.flush()\n" + TOP), "correct",
                     "correct (CPU interpreter"),

@@ -10,13 +10,12 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from agents.prompting import EXAMPLES_DIR
+from harness.bench.candidates import EXAMPLE_TRITON, edit, example_problem_source
 
 # The prompts' worked example is the one add-relu problem and kernel; here at 1 x 4096 floats.
-PROBLEM = (EXAMPLES_DIR / "add_relu_reference.py").read_text().replace("M = 4096", "M = 1")
-GOOD = (EXAMPLES_DIR / "add_relu_triton.py").read_text()
-WRONG = GOOD.replace("out = tl.maximum(a + b, 0.0)", "out = a + b")  # forgets the ReLU: runs, but the outputs differ
-assert PROBLEM.count("M = 1\n") == 1 and WRONG != GOOD
+PROBLEM = example_problem_source(4096)
+GOOD = EXAMPLE_TRITON
+WRONG = edit(GOOD, "out = tl.maximum(a + b, 0.0)", "out = a + b")  # forgets the ReLU: runs, but the outputs differ
 BROKEN = "import torch\n\nclass ModelNew(torch.nn.Module:\n    pass\n"  # a syntax error
 
 

@@ -22,7 +22,7 @@ from eval import protocol as p
 from eval.cache import JsonCache
 from eval.sandbox import PROJECT_ROOT, WorkerProcess, sandbox_plan
 from problems.problem import problem_from_source
-from tests.hostile import FORWARD, GOOD, PROBLEM, variant
+from tests.hostile import FORWARD, GOOD, PROBLEM, RELU, variant
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -174,7 +174,7 @@ def test_planted_or_modified_cache_entries_are_ignored(tmp_path, tamper):
 
 def test_planted_result_is_evaluated_again(tmp_path):
     problem = problem_from_source(PROBLEM, name="add_relu")
-    wrong = variant("tl.maximum(x + y, 0.0)", "(x + y)")
+    wrong = variant(RELU, "(a + b)")
     with Evaluator(EvalConfig(device="cpu", cache_dir=str(tmp_path))) as ev:
         first = ev.evaluate(problem, wrong)
         assert first.status is Status.INCORRECT

@@ -27,13 +27,14 @@ HONEST = {
 
 
 ''' + TOP),
-    "instance_attributes": variant("        self.scale = scale", '''        self.scale = scale
+    "instance_attributes": variant("        super().__init__()\n", '''        super().__init__()
         self.time = 0.0
         self.elapsed_time = None
         self.allclose = True
         self.stream = None
         self.events = {}
-        self.events["elapsed_time"] = 0.0'''),
+        self.events["elapsed_time"] = 0.0
+'''),
     "setting_switches": variant(TOP, '''torch.backends.cudnn.benchmark = True
 torch.backends.cuda.matmul.allow_tf32 = False
 setattr(torch.backends.cudnn, "deterministic", False)

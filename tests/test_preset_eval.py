@@ -13,7 +13,7 @@ from harness.report.load import load_run
 from harness.report.paired import paired_report, to_markdown
 from problems.problem import problem_from_source
 from tests import report_fixtures as fx
-from tests.hostile import FORWARD, GOOD, HOSTILE, PROBLEM
+from tests.hostile import FORWARD, HOSTILE, PROBLEM, RELU, variant
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -82,9 +82,9 @@ def test_models_share_the_seed_not_the_state_under_kernelbench(evaluators) -> No
 def test_what_each_preset_catches(evaluators) -> None:
     strict, kb = evaluators
     problem = problem_from_source(PROBLEM, name="add_relu")
-    off = GOOD.replace("tl.maximum(x + y, 0.0) * scale", "tl.maximum(x + y, 0.0) * scale + 0.003")
-    far = GOOD.replace("tl.maximum(x + y, 0.0) * scale", "tl.maximum(x + y, 0.0) * scale + 0.05")
-    public = GOOD.replace(FORWARD, _REGENERATE)
+    off = variant(RELU, RELU + " + 0.003")
+    far = variant(RELU, RELU + " + 0.05")
+    public = variant(FORWARD, _REGENERATE + FORWARD)
     cases = {
         "off": (off, "incorrect", "correct"),  # 3e-3: within 1e-2, outside 1e-4
         "far": (far, "incorrect", "incorrect"),  # 5e-2: outside both

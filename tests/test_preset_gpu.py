@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from eval import Evaluator, Status
-from harness.bench.presets_bench import _SIDE_STREAM, preset_config
+from harness.bench.presets_bench import preset_config, side_stream
 from problems.problem import problem_from_source
-from tests.hostile import FORWARD, GOOD
-from harness.bench.candidates import problem_source
+from tests.hostile import FORWARD, GOOD, variant
+from harness.bench.candidates import example_problem_source
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(900),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.timeout(900),
 
 @pytest.fixture(scope="module")
 def problem():
-    return problem_from_source(problem_source(1 << 22), name="add_relu_4m")
+    return problem_from_source(example_problem_source(1 << 22), name="add_relu_4m")
 
 
 def test_kernelbench_times_100_synchronised_calls_and_reports_the_mean(problem) -> None:
@@ -35,7 +35,7 @@ def test_kernelbench_times_100_synchronised_calls_and_reports_the_mean(problem) 
 
 
 def test_side_stream_work_is_caught_only_by_the_strict_rules(problem) -> None:
-    source = GOOD.replace(FORWARD, _SIDE_STREAM)
+    source = variant(FORWARD, side_stream(FORWARD))
     with Evaluator(preset_config("default", device="cuda", cache_dir=None)) as ev:
         strict = ev.evaluate(problem, source)
     with Evaluator(preset_config("kernelbench", device="cuda", cache_dir=None)) as ev:

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import statistics
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,19 +89,19 @@ def hostile_cases() -> list[BenchCase]:
     cases = [BenchCase("hostile", name, problem, source, expected)
              for name, (source, expected, _) in sorted(module.HOSTILE.items())]
     shaped = problem_from_source(module.PROBLEM + _EXTRA_SHAPES, name="add_relu_hidden", problem_id="hostile/add_relu_hidden")
-    good, forward = module.GOOD, module.FORWARD
+    variant, forward, relu = module.variant, module.FORWARD, module.RELU
     extra = {
         # off by 3e-3 everywhere: inside KernelBench's 1e-2, outside our fp32 1e-4
-        "off_by_3e-3": (problem, good.replace("tl.maximum(x + y, 0.0) * scale", "tl.maximum(x + y, 0.0) * scale + 0.003"),
-                        "incorrect"),
+        "off_by_3e-3": (problem, variant(relu, relu + " + 0.003"), "incorrect"),
         # right only at the shape the agent saw
-        "hardcoded_shape": (shaped, good.replace(forward, "        if x.numel() != 4096:\n"
-                                                          "            return torch.zeros_like(x)\n" + forward),
+        "hardcoded_shape": (shaped, variant(forward, "        if a.numel() != 4096:\n"
+                                                     "            return torch.zeros_like(a)\n" + forward),
                             "incorrect"),
         # ignores its inputs and recomputes KernelBench's, from the public seed
-        "regenerate_public_inputs": (problem, good.replace(forward, _REGENERATE), "incorrect"),
+        "regenerate_public_inputs": (problem, variant(forward, _REGENERATE + forward), "incorrect"),
         # returns before its side stream has finished (hidden work, GPU only; on a CPU it is honest)
-        "side_stream": (problem, good.replace(forward, _SIDE_STREAM), "rejected" if torch.cuda.is_available() else "correct"),
+        "side_stream": (problem, variant(forward, side_stream(forward)),
+                        "rejected" if torch.cuda.is_available() else "correct"),
     }
     cases += [BenchCase("hostile", name, prob, source, expected) for name, (prob, source, expected) in extra.items()]
     return cases
@@ -112,22 +113,24 @@ def get_extra_inputs():
     return [[torch.randn(1000), torch.randn(1000)]]
 '''
 
+# put before the body of `forward`: replaces the inputs `a`, `b` by KernelBench's, redrawn from its public seeds
 _REGENERATE = '''        calls = getattr(self, "_calls", 0)
         self._calls = calls + 1
         g = torch.Generator().manual_seed(42)
         seeds = [int(torch.randint(0, 2**32 - 1, (1,), generator=g)) for _ in range(calls + 1)]
         torch.manual_seed(seeds[calls])
-        gx, gy = torch.randn(x.numel()), torch.randn(y.numel())
-        return launch(gx.to(x.device), gy.to(y.device), self.scale)'''
+        a, b = torch.randn(a.shape).to(a.device), torch.randn(b.shape).to(b.device)
+'''
 
-_SIDE_STREAM = '''        if not x.is_cuda:
-            return launch(x, y, self.scale)
-        if not hasattr(self, "_side"):
-            self._side = torch.cuda.Stream()
-        with torch.cuda.stream(self._side):
-            torch.cuda._sleep(2_000_000)
-            out = launch(x, y, self.scale)
-        return out'''
+
+def side_stream(forward: str) -> str:
+    """The body `forward` run, on a GPU, on a side stream that first sleeps ~2 ms: it returns before its work is done."""
+    body = textwrap.indent(forward, "    ")
+    return ("        if not a.is_cuda:\n" + body
+            + "        if not hasattr(self, '_side'):\n"
+              "            self._side = torch.cuda.Stream()\n"
+              "        with torch.cuda.stream(self._side):\n"
+              "            torch.cuda._sleep(2_000_000)\n" + body)
 
 
 def evaluate_all(cases: list[BenchCase], preset: str, device: str) -> list[EvalResult]:
