@@ -25,7 +25,7 @@ from typing import Any, Callable
 import torch
 
 from eval import protocol as p
-from eval import static_checks
+from eval import launch, static_checks
 from eval.builds import Build
 from eval.config import EvalConfig
 from eval.pool import Lease
@@ -300,11 +300,13 @@ def own_share_shortfall(share: float | None, minimum: float) -> str | None:
             "own kernels look like a decoy; write the substantial part of the computation as your own kernels")
     fresh = ctx.config.timing_method == "adaptive" and ctx.config.timed_output_checks
     ctx.timing_nonce = secrets.randbits(62) | 1 if fresh else 0
-    reply, outputs = ctx.request(p.Time(**timing_rule(ctx.config), nonce=ctx.timing_nonce),
+    reply, outputs = ctx.request(p.Time(**timing_rule(ctx.config), nonce=ctx.timing_nonce,
+                                        graphs=ctx.config.cuda_graphs == "auto"),
                                  timeout=ctx.config.timing_timeout_s)
     if reply.violations:
         raise Verdict(Status.REJECTED, "integrity: " + "; ".join(reply.violations))
     ctx.timed_outputs = outputs
+    launch.record_mode(ctx, reply)
     ctx.sampled_reps = reply.sampled_reps if reply.fresh_inputs else []
     if fresh and not reply.fresh_inputs:
         ctx.result.flags.append("timed inputs rotated among the staged sets: the problem's get_inputs() draws "
@@ -403,6 +405,7 @@ PIPELINE: tuple[Step, ...] = (
     Step("kernels", own_kernels, "exclusive"),
     Step("hidden_work", hidden_work, "exclusive", gpu_only=True, enabled=lambda c: c.hidden_work_check),
     Step("timing", time_candidate, "exclusive", gpu_only=True),
+    Step("host_bound", launch.host_bound, "exclusive", gpu_only=True),
     Step("timed_outputs", timed_outputs, "shared", gpu_only=True, enabled=lambda c: c.timed_output_checks),
     Step("speed_of_light", speed_of_light, "none", gpu_only=True),
     Step("in_order", in_order, "none"),

@@ -26,6 +26,7 @@ _CHOICES = {
     "seeding": ("secret", "kernelbench"),
     "timing_method": ("adaptive", "fixed"),
     "timing_statistic": ("median", "mean"),
+    "cuda_graphs": ("off", "auto"),
 }
 # Fields added after results were first cached: at their default they stay out of the cache key,
 # so results cached under the strict rules before these fields existed are still found.
@@ -33,7 +34,7 @@ _ADDED_LATER: dict[str, Any] = {
     "preset": "default", "precision": "strict", "seeding": "secret", "public_seed": 42,
     "copy_reference_state": True, "hidden_shapes": True, "hidden_work_check": True, "timed_output_checks": True,
     "timing_method": "adaptive", "timing_statistic": "median", "l2_flush": True, "fixed_reps": 100,
-    "fixed_warmup_calls": 3,
+    "fixed_warmup_calls": 3, "cuda_graphs": "off",
 }
 _WHERE_IT_RUNS = {"cache_dir", "parallel_compiles", "log_cap_bytes", "gpus", "workers_per_gpu"}
 # The own-share rule changes strict verdicts, so at its default it keys the cache (no strict result cached
@@ -74,6 +75,10 @@ class EvalConfig:
       calls per side, each bracketed by CUDA events and followed by a device synchronisation).
     timing_statistic: what speedups compare, "median" or "mean".
     l2_flush: flush the L2 cache (and queue a short GPU spin) before each timed call.
+    cuda_graphs: "off" (default: both forwards timed as eager calls, host launch work included) or
+      "auto": each side's forward is captured once in a CUDA graph after warm-up (static input
+      buffers, refilled outside the timed interval) and its replays are timed; if either side
+      cannot be captured, both are timed eagerly and the result says why (`timing_mode`, a flag).
     """
 
     device: str = "auto"
@@ -126,6 +131,7 @@ class EvalConfig:
     l2_flush: bool = True
     fixed_reps: int = 100
     fixed_warmup_calls: int = 3
+    cuda_graphs: str = "off"
 
     def __post_init__(self) -> None:
         problems = [f"eval.{name} must be one of {', '.join(ok)}, not {getattr(self, name)!r}"

@@ -310,6 +310,10 @@ class Evaluator:
         """Add the speedup over torch.compile to a correct, timed result (`eval.compile_baseline`)."""
         if result.candidate_timing is None or result.reference_timing is None:
             return
+        if result.timing_mode == "cuda_graph":  # the baseline is timed eagerly: its ratio to graph replays means nothing
+            result.flags.append("no speedup over torch.compile: the baselines are timed as eager calls, this result "
+                                "as CUDA-graph replays")
+            return
         base = self.baseline(problem)
         result.compile_timing = Timing.from_dict(base["compiled"])
         eager = base["eager"]["median_ms"]

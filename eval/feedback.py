@@ -37,8 +37,10 @@ def render_feedback(result: EvalResult) -> str:
         lines.append("Mismatch: " + "; ".join(detail))
     if result.candidate_timing and result.reference_timing:
         c, r = result.candidate_timing, result.reference_timing
-        lines.append(f"Timing: candidate {c.median_ms * 1000:.1f} us (IQR {c.iqr_ms * 1000:.1f}, n={c.n}), "
-                     f"PyTorch eager {r.median_ms * 1000:.1f} us -> speedup {result.speedup:.2f}x")
+        graphs = result.timing_mode == "cuda_graph"
+        lines.append(f"Timing{' (CUDA-graph replays of both forwards)' if graphs else ''}: candidate "
+                     f"{c.median_ms * 1000:.1f} us (IQR {c.iqr_ms * 1000:.1f}, n={c.n}), "
+                     f"PyTorch {'reference' if graphs else 'eager'} {r.median_ms * 1000:.1f} us -> speedup {result.speedup:.2f}x")
         if result.speedup_compile is not None:
             lines.append(f"Speedup over torch.compile: {result.speedup_compile:.2f}x")
     elif result.status is Status.CORRECT:
@@ -51,6 +53,10 @@ def render_feedback(result: EvalResult) -> str:
         if k.top_kernels:
             top = "; ".join(f"{name[:60]} {ms * 1000:.1f} us" for name, ms in k.top_kernels[:5])
             lines.append(f"Top kernels by GPU time: {top}")
+    if result.gpu_busy:
+        busy = ", ".join(f"{side} {share:.0%}" for side, share in result.gpu_busy.items())
+        bound = f" (host-bound: {', '.join(result.host_bound)})" if result.host_bound else ""
+        lines.append(f"GPU busy during an eager call: {busy}{bound}")
     if result.sol_fraction is not None:
         lines.append(f"Speed-of-light fraction: {result.sol_fraction:.0%}")
     for flag in result.flags:

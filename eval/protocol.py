@@ -181,6 +181,8 @@ class TimeReply(Reply):
     violations: list[str] = field(default_factory=list)
     fresh_inputs: bool = False  # every repetition drew new candidate inputs (then outputs are of `sampled_reps`)
     sampled_reps: list[int] = field(default_factory=list)
+    timing_mode: str = "eager"  # "cuda_graph" when both sides were timed as CUDA-graph replays
+    graph_note: str = ""  # why graphs were asked for but not used (a side's capture failed)
 
 
 @dataclass
@@ -197,6 +199,7 @@ class Time(TimingRule):
     cmd: ClassVar[str] = "time"
     reply: ClassVar[type[Reply]] = TimeReply
     nonce: int = 0
+    graphs: bool = False  # capture each side's forward in a CUDA graph and time its replays (`eval.cuda_graphs=auto`)
 
 
 @dataclass
@@ -211,6 +214,22 @@ class TimeCompiled(TimingRule):
 
     cmd: ClassVar[str] = "time_compiled"
     reply: ClassVar[type[Reply]] = TimeCompiledReply
+
+
+@dataclass
+class BusyReply(Reply):
+    sides: dict[str, dict[str, float]] = field(default_factory=dict)  # per side: kernel_ms, event_ms, busy
+
+
+@dataclass
+class Busy(Request):
+    """How much of an eager call's time the GPU is busy, per side: kernel time per call (profiler) over the
+    call's event-timed median, both under the timing's conditions (staged inputs, L2 flush and GPU lead)."""
+
+    cmd: ClassVar[str] = "busy"
+    reply: ClassVar[type[Reply]] = BusyReply
+    calls: int = 5
+    flush: bool = True
 
 
 @dataclass
@@ -236,7 +255,8 @@ class Exit(Request):
 
 
 REQUESTS: dict[str, type[Request]] = {
-    cls.cmd: cls for cls in (Hello, Load, Prepare, Run, Kernels, Stage, HiddenWork, Time, TimeCompiled, Unload, Sync, Exit)
+    cls.cmd: cls for cls in (Hello, Load, Prepare, Run, Kernels, Stage, HiddenWork, Time, TimeCompiled, Busy, Unload, Sync,
+                          Exit)
 }
 
 

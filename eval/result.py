@@ -87,6 +87,11 @@ class EvalResult:
     phase_seconds: dict[str, float] = field(default_factory=dict)  # where the evaluation time went
     cached: bool = False
     preset: str = "default"  # the evaluator preset (`eval.preset`) whose rules produced this verdict
+    # launch-bound timings (eval.launch): GPU busy share of an eager call per side ({"reference": .., "candidate": ..}),
+    # the sides below eval.launch.HOST_BOUND_BELOW, and how the timed calls ran ("eager" or "cuda_graph")
+    gpu_busy: dict[str, float] = field(default_factory=dict)
+    host_bound: list[str] = field(default_factory=list)
+    timing_mode: str = "eager"
 
     @property
     def is_correct(self) -> bool:

@@ -24,7 +24,7 @@ import torch
 
 from eval import protocol as p
 from eval.wire import Channel, ChannelClosed, ProtocolError
-from eval.worker import integrity, timing, tracing
+from eval.worker import graphs, integrity, timing, tracing
 from problems import runtime
 
 _TRACEBACK_CHARS = 4000
@@ -295,15 +295,20 @@ class Worker:
                                          check_candidate if msg.check_outputs else None)
         sides = {"reference": timing.TimedSide(_refiller(ref_buf, self.ref_sets), lambda: self.reference(*ref_args)),
                  "candidate": cand_side}
+        mode, graph_note, held = "eager", "", []
         with torch.no_grad():
+            if msg.graphs and self.device.type == "cuda":  # both sides as CUDA-graph replays, or both eager
+                sides, mode, graph_note, held = graphs.replayed(sides)
             samples = self._timed(msg, sides)
+        del held  # the graphs and their captured outputs
         if fresh:
             outputs = [o for _, outs in sampled.items for o in outs]
         else:
             outputs = [o for k in range(len(self.cand_sets)) for o in first_out.get(k, [])]
         return p.TimeReply(reference=timing.summarize(samples["reference"]), candidate=timing.summarize(samples["candidate"]),
                            inconsistent_timed_outputs=drift["count"], violations=self.snapshot.violations(),
-                           fresh_inputs=fresh, sampled_reps=[rep for rep, _ in sampled.items]), outputs
+                           fresh_inputs=fresh, sampled_reps=[rep for rep, _ in sampled.items], timing_mode=mode,
+                           graph_note=graph_note), outputs
 
     def _fresh_draws_fit(self, nonce: int) -> bool:
         """Whether the problem's `get_inputs()` draws tensors shaped like the staged set (so buffers can be refilled)."""
@@ -327,6 +332,20 @@ class Worker:
                 min_warmup_ms=200.0)
         return p.TimeCompiledReply(eager=timing.summarize(samples["eager"]),
                                    compiled=timing.summarize(samples["compiled"])), []
+
+    def cmd_busy(self, msg: p.Busy, tensors: list[torch.Tensor]) -> Handled:
+        """GPU busy share of an eager call of each side on the staged sets (see `graphs.busy_shares`)."""
+        assert self.candidate is not None and self.reference is not None and self.snapshot is not None
+        ref_buf, cand_buf = [t.clone() for t in self.ref_sets[0]], [t.clone() for t in self.cand_sets[0]]
+        ref_args, cand_args = _rebuild_args(self.args, ref_buf), _rebuild_args(self.args, cand_buf)
+        sides = {"reference": timing.TimedSide(_refiller(ref_buf, self.ref_sets), lambda: self.reference(*ref_args)),
+                 "candidate": timing.TimedSide(_refiller(cand_buf, self.cand_sets), lambda: self.candidate(*cand_args))}
+        with torch.no_grad():
+            shares = graphs.busy_shares(sides, self.flusher if msg.flush and self.flusher else _no_flush, msg.calls)
+        violations = self.snapshot.violations()
+        if violations:
+            return p.BusyReply(ok=False, stage="integrity", error="; ".join(violations)), []
+        return p.BusyReply(sides=shares), []
 
     def cmd_sync(self, msg: p.Sync, tensors: list[torch.Tensor]) -> Handled:
         return p.Reply(), []

@@ -11,8 +11,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ev = sub.add_parser("eval", help="evaluator throughput (pool / single worker / process per candidate), "
                                      "multi-GPU scaling and repeatability (GPU; throughput also runs on CPU)")
     ev.add_argument("--part", choices=("all", "throughput", "latency", "scaling", "ray-scaling", "repeatability",
-                                       "own-share", "flips"),
-                    default="all")
+                                       "own-share", "flips", "launch-bound"),
+                    default="all", help="launch-bound (not part of all): launch-bound references' eager and "
+                                        "CUDA-graph times across fresh worker processes")
+    ev.add_argument("--problems", default=None, help="launch-bound: problem selection (default: "
+                                                     "L3/06_lstm,L3/11_gru,L3/07_moe_layer and a matmul control)")
     ev.add_argument("--sessions", type=int, default=5)
     ev.add_argument("--rounds", type=int, default=20, help="flips (not part of all): rounds, each on a fresh pool; "
                                                            "own-share (not part of all) takes no options")
@@ -33,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if args.bench == "eval":
         from harness.bench import eval_bench
 
-        return eval_bench.main(args.part, args.sessions, args.out)
+        return eval_bench.main(args.part, args.sessions, args.out, problems=args.problems)
     if args.bench == "suite":
         from harness.bench import suite_bench
 

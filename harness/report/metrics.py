@@ -40,6 +40,7 @@ class ProblemBest:
     own_time_fraction: float | None = None
     sample: int | None = None
     turn: int | None = None
+    host_bound: list[str] = field(default_factory=list)  # sides of a correct result whose GPU was mostly idle (eval.launch)
 
 
 @dataclass
@@ -113,6 +114,7 @@ class RunMetrics:
     per_problem: dict[str, ProblemBest]
     warnings: list[str] = field(default_factory=list)
     preset: str = "default"  # the evaluator preset whose rules judged the run (`eval.preset`)
+    host_bound_problems: dict[str, list[str]] = field(default_factory=dict)  # problem -> host-bound sides of its best
 
     @property
     def tokens(self) -> int:
@@ -196,6 +198,7 @@ def compute_metrics(run: RunData, *, n_boot: int = 2000, seed: int = 0, ps: Sequ
         per_problem=per_problem,
         warnings=warnings,
         preset=run_preset(run.config, results),
+        host_bound_problems={pid: pb.host_bound for pid, pb in per_problem.items() if pb.host_bound},
     )
 
 
@@ -294,6 +297,7 @@ def _per_problem(attempts: list[Attempt], ids: list[str], levels: dict[str, str]
             own_time_fraction=r.kernels.own_time_fraction if r is not None and r.is_correct and r.kernels else None,
             sample=a.sample,
             turn=a.turn,
+            host_bound=list(getattr(r, "host_bound", []) or []) if r is not None and r.is_correct else [],
         )
     return out
 

@@ -144,7 +144,18 @@ def notes(metrics: Sequence[RunMetrics], comparison: Comparison) -> list[str]:
         out.append("≥ $: some attempts had no prices configured, so the cost is a lower bound.")
     for m in metrics:
         out += [f"{m.name}: {w}" for w in m.warnings]
+    out += [host_bound_note(m) for m in metrics if m.host_bound_problems]
     return out
+
+
+def host_bound_note(m: RunMetrics) -> str:
+    """Which best results were timed with a host-bound side (their speedups depend on the host's speed)."""
+    from eval.launch import HOST_BOUND_BELOW
+
+    items = "; ".join(f"{pid} ({', '.join(sides)})" for pid, sides in sorted(m.host_bound_problems.items()))
+    return (f"{m.name}: host-bound timings (GPU busy under {HOST_BOUND_BELOW:.0%} of an eager call) in "
+            f"{len(m.host_bound_problems)} best result(s): {items}. Their speedups depend on the host's speed and "
+            "move between runs; eval.cuda_graphs=auto times CUDA-graph replays instead.")
 
 
 def _md_table(headers: list[str], rows: list[list[str]]) -> str:

@@ -1,0 +1,124 @@
+"""Launch-bound timing, worker side: CUDA-graph replays (`eval.cuda_graphs=auto`) and the GPU busy share.
+
+`replayed(sides)` captures each side's forward once in a CUDA graph, after a few eager calls on a
+side stream (as PyTorch asks before a capture), and returns sides whose call is a replay of that
+graph returning the captured outputs. The inputs are the side's fixed buffers, which `prepare`
+refills (fresh values, outside the timed interval) before every repetition, so each replay
+computes on new inputs and the `after` hook (sampled outputs, drift) sees its outputs. A replay
+runs no Python of the forward, which is the point: it times the GPU work without the host's
+launch overhead. If either side cannot be captured (a host synchronisation, a CPU-side read of
+a tensor, an allocation the capture refuses, ...), no side is replayed: both are timed eagerly
+and the note says which side failed and why.
+
+`busy_shares(sides)` measures, per side, the GPU time of its kernels per call (profiler) against
+the event-timed time of the call, both under the timing's own conditions (inputs refilled, L2
+flushed, the GPU lead before the start event).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Callable
+
+import torch
+
+from eval.worker import timing, tracing
+
+# captured before any candidate is imported
+_CUDAGraph = torch.cuda.CUDAGraph
+_graph_context = torch.cuda.graph
+# the C++ method itself, so a candidate that rebinds the Python class's `replay` changes nothing here
+_replay = getattr(torch._C._CUDAGraph, "replay", None) or torch.cuda.CUDAGraph.replay
+_WARM_CALLS = 3
+_NOTE_CHARS = 300
+
+
+def _last_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    line = text.splitlines()[-1] if text else type(exc).__name__
+    return line if len(line) <= _NOTE_CHARS else line[:_NOTE_CHARS] + "..."
+
+
+def capture(side: timing.TimedSide) -> tuple[Any, Any]:
+    """Warm the side up on a side stream, then capture one call; returns (graph, its outputs)."""
+    side.prepare(-1)
+    warm = torch.cuda.Stream()
+    warm.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warm):
+        for _ in range(_WARM_CALLS):
+            side.call()
+    torch.cuda.current_stream().wait_stream(warm)
+    torch.cuda.synchronize()
+    graph = _CUDAGraph()
+    # a stream of its own per capture: a capture that fails leaves nothing routed to a shared capture stream
+    with _graph_context(graph, stream=torch.cuda.Stream()):
+        out = side.call()
+    torch.cuda.synchronize()
+    return graph, out
+
+
+def replayed(sides: dict[str, timing.TimedSide]) -> tuple[dict[str, timing.TimedSide], str, str, list[Any]]:
+    """(sides to time, mode, note, what must stay alive while timing): replays of every side, or the eager sides."""
+    held: list[Any] = []
+    out_sides: dict[str, timing.TimedSide] = {}
+    for name, side in sides.items():
+        try:
+            graph, out = capture(side)
+        except Exception as exc:  # noqa: BLE001  any failure of a capture means eager timing for both sides
+            held.clear()
+            _settle()
+            return sides, "eager", (f"the {name}'s forward could not be captured in a CUDA graph "
+                                    f"({_last_line(exc)}): both sides were timed as eager calls"), []
+        held.append((graph, out))
+        out_sides[name] = timing.TimedSide(side.prepare, _replayer(graph, out), side.after)
+    return out_sides, "cuda_graph", "", held
+
+
+def _replayer(graph: Any, out: Any) -> Callable[[], Any]:
+    def call() -> Any:
+        _replay(graph)
+        return out
+    return call
+
+
+def _settle() -> None:
+    """After a failed capture: wait for the device; the failed graph and its pool go with their last reference."""
+    torch.cuda.synchronize()
+
+
+def busy_shares(sides: dict[str, timing.TimedSide], flush: Callable[[], None], calls: int) -> dict[str, dict[str, float]]:
+    """Per side: kernel_ms (GPU time of its kernels per call), event_ms (median event time of a call) and busy.
+
+    Both use the timing's conditions: each call's inputs are refilled and the L2 flushed (with the GPU
+    lead) first. The profile of the calls also holds the refill and the flush, so the same loop without
+    the call is profiled too and its kernels' times are taken off, kernel name by kernel name.
+    """
+    out: dict[str, dict[str, float]] = {}
+    for name, side in sides.items():
+        times = []
+        for k in range(calls):
+            side.prepare(k)
+            flush()
+            start, end, result = timing._bracketed(side.call)  # noqa: SLF001  the timing's own bracket
+            del result
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        event_ms = statistics.median(times)
+        count = {"k": 0}
+
+        def setup_only() -> None:
+            side.prepare(count["k"])
+            count["k"] += 1
+            flush()
+
+        def with_call() -> None:
+            setup_only()
+            side.call()
+
+        base = dict(tracing.profile_kernels(setup_only, repeats=calls))
+        count["k"] = 0
+        full = tracing.profile_kernels(with_call, repeats=calls)
+        kernel_ms = sum(max(0.0, ms - base.get(kernel, 0.0)) for kernel, ms in full)
+        busy = min(1.0, kernel_ms / event_ms) if event_ms > 0 else 1.0
+        out[name] = {"kernel_ms": kernel_ms, "event_ms": event_ms, "busy": busy}
+    return out

@@ -1,0 +1,247 @@
+"""Launch-bound timings on a CPU: the setting, the result fields, the host-bound step and flag, the graph
+fallback logic, the feedback and report texts, and the bench part (`harness bench eval --part launch-bound`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from eval import launch
+from eval import protocol as p
+from eval.config import EvalConfig
+from eval.feedback import render_feedback
+from eval.result import EvalResult, Status, Timing
+from eval.wire import ProtocolError
+from eval.worker import graphs, timing
+
+
+# ------------------------------------------------------------------------------ config
+def test_cuda_graphs_setting_is_validated_and_keys_the_cache_only_when_on() -> None:
+    assert EvalConfig().cuda_graphs == "off"
+    assert "cuda_graphs" not in EvalConfig().cache_fields()  # old cache keys stay valid
+    assert EvalConfig(cuda_graphs="auto").cache_fields()["cuda_graphs"] == "auto"
+    with pytest.raises(ValueError, match="eval.cuda_graphs must be one of off, auto"):
+        EvalConfig(cuda_graphs="on")
+
+
+def test_cuda_graphs_goes_through_the_hydra_schema() -> None:
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(config_module="harness.conf", version_base=None):
+        cfg = compose(config_name="config", overrides=["eval.cuda_graphs=auto"])
+    assert EvalConfig(**cfg.eval).cuda_graphs == "auto"
+
+
+# ------------------------------------------------------------------------------ result
+def test_result_fields_round_trip_and_old_results_load() -> None:
+    r = EvalResult(status=Status.CORRECT, gpu_busy={"reference": 0.31, "candidate": 0.97}, host_bound=["reference"],
+                   timing_mode="cuda_graph")
+    back = EvalResult.from_dict(r.to_dict())
+    assert (back.gpu_busy, back.host_bound, back.timing_mode) == (r.gpu_busy, r.host_bound, r.timing_mode)
+    old = r.to_dict()
+    for key in ("gpu_busy", "host_bound", "timing_mode"):
+        del old[key]
+    legacy = EvalResult.from_dict(old)
+    assert legacy.gpu_busy == {} and legacy.host_bound == [] and legacy.timing_mode == "eager"
+
+
+# ------------------------------------------------------------------------------ protocol
+def test_busy_and_graph_fields_cross_the_boundary_typed() -> None:
+    req = p.decode_request(p.encode(p.Busy(calls=3, flush=False)))
+    assert isinstance(req, p.Busy) and req.calls == 3 and req.flush is False
+    reply = p.decode_reply(req, p.encode(p.BusyReply(sides={"reference": {"busy": 0.2}}), "busy"))
+    assert reply.sides["reference"]["busy"] == 0.2
+    with pytest.raises(ProtocolError):
+        p.decode_reply(req, {"cmd": "busy", "ok": True, "sides": {"reference": {"busy": "high"}}})
+    t = p.decode_request(p.encode(p.Time(graphs=True)))
+    assert t.graphs is True
+    tr = p.decode_reply(t, p.encode(p.TimeReply(timing_mode="cuda_graph", graph_note=""), "time"))
+    assert tr.timing_mode == "cuda_graph"
+
+
+# ------------------------------------------------------------------------------ the host-bound step
+class _Ctx:
+    """Just what `launch.host_bound` and `launch.record_mode` touch."""
+
+    def __init__(self, sides: dict, cuda_graphs: str = "off"):
+        self.config = EvalConfig(cuda_graphs=cuda_graphs)
+        self.result = EvalResult()
+        self.sent: list = []
+        self._sides = sides
+
+    def request(self, message, tensors=None, timeout=None):
+        self.sent.append(message)
+        return p.BusyReply(sides=self._sides), []
+
+
+def test_host_bound_side_is_flagged() -> None:
+    ctx = _Ctx({"reference": {"kernel_ms": 1.0, "event_ms": 4.0, "busy": 0.25},
+                "candidate": {"kernel_ms": 0.9, "event_ms": 1.0, "busy": 0.9}})
+    launch.host_bound(ctx)
+    assert isinstance(ctx.sent[0], p.Busy) and ctx.sent[0].flush is True
+    assert ctx.result.gpu_busy == {"reference": 0.25, "candidate": 0.9}
+    assert ctx.result.host_bound == ["reference"]
+    (flag,) = ctx.result.flags
+    assert flag.startswith("host-bound:") and "reference 25%" in flag and "eval.cuda_graphs=auto" in flag
+
+
+def test_busy_sides_are_not_flagged_and_forged_values_are_clamped() -> None:
+    ctx = _Ctx({"reference": {"busy": 0.95}, "candidate": {"busy": 7.0}})
+    launch.host_bound(ctx)
+    assert ctx.result.gpu_busy == {"reference": 0.95, "candidate": 1.0}
+    assert ctx.result.host_bound == [] and ctx.result.flags == []
+    nan = _Ctx({"reference": {"busy": float("nan")}, "candidate": {"busy": 0.6}})
+    launch.host_bound(nan)
+    assert nan.result.gpu_busy == {"candidate": 0.6}
+
+
+def test_graph_mode_is_recorded_and_a_fallback_is_flagged() -> None:
+    ctx = _Ctx({}, cuda_graphs="auto")
+    launch.record_mode(ctx, p.TimeReply(timing_mode="cuda_graph"))
+    assert ctx.result.timing_mode == "cuda_graph" and ctx.result.flags == []
+    ctx = _Ctx({}, cuda_graphs="auto")
+    launch.record_mode(ctx, p.TimeReply(graph_note="the candidate's forward could not be captured in a CUDA graph "
+                                                   "(RuntimeError: x): both sides were timed as eager calls"))
+    assert ctx.result.timing_mode == "eager"
+    assert ctx.result.flags[0].startswith("cuda_graphs: the candidate's forward could not be captured")
+    off = _Ctx({})
+    launch.record_mode(off, p.TimeReply())
+    assert off.result.timing_mode == "eager" and off.result.flags == []
+    assert "replays" in launch.host_bound_flag({"reference": 0.2}, ["reference"], "cuda_graph")
+
+
+# ------------------------------------------------------------------------------ capture fallback (worker side)
+def test_one_side_that_cannot_be_captured_leaves_both_eager(monkeypatch) -> None:
+    captured: list[str] = []
+
+    def fake_capture(side):
+        if side.call() == "candidate":
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+        captured.append("reference")
+        return object(), "reference output"
+
+    monkeypatch.setattr(graphs, "capture", fake_capture)
+    monkeypatch.setattr(graphs, "_settle", lambda: None)
+    sides = {"reference": timing.TimedSide(lambda rep: None, lambda: "reference"),
+             "candidate": timing.TimedSide(lambda rep: None, lambda: "candidate")}
+    out, mode, note, held = graphs.replayed(sides)
+    assert out is sides and mode == "eager" and held == [] and captured == ["reference"]
+    assert note.startswith("the candidate's forward could not be captured in a CUDA graph (RuntimeError: CUDA error")
+    assert note.endswith("both sides were timed as eager calls")
+
+
+def test_every_side_captured_means_replays(monkeypatch) -> None:
+    replays: list[object] = []
+    monkeypatch.setattr(graphs, "capture", lambda side: (side, f"{side.call()} static output"))
+    monkeypatch.setattr(graphs, "_replay", replays.append)
+    after = lambda rep, out: None  # noqa: E731
+    sides = {"reference": timing.TimedSide(lambda rep: None, lambda: "ref"),
+             "candidate": timing.TimedSide(lambda rep: None, lambda: "cand", after)}
+    out, mode, note, held = graphs.replayed(sides)
+    assert mode == "cuda_graph" and note == "" and len(held) == 2
+    assert out["candidate"].call() == "cand static output" and replays == [sides["candidate"]]
+    assert out["candidate"].after is after and out["candidate"].prepare is sides["candidate"].prepare
+
+
+# ------------------------------------------------------------------------------ feedback and report
+def _timed_result(**kw) -> EvalResult:
+    t = Timing(median_ms=1.0, iqr_ms=0.1, n=20, rel_stderr=0.01, min_ms=0.9)
+    return EvalResult(status=Status.CORRECT, reason="correct", candidate_timing=t, reference_timing=t, speedup=1.0,
+                      timing_meaningful=True, **kw)
+
+
+def test_feedback_shows_busy_shares_and_graph_mode() -> None:
+    r = _timed_result(gpu_busy={"reference": 0.31, "candidate": 0.97}, host_bound=["reference"],
+                      flags=[launch.host_bound_flag({"reference": 0.31, "candidate": 0.97}, ["reference"], "eager")])
+    text = render_feedback(r)
+    assert "GPU busy during an eager call: reference 31%, candidate 97% (host-bound: reference)" in text
+    assert "Note: host-bound:" in text
+    graphed = render_feedback(_timed_result(timing_mode="cuda_graph"))
+    assert "Timing (CUDA-graph replays of both forwards)" in graphed and "GPU busy" not in graphed
+
+
+def test_report_lists_host_bound_best_results(tmp_path: Path, monkeypatch) -> None:
+    from harness.report.compare import compare
+    from harness.report.load import load_run
+    from harness.report.metrics import compute_metrics
+    from harness.report.tables import notes
+    from tests import report_fixtures as rf
+
+    plain = rf.result
+
+    def result(status, speedup=None, **kw):
+        r = plain(status, speedup, **kw)
+        if r.problem_id == rf.SMOKE[0] and r.is_correct:
+            r.gpu_busy, r.host_bound = {"reference": 0.3, "candidate": 0.95}, ["reference"]
+        return r
+
+    monkeypatch.setattr(rf, "result", result)
+    run = rf.write_run(tmp_path / "hb", rf.config("hb"), [(rf.SMOKE[0], 1, 1, "correct", 1.2, 0.3),
+                                                           (rf.SMOKE[1], 1, 1, "correct", 2.0, 0.5)])
+    data = load_run(run)
+    m = compute_metrics(data, n_boot=50)
+    assert m.host_bound_problems == {rf.SMOKE[0]: ["reference"]}
+    assert m.per_problem[rf.SMOKE[0]].host_bound == ["reference"] and m.per_problem[rf.SMOKE[1]].host_bound == []
+    assert m.to_dict()["host_bound_problems"] == {rf.SMOKE[0]: ["reference"]}
+    text = "\n".join(notes([m], compare([data], [m])))
+    assert f"hb: host-bound timings (GPU busy under 50% of an eager call) in 1 best result(s): {rf.SMOKE[0]} (reference)" \
+        in text
+
+
+# ------------------------------------------------------------------------------ the bench part
+def test_bench_cli_takes_the_part_and_a_selection() -> None:
+    from harness.commands import bench_cmd
+
+    parser = argparse.ArgumentParser()
+    bench_cmd.add_arguments(parser)
+    args = parser.parse_args(["eval", "--part", "launch-bound", "--problems", "L3/06_lstm", "--sessions", "2"])
+    assert (args.part, args.problems, args.sessions) == ("launch-bound", "L3/06_lstm", 2)
+
+
+def test_bench_table_from_rows() -> None:
+    from harness.bench.launch_bound import table
+
+    report = {"sessions": 3, "timed": True, "rows": [
+        {"problem": "L3/06_lstm", "cuda_graphs": "off", "statuses": ["correct"] * 3, "timing_modes": ["eager"],
+         "reference_ms": [41.0, 58.0, 45.0], "candidate_ms": [], "reference_max_over_min": 58 / 41,
+         "reference_busy": [0.3, 0.25, 0.28], "host_bound_sessions": 3, "notes": ["host-bound: ..."]},
+        {"problem": "L3/06_lstm", "cuda_graphs": "auto", "statuses": ["correct"] * 3, "timing_modes": ["eager"],
+         "reference_ms": [], "candidate_ms": [], "reference_max_over_min": None, "reference_busy": [],
+         "host_bound_sessions": 0, "notes": []}]}
+    text = table(report)
+    assert "45.000 (41.000..58.000)" in text and "1.415" in text and "28%" in text and "3/3" in text
+    assert "L3/06_lstm cuda_graphs=off: host-bound: ..." in text and "n/t" in text
+
+
+@pytest.mark.timeout(300)
+def test_bench_part_runs_on_a_cpu(capsys) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("the CPU path of the bench part")
+    from harness.bench import eval_bench
+
+    assert eval_bench.main("launch-bound", sessions=3, problems="L1/01_square_matmul") == 0
+    out = capsys.readouterr().out
+    assert "CPU: nothing timed (n/t)" in out and "L1/01_square_matmul" in out
+    assert out.count("session 1/1") == 2  # one session per mode on a CPU
+
+
+def test_reference_as_candidate_defines_model_new() -> None:
+    from eval.static_checks import analyze
+    from harness.bench.launch_bound import reference_as_candidate
+    from problems.select import select_problems
+
+    (lstm,) = select_problems("L3/06_lstm")
+    report = analyze(reference_as_candidate(lstm))
+    assert report.status is None, report.reason
+
+
+def test_no_compile_speedup_against_graph_replays() -> None:
+    from eval.evaluator import Evaluator
+
+    r = _timed_result(timing_mode="cuda_graph")
+    Evaluator.compile_speedup(None, None, r)  # returns before it needs the evaluator or the problem
+    assert r.speedup_compile is None and r.flags[0].startswith("no speedup over torch.compile")
