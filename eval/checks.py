@@ -19,7 +19,7 @@ from __future__ import annotations
 import secrets
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -97,6 +97,7 @@ class Context:
     timed_outputs: list[torch.Tensor] = field(default_factory=list)
     timing_nonce: int = 0  # seeds the fresh inputs of every timed repetition (strict adaptive timing)
     sampled_reps: list[int] = field(default_factory=list)  # repetitions whose outputs came back, when fresh
+    worker_draws: bool = True  # the worker draws inputs from seeds (false once its draw did not match ours)
 
     @property
     def on_gpu(self) -> bool:
@@ -136,11 +137,6 @@ class Context:
             return self.reference.outputs(inputs)
         with runtime.precision(self.config.precision):
             return self.reference.outputs(inputs)
-
-    def public_inputs(self, seed: int, extra: int | None = None) -> list[Any]:
-        """KernelBench's inputs: seeded, drawn on the CPU, moved to the device."""
-        assert self.reference is not None
-        return runtime.make_inputs_on_cpu(self.reference.module, seed, self.lease.device, extra)
 
 
 # -- the steps ---------------------------------------------------------------------------------
@@ -182,13 +178,12 @@ def trials(ctx: Context) -> None:
         plan += [(f"extra{j}", j) for j in range(ref.extra_count())]
     public = runtime.kernelbench_trial_seeds(ctx.config.public_seed, len(plan)) if ctx.kernelbench_seeding else []
     for trial, (label, extra) in enumerate(plan):
-        if public:
-            inputs = ctx.public_inputs(public[trial], extra)
-        else:
-            inputs = ref.inputs(derive_seed(ctx.secret, label), extra)
+        seed = public[trial] if public else derive_seed(ctx.secret, label)
+        inputs = runtime.draw_inputs(ref.module, seed, ctx.lease.device, extra, on_cpu=bool(public))
+        fingerprint = runtime.input_fingerprint(inputs) if ctx.worker_draws else []
         expected = ctx.expected(inputs)
-        spec, tensors = encode_args(inputs)
-        reply, outputs = ctx.request(p.Run(args=spec, poison=True), tensors, timeout=ctx.config.call_timeout_s)
+        reply, outputs = _run_trial(ctx, inputs, fingerprint, p.Run(seed=seed, extra=-1 if extra is None else extra,
+                                                                     on_cpu=bool(public)))
         ctx.result.trials = trial + 1
         mismatch = compare(expected, outputs, *atol_rtol, trial=trial)
         if mismatch is not None:
@@ -200,6 +195,24 @@ def trials(ctx: Context) -> None:
                                             "the reference leaves its inputs unchanged")
 
 
+def _run_trial(ctx: Context, inputs: list[Any], fingerprint: list[str], drawn: p.Run) -> tuple[Any, list[torch.Tensor]]:
+    """One trial: the worker draws the inputs itself when its draws match ours, else they are carried over."""
+    timeout = ctx.config.call_timeout_s
+    if ctx.worker_draws:
+        reply, outputs = ctx.request(drawn, timeout=timeout)
+        if reply.fingerprint == fingerprint:
+            return reply, outputs
+        _stop_worker_draws(ctx)
+    spec, tensors = encode_args(inputs)
+    return ctx.request(p.Run(args=spec, poison=True), tensors, timeout=timeout)
+
+
+def _stop_worker_draws(ctx: Context) -> None:
+    ctx.worker_draws = False
+    ctx.result.flags.append("inputs carried to the worker: its draws from the same seed differed from the "
+                            "parent's (get_inputs() is not reproducible across processes)")
+
+
 def stage_timing_inputs(ctx: Context) -> None:
     """Send the timing input sets ahead, so the exclusive window holds only GPU work.
 
@@ -208,16 +221,23 @@ def stage_timing_inputs(ctx: Context) -> None:
     """
     assert ctx.reference is not None
     pool = max(1, ctx.config.timed_input_sets)
-    if ctx.kernelbench_seeding:
-        ref_sets = [ctx.public_inputs(ctx.config.public_seed) for _ in range(pool)]
-        ctx.timed_sets = [ctx.public_inputs(ctx.config.public_seed) for _ in range(pool)]
+    kb = ctx.kernelbench_seeding
+    if kb:
+        seeds = [ctx.config.public_seed] * (2 * pool)
     else:
-        ref_sets = [ctx.reference.inputs(derive_seed(ctx.secret, f"time-r{k}")) for k in range(pool)]
-        ctx.timed_sets = [ctx.reference.inputs(derive_seed(ctx.secret, f"time-c{k}")) for k in range(pool)]
-    spec, first = encode_args(ref_sets[0])
-    tensors = [t for s in ref_sets + ctx.timed_sets for t in encode_args(s)[1]]
-    ctx.request(p.Stage(args=spec, n_inputs=len(first), ref_sets=pool, cand_sets=pool), tensors,
-                timeout=ctx.config.call_timeout_s)
+        seeds = [derive_seed(ctx.secret, f"time-r{k}") for k in range(pool)] + \
+                [derive_seed(ctx.secret, f"time-c{k}") for k in range(pool)]
+    sets = [runtime.draw_inputs(ctx.reference.module, seed, ctx.lease.device, None, on_cpu=kb) for seed in seeds]
+    ctx.timed_sets = sets[pool:]
+    spec, first = encode_args(sets[0])
+    staged = p.Stage(args=spec, n_inputs=len(first), ref_sets=pool, cand_sets=pool)
+    timeout = ctx.config.call_timeout_s
+    if ctx.worker_draws:
+        reply, _ = ctx.request(replace(staged, seeds=seeds, on_cpu=kb), timeout=timeout)
+        if reply.fingerprints == [runtime.input_fingerprint(s) for s in sets]:
+            return
+        _stop_worker_draws(ctx)
+    ctx.request(staged, [t for s in sets for t in encode_args(s)[1]], timeout=timeout)
 
 
 def own_kernels(ctx: Context) -> None:
@@ -238,6 +258,22 @@ def own_kernels(ctx: Context) -> None:
     if not launched and ctx.config.own_kernel_policy == "reject":
         raise Verdict(Status.REJECTED, "none of the candidate's own kernels ran during forward (defined: "
                                        f"{', '.join(report.kernels)}); the work was done by PyTorch or a fallback path")
+    if ctx.config.own_kernel_policy == "reject":
+        shortfall = own_share_shortfall(share, ctx.config.min_own_time_fraction)
+        if shortfall:
+            raise Verdict(Status.REJECTED, shortfall)
+
+
+def own_share_shortfall(share: float | None, minimum: float) -> str | None:
+    """Why own kernels' share of forward's GPU time is too small (`eval.min_own_time_fraction`), or None.
+
+    A share that could not be measured (None: CPU interpreter, no profile) or a minimum of 0 never rejects.
+    """
+    if share is None or minimum <= 0 or share >= minimum:
+        return None
+    return (f"the candidate's own kernels took {share:.2%} of forward's GPU time, under the minimum of "
+            f"{minimum:.2%} (eval.min_own_time_fraction): library kernels (PyTorch, cuBLAS) did the work and the "
+            "own kernels look like a decoy; write the substantial part of the computation as your own kernels")
 
 
 def hidden_work(ctx: Context) -> None:
@@ -282,22 +318,6 @@ def judge_back_to_back(candidate: list[dict[str, float]],
 
 def time_candidate(ctx: Context) -> None:
     """Timing of reference and candidate; under the strict rule every candidate repetition gets unseen inputs."""
-    if ctx.config.own_kernel_policy == "reject":
-        shortfall = own_share_shortfall(share, ctx.config.min_own_time_fraction)
-        if shortfall:
-            raise Verdict(Status.REJECTED, shortfall)
-
-
-def own_share_shortfall(share: float | None, minimum: float) -> str | None:
-    """Why own kernels' share of forward's GPU time is too small (`eval.min_own_time_fraction`), or None.
-
-    A share that could not be measured (None: CPU interpreter, no profile) or a minimum of 0 never rejects.
-    """
-    if share is None or minimum <= 0 or share >= minimum:
-        return None
-    return (f"the candidate's own kernels took {share:.2%} of forward's GPU time, under the minimum of "
-            f"{minimum:.2%} (eval.min_own_time_fraction): library kernels (PyTorch, cuBLAS) did the work and the "
-            "own kernels look like a decoy; write the substantial part of the computation as your own kernels")
     fresh = ctx.config.timing_method == "adaptive" and ctx.config.timed_output_checks
     ctx.timing_nonce = secrets.randbits(62) | 1 if fresh else 0
     reply, outputs = ctx.request(p.Time(**timing_rule(ctx.config), nonce=ctx.timing_nonce,

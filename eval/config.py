@@ -36,10 +36,10 @@ _ADDED_LATER: dict[str, Any] = {
     "timing_method": "adaptive", "timing_statistic": "median", "l2_flush": True, "fixed_reps": 100,
     "fixed_warmup_calls": 3, "cuda_graphs": "off",
 }
-_WHERE_IT_RUNS = {"cache_dir", "parallel_compiles", "log_cap_bytes", "gpus", "workers_per_gpu"}
 # The own-share rule changes strict verdicts, so at its default it keys the cache (no strict result cached
 # before the rule existed is reused); off (0, as under eval=kernelbench) it stays out of the key.
 _ADDED_LATER["min_own_time_fraction"] = 0.0
+_WHERE_IT_RUNS = {"cache_dir", "parallel_compiles", "log_cap_bytes", "gpus", "workers_per_gpu"}
 
 
 @dataclass
@@ -51,10 +51,10 @@ class EvalConfig:
     workers_per_gpu: warm sandboxed workers per GPU (candidates in flight per GPU); 0 picks
       4 on a GPU and, on a CPU, one per two cores (at most 4).
     own_kernel_policy: "reject" fails candidates none of whose own kernels ran; "report" only notes it.
-    problem_scale: "auto" uses a problem's reduced sizes (META["small"]) on CPU and full sizes on a GPU.
     min_own_time_fraction: under own_kernel_policy=reject, on a GPU, reject a candidate whose own kernels
       take less than this share of forward's GPU time (a decoy kernel beside PyTorch doing the work);
       in [0, 1), 0 turns it off. Not measurable on a CPU (no profile), so never applied there.
+    problem_scale: "auto" uses a problem's reduced sizes (META["small"]) on CPU and full sizes on a GPU.
     max_output_bytes: the most bytes one forward's outputs may take; a worker reply carries at most
       max(3, timed_input_sets) forwards' outputs, and more than that is a verdict on the candidate.
 
@@ -88,11 +88,6 @@ class EvalConfig:
     atol: Optional[float] = None  # None: problem override, then dtype default
     rtol: Optional[float] = None
     own_kernel_policy: str = "reject"
-    problem_scale: str = "auto"
-    # timing (GPU only)
-    warmup_ms: float = 25.0
-    min_reps: int = 20
-    max_reps: int = 1000
     # Default 0.005 (0.5 %), from data: honest hybrids (cuBLAS GEMM + own epilogue) have the smallest
     # honest shares. Lowest estimate, from FLOPs and bytes on an H100: a 4096^3 fp32 GEMM (137 GFLOP at
     # ~50 TFLOP/s IEEE fp32, TF32 off: ~2.7 ms) against a 16M-element fp32 bias+ReLU epilogue (128 MB
@@ -102,6 +97,11 @@ class EvalConfig:
     # honest estimate (room for GEMMs up to ~3x deeper per output than 4096, or faster epilogues) and
     # above every decoy measured. `harness bench eval --part own-share` prints the measured shares.
     min_own_time_fraction: float = 0.005
+    problem_scale: str = "auto"
+    # timing (GPU only)
+    warmup_ms: float = 25.0
+    min_reps: int = 20
+    max_reps: int = 1000
     target_rel_stderr: float = 0.01
     time_budget_s: float = 6.0
     timed_input_sets: int = 3
@@ -144,14 +144,14 @@ class EvalConfig:
         problems += [f"eval.{name} must be >= 0, not {getattr(self, name)!r}"
                      for name in ("workers_per_gpu", "parallel_compiles", "fixed_warmup_calls", "public_seed")
                     if getattr(self, name) < 0]
+        if not 0.0 <= self.min_own_time_fraction < 1.0:
+            problems.append(f"eval.min_own_time_fraction must be in [0, 1), not {self.min_own_time_fraction!r}")
         if not str(self.preset).strip():
             problems.append("eval.preset must name the preset (it labels every result)")
         if self.min_reps > self.max_reps:
             problems.append(f"eval.min_reps ({self.min_reps}) exceeds eval.max_reps ({self.max_reps})")
         if self.timing_method == "fixed" and self.timed_input_sets != 1:
             problems.append("eval.timing_method=fixed times one input set, as KernelBench does: set eval.timed_input_sets=1")
-        if not 0.0 <= self.min_own_time_fraction < 1.0:
-            problems.append(f"eval.min_own_time_fraction must be in [0, 1), not {self.min_own_time_fraction!r}")
         if self.gpus is not None and (not self.gpus or any(int(g) < 0 for g in self.gpus)):
             problems.append(f"eval.gpus must be null (all visible) or a non-empty list of GPU indices, not {self.gpus!r}")
         if problems:

@@ -90,16 +90,25 @@ class Prepare(Request):
 @dataclass
 class RunReply(Reply):
     mutated_inputs: list[int] = field(default_factory=list)
+    fingerprint: list[str] = field(default_factory=list)  # of the inputs the worker drew (`Run.seed`)
 
 
 @dataclass
 class Run(Request):
-    """One correctness trial on the inputs carried (tensors); replies with the outputs."""
+    """One correctness trial; replies with the outputs.
+
+    The inputs are the tensors carried, or, with a `seed`, drawn by the worker on its device
+    (`runtime.draw_inputs(seed, extra or None, on_cpu)`), so large inputs never cross the
+    boundary; the reply's fingerprint lets the parent confirm it drew the same values.
+    """
 
     cmd: ClassVar[str] = "run"
     reply: ClassVar[type[Reply]] = RunReply
     args: ArgSpec = field(default_factory=list)
     poison: bool = True
+    seed: int = 0  # 0: the inputs are the tensors carried
+    extra: int = -1  # hidden shape set to draw; -1: get_inputs()
+    on_cpu: bool = False
 
 
 @dataclass
@@ -117,14 +126,25 @@ class Kernels(Request):
 
 
 @dataclass
+class StageReply(Reply):
+    fingerprints: list[list[str]] = field(default_factory=list)  # one per set the worker drew
+
+
+@dataclass
 class Stage(Request):
-    """Keep input sets on the device for timing: `ref_sets` sets for the reference, then `cand_sets` for the candidate."""
+    """Keep input sets on the device for timing: `ref_sets` sets for the reference, then `cand_sets` for the candidate.
+
+    The sets are the tensors carried, or, with `seeds` (one per set), drawn by the worker as in `Run`.
+    """
 
     cmd: ClassVar[str] = "stage"
+    reply: ClassVar[type[Reply]] = StageReply
     args: ArgSpec = field(default_factory=list)
     n_inputs: int = 0
     ref_sets: int = 0
     cand_sets: int = 0
+    seeds: list[int] = field(default_factory=list)
+    on_cpu: bool = False
 
 
 @dataclass

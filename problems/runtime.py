@@ -183,6 +183,42 @@ def make_inputs(module: types.ModuleType, seed: int, device: str | torch.device 
     return list(to_device(list(raw), device))
 
 
+def draw_inputs(module: types.ModuleType, seed: int, device: str | torch.device, extra_index: int | None = None,
+                on_cpu: bool = False) -> list[Any]:
+    """The inputs of `seed` on `device`: drawn there, or on the CPU and moved (`on_cpu`, KernelBench's values).
+
+    The parent and the worker both call this, so the same seed gives the same values on either side.
+    """
+    if on_cpu:
+        return make_inputs_on_cpu(module, seed, device, extra_index)
+    return make_inputs(module, seed, device, extra_index)
+
+
+_FINGERPRINT_VALUES = 64
+
+
+def input_fingerprint(inputs: list[Any]) -> list[str]:
+    """An exact, short summary of inputs (dtype, shape and a fixed spread of element values).
+
+    Two processes that drew from the same seed compare fingerprints instead of moving the
+    tensors; a difference means the draw is not reproducible across processes.
+    """
+    out = []
+    for x in inputs:
+        if not isinstance(x, torch.Tensor):
+            out.append(repr(x))
+            continue
+        flat = x.detach().reshape(-1)
+        if flat.is_complex():
+            flat = torch.view_as_real(flat).reshape(-1)
+        n = flat.numel()
+        m = min(n, _FINGERPRINT_VALUES)
+        picks = [k * (n - 1) // (m - 1) for k in range(m)] if m > 1 else list(range(m))
+        values = flat[torch.tensor(picks, dtype=torch.long, device=flat.device)].double().cpu().tolist()
+        out.append(f"{x.dtype}{tuple(x.shape)}:" + ",".join(float(v).hex() for v in values))
+    return out
+
+
 def extra_input_count(module: types.ModuleType) -> int:
     """How many hidden shape sets `get_extra_inputs()` defines (0 when it is absent)."""
     if not hasattr(module, "get_extra_inputs"):

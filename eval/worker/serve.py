@@ -211,9 +211,14 @@ class Worker:
         return p.Reply(), []
 
     def cmd_run(self, msg: p.Run, tensors: list[torch.Tensor]) -> Handled:
-        """One correctness trial on the given inputs, memory poisoned while it runs."""
+        """One correctness trial on the given or drawn inputs, memory poisoned while it runs."""
         assert self.candidate is not None and self.snapshot is not None
-        inputs = _rebuild_args(msg.args, [t.to(self.device) for t in tensors])
+        fingerprint: list[str] = []
+        if msg.seed:
+            inputs = self._draw(msg.seed, None if msg.extra < 0 else msg.extra, msg.on_cpu)
+            fingerprint = runtime.input_fingerprint(inputs)
+        else:
+            inputs = _rebuild_args(msg.args, [t.to(self.device) for t in tensors])
         pristine = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
         self._sync()
         try:
@@ -229,16 +234,27 @@ class Worker:
         if problem:
             return p.RunReply(ok=False, stage="output", error=problem), []
         mutated = [i for i, (a, b) in enumerate(zip(inputs, pristine)) if isinstance(a, torch.Tensor) and not _same(a, b)]
-        return p.RunReply(mutated_inputs=mutated), outputs
+        return p.RunReply(mutated_inputs=mutated, fingerprint=fingerprint), outputs
 
     def cmd_stage(self, msg: p.Stage, tensors: list[torch.Tensor]) -> Handled:
-        """Keep the timing input sets on the device (sent outside the exclusive timing window)."""
-        n, sets = msg.n_inputs, [t.to(self.device) for t in tensors]
-        if n * (msg.ref_sets + msg.cand_sets) != len(sets):
-            return p.Reply(ok=False, stage="stage", error="staged tensor count does not match the set counts"), []
-        groups = [sets[k * n:(k + 1) * n] for k in range(msg.ref_sets + msg.cand_sets)]
+        """Keep the timing input sets on the device (carried or drawn outside the exclusive timing window)."""
+        n, count = msg.n_inputs, msg.ref_sets + msg.cand_sets
+        reply = p.StageReply()
+        if msg.seeds:
+            drawn = [self._draw(seed, None, msg.on_cpu) for seed in msg.seeds]
+            reply.fingerprints = [runtime.input_fingerprint(d) for d in drawn]
+            groups = [[x for x in d if isinstance(x, torch.Tensor)] for d in drawn]
+        else:
+            sets = [t.to(self.device) for t in tensors]
+            groups = [sets[k * n:(k + 1) * n] for k in range(count)] if n * count == len(sets) else []
+        if len(groups) != count or any(len(g) != n for g in groups):
+            return p.StageReply(ok=False, stage="stage", error="staged tensor count does not match the set counts"), []
         self.args, self.ref_sets, self.cand_sets = msg.args, groups[:msg.ref_sets], groups[msg.ref_sets:]
-        return p.Reply(), []
+        return reply, []
+
+    def _draw(self, seed: int, extra: int | None, on_cpu: bool) -> list[Any]:
+        """Inputs drawn here from a seed the parent chose (it draws the same ones for the reference)."""
+        return runtime.draw_inputs(self.problem, seed, self.device, extra, on_cpu)
 
     def cmd_kernels(self, msg: p.Kernels, tensors: list[torch.Tensor]) -> Handled:
         """Own Triton launches so far and, on a GPU, a profile of calls on a staged candidate set."""

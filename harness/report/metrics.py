@@ -116,6 +116,7 @@ class RunMetrics:
     preset: str = "default"  # the evaluator preset whose rules judged the run (`eval.preset`)
     host_bound_problems: dict[str, list[str]] = field(default_factory=dict)  # problem -> host-bound sides of its best
 
+
     @property
     def tokens(self) -> int:
         return self.input_tokens + self.output_tokens
