@@ -309,7 +309,8 @@ def own_share_or_flips(which: str, rounds: int, out: str | None) -> int:
     return 0
 
 
-def main(which: str = "all", sessions: int = 5, out: str | None = None, problems: str | None = None) -> int:
+def main(which: str = "all", sessions: int = 5, out: str | None = None, problems: str | None = None,
+         copies: int = 4) -> int:
     """Run the chosen parts, print tables, optionally write the JSON to `out`."""
     if which == "launch-bound":  # runs on a CPU too (nothing timed there): see harness/bench/launch_bound.py
         from harness.bench import launch_bound
@@ -334,12 +335,12 @@ def main(which: str = "all", sessions: int = 5, out: str | None = None, problems
         print(f"\nlatency: honest Triton candidate, {lat['elements']} elements, warm idle pool: median "
               f"{lat['median_s']:.2f} s {lat['eval_seconds']} {lat['statuses']}; phases {json.dumps(lat['phase_medians'])}")
     if which in ("all", "scaling") and torch.cuda.is_available():
-        s = report["scaling"] = scaling()
+        s = report["scaling"] = scaling(copies)
         print(f"\nscaling: {s['candidates']} honest Triton candidates; one GPU {s['one_gpu']['candidates_per_min']:.1f}/min"
               + (f", {s['gpus']} GPUs {s['all_gpus']['candidates_per_min']:.1f}/min = {s['ratio']:.2f}x" if "ratio" in s
                  else " (only one GPU visible)"))
     if which == "ray-scaling":
-        r = report["ray_scaling"] = ray_scaling()
+        r = report["ray_scaling"] = ray_scaling(copies)
         line = f"\nray scaling: {r['candidates']} honest Triton candidates; 1 actor {r['actors_1']['candidates_per_min']:.1f}/min"
         if "ratio" in r:
             every = r[f"actors_{r['gpus']}"]

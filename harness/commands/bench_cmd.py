@@ -17,6 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ev.add_argument("--problems", default=None, help="launch-bound: problem selection (default: "
                                                      "L3/06_lstm,L3/11_gru,L3/07_moe_layer and a matmul control)")
     ev.add_argument("--sessions", type=int, default=5)
+    ev.add_argument("--copies", type=int, default=4,
+                    help="scaling parts: distinct copies of each of the 6 honest Triton candidates (batch = 6 x copies)")
     ev.add_argument("--rounds", type=int, default=20, help="flips (not part of all): rounds, each on a fresh pool; "
                                                            "own-share (not part of all) takes no options")
     ev.add_argument("--out", help="write the full JSON report here")
@@ -36,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     if args.bench == "eval":
         from harness.bench import eval_bench
 
-        return eval_bench.main(args.part, args.sessions, args.out, problems=args.problems)
+        return eval_bench.main(args.part, args.sessions, args.out, problems=args.problems, copies=args.copies)
     if args.bench == "suite":
         from harness.bench import suite_bench
 
