@@ -287,7 +287,7 @@ def _print_throughput(t: dict[str, Any]) -> None:
 
 def own_share_or_flips(which: str, rounds: int, out: str | None) -> int:
     """`--part own-share` (every solution, the hybrids and the decoy: each one's own-kernel share) or `--part flips`
-    (honest microsecond-scale candidates judged `rounds` times on fresh pools); each prints its table."""
+    (honest microsecond-scale candidates judged `rounds` times each, over 5 fresh pools); each prints its table."""
     if which == "flips" and not torch.cuda.is_available():
         print("harness bench eval --part flips needs a CUDA GPU (the hidden-work check runs only there)")
         return 2

@@ -19,8 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ev.add_argument("--sessions", type=int, default=5)
     ev.add_argument("--copies", type=int, default=4,
                     help="scaling parts: distinct copies of each of the 6 honest Triton candidates (batch = 6 x copies)")
-    ev.add_argument("--rounds", type=int, default=20, help="flips (not part of all): rounds, each on a fresh pool; "
-                                                           "own-share (not part of all) takes no options")
+    ev.add_argument("--rounds", type=int, default=20, help="flips (not part of all): verdicts per candidate, spread over 5 "
+                                                           "fresh pools; own-share (not part of all) takes no options")
     ev.add_argument("--out", help="write the full JSON report here")
     suite = sub.add_parser("suite", help="baselines, roofline floors and reference solutions per level (GPU)")
     suite.add_argument("selection", nargs="?", default="all", help="problem selection (all, level1, L1/*softmax*, ...)")
