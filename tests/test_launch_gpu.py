@@ -7,6 +7,8 @@ import torch
 
 from eval import EvalConfig, Evaluator, Status
 from eval.launch import HOST_BOUND_BELOW
+from harness.bench import candidates
+from harness.bench.candidates import TRITON_LAUNCH, edit
 from problems.problem import problem_from_source
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -71,62 +73,14 @@ class ModelNew(nn.Module):
         return out
 '''
 
-# relu(x + y) * 1.5 over 16M elements: three eager kernels of tens of microseconds each (GPU-bound)
-LARGE = '''
-import torch
-import torch.nn as nn
-
-N = 1 << 24
-
-
-class Model(nn.Module):
-    def __init__(self, scale: float):
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x, y):
-        return torch.relu(x + y) * self.scale
-
-
-def get_inputs():
-    return [torch.randn(N), torch.randn(N)]
-
-
-def get_init_inputs():
-    return [1.5]
-'''
-
-FUSED = '''
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def add_relu_scale(x_ptr, y_ptr, out_ptr, n, scale, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    v = tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask)
-    tl.store(out_ptr + offs, tl.maximum(v, 0.0) * scale, mask=mask)
-
-
-class ModelNew(nn.Module):
-    def __init__(self, scale: float):
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x, y):
-        out = torch.empty_like(x)
-        n = out.numel()
-        # EXTRA
-        add_relu_scale[(triton.cdiv(n, 1024),)](x, y, out, n, self.scale, BLOCK=1024)
-        return out
-'''
+# relu(x + y) * 1.5 over 16M elements (the benchmark problem): three eager kernels of tens of microseconds each
+# (GPU-bound); the candidate is the benchmark's fused Triton kernel (the prompts' worked example with a scale)
+_LAUNCH = f"        {TRITON_LAUNCH.format(warps=4)}\n"
 
 
 def _with(extra: str, tag: str) -> str:
-    return FUSED.replace("        # EXTRA\n", extra) + f"\n# {tag}\n"
+    """The fused candidate with `extra` run in forward just before its kernel launch, made distinct by `tag`."""
+    return edit(candidates.triton_candidate(), _LAUNCH, extra + _LAUNCH) + f"\n# {tag}\n"
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +103,7 @@ def launch_bound():
 
 @pytest.fixture(scope="module")
 def large():
-    return problem_from_source(LARGE, name="add_relu_scale_16m", problem_id="test/add_relu_scale_16m")
+    return candidates.problem(1 << 24)
 
 
 def test_launch_bound_reference_is_flagged(eager, launch_bound):
