@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
-import tempfile
 import time
 from typing import Any
 
@@ -42,18 +41,19 @@ def reference_as_candidate(problem: Problem) -> str:
     return problem.source + "\n\nclass ModelNew(Model):\n    pass\n"
 
 
-def _config(mode: str, cache: str, gpu: bool) -> EvalConfig:
+def _config(mode: str, gpu: bool) -> EvalConfig:
     fields = {f.name for f in dataclasses.fields(EvalConfig)}
     settings = {k: v for k, v in _SETTINGS.items() if k in fields}
     if "min_own_time_fraction" in fields:  # the reference has no kernel of its own: no share to require
         settings["min_own_time_fraction"] = 0.0
-    return EvalConfig(device="cuda" if gpu else "cpu", gpus=[0] if gpu else None, cache_dir=cache,
+    # no cache: every session measures afresh (and probes no roofline ceilings, which need one)
+    return EvalConfig(device="cuda" if gpu else "cpu", gpus=[0] if gpu else None, cache_dir=None,
                       cuda_graphs=mode, **settings)
 
 
 def _session(problems: list[Problem], mode: str, gpu: bool) -> list[EvalResult]:
     """One fresh evaluator (fresh worker processes) evaluates every problem's reference against itself."""
-    with tempfile.TemporaryDirectory() as cache, Evaluator(_config(mode, cache, gpu)) as ev:
+    with Evaluator(_config(mode, gpu)) as ev:
         return ev.evaluate_many([Job(pr, reference_as_candidate(pr)) for pr in problems])
 
 
