@@ -65,6 +65,15 @@ class Verdict(Exception):
         self.status, self.reason, self.error = status, reason, error
 
 
+class RetryEager(Exception):
+    """A CUDA-graph capture failed in the worker, which may have left its CUDA state unusable: evaluate again in
+    a new worker with both sides timed as eager calls."""
+
+    def __init__(self, note: str):
+        super().__init__(note)
+        self.note = note
+
+
 class RetryAlone(Exception):
     """The device ran out of memory while other evaluations shared the GPU: run this one again, alone."""
 
@@ -91,6 +100,7 @@ class Context:
     build: Build | None = None
     ceilings: Ceilings | None = None
     alone: bool = False  # the evaluation holds its GPU exclusively throughout (a retry after running out of memory)
+    graphs: bool = False  # time both sides as CUDA-graph replays (eval.cuda_graphs=auto, unless a capture failed)
     secret: int = field(default_factory=lambda: secrets.randbits(62))
     reference: Reference | None = None
     timed_sets: list[list[Any]] = field(default_factory=list)  # the candidate's timing inputs, kept by the parent
@@ -321,8 +331,11 @@ def time_candidate(ctx: Context) -> None:
     fresh = ctx.config.timing_method == "adaptive" and ctx.config.timed_output_checks
     ctx.timing_nonce = secrets.randbits(62) | 1 if fresh else 0
     reply, outputs = ctx.request(p.Time(**timing_rule(ctx.config), nonce=ctx.timing_nonce,
-                                        graphs=ctx.config.cuda_graphs == "auto"),
+                                        graphs=ctx.graphs),
                                  timeout=ctx.config.timing_timeout_s)
+    if ctx.graphs and reply.timing_mode == "capture_failed":
+        ctx.lease.worker.kill()
+        raise RetryEager(reply.graph_note[:400] or "a CUDA-graph capture failed")
     if reply.violations:
         raise Verdict(Status.REJECTED, "integrity: " + "; ".join(reply.violations))
     ctx.timed_outputs = outputs

@@ -27,7 +27,7 @@ from eval import checks, static_checks
 from eval import protocol as p
 from eval.builds import Build, Builder
 from eval.cache import JsonCache, cache_key
-from eval.checks import Context, RetryAlone, Verdict, trim
+from eval.checks import Context, RetryAlone, RetryEager, Verdict, trim
 from eval.config import EvalConfig
 from eval.pool import Lease, WorkerPool
 from eval.reference import Reference, encode_args, use_small_sizes
@@ -235,16 +235,27 @@ class Evaluator:
             raise Verdict(Status.COMPILE_ERROR, "building the candidate failed", built.error)
         if self.device.type == "cpu" and (report.cuda_kernels or report.uses_load_inline or job.backend == "cuda"):
             raise Verdict(Status.SKIPPED, (built.note if built else "") or "CUDA candidates cannot run without a GPU")
-        try:
-            self._run_on_worker(job, report, built, result, alone=False)
-        except RetryAlone:
-            fresh = self._new_result(job)
-            fresh.flags.append("ran out of device memory beside other evaluations; evaluated again alone")
-            self._run_on_worker(job, report, built, fresh, alone=True)
-            result.__dict__.update(fresh.__dict__)
+        alone, graphs, retried = False, self.config.cuda_graphs == "auto", []
+        while True:  # each retry turns one thing off, so this ends
+            attempt = self._new_result(job) if retried else result
+            attempt.flags.extend(retried)
+            try:
+                self._run_on_worker(job, report, built, attempt, alone=alone, graphs=graphs)
+            except RetryAlone:
+                alone = True
+                retried.append("ran out of device memory beside other evaluations; evaluated again alone")
+                continue
+            except RetryEager as exc:
+                graphs = False
+                retried.append(f"cuda_graphs: {exc.note}; evaluated again in a new worker, both sides timed as "
+                               "eager calls")
+                continue
+            if attempt is not result:
+                result.__dict__.update(attempt.__dict__)
+            return
 
     def _run_on_worker(self, job: Job, report: static_checks.SourceReport, built: Build | None, result: EvalResult,
-                       alone: bool) -> None:
+                       alone: bool, graphs: bool) -> None:
         waited = time.perf_counter()
         lease = self._pool.acquire()
         result.phase_seconds["worker"] = round(time.perf_counter() - waited, 4)
@@ -256,7 +267,7 @@ class Evaluator:
         small = use_small_sizes(job.problem, self.config.problem_scale, lease.device)
         result.problem_scale = "small" if small else "full"
         ctx = Context(problem=job.problem, source=job.source, report=report, config=self.config, lease=lease,
-                      result=result, small=small, build=built, ceilings=self._ceilings, alone=alone)
+                      result=result, small=small, build=built, ceilings=self._ceilings, alone=alone, graphs=graphs)
         reusable = False
         try:
             with lease.gate.hold("exclusive" if alone else "none"):

@@ -63,5 +63,5 @@ def host_bound_flag(busy: dict[str, float], sides: list[str], timing_mode: str) 
 def record_mode(ctx: "Context", reply: p.TimeReply) -> None:
     """Which way the timed calls ran, and why graphs were not used when they were asked for."""
     ctx.result.timing_mode = "cuda_graph" if reply.timing_mode == "cuda_graph" else "eager"
-    if ctx.config.cuda_graphs == "auto" and ctx.result.timing_mode != "cuda_graph":
+    if ctx.graphs and ctx.result.timing_mode != "cuda_graph":
         ctx.result.flags.append("cuda_graphs: " + (reply.graph_note[:400] or "graphs were not used"))

@@ -201,7 +201,7 @@ class TimeReply(Reply):
     violations: list[str] = field(default_factory=list)
     fresh_inputs: bool = False  # every repetition drew new candidate inputs (then outputs are of `sampled_reps`)
     sampled_reps: list[int] = field(default_factory=list)
-    timing_mode: str = "eager"  # "cuda_graph" when both sides were timed as CUDA-graph replays
+    timing_mode: str = "eager"  # "cuda_graph": both sides as CUDA-graph replays; "capture_failed": nothing timed
     graph_note: str = ""  # why graphs were asked for but not used (a side's capture failed)
 
 

@@ -7,8 +7,9 @@ refills (fresh values, outside the timed interval) before every repetition, so e
 computes on new inputs and the `after` hook (sampled outputs, drift) sees its outputs. A replay
 runs no Python of the forward, which is the point: it times the GPU work without the host's
 launch overhead. If either side cannot be captured (a host synchronisation, a CPU-side read of
-a tensor, an allocation the capture refuses, ...), no side is replayed: both are timed eagerly
-and the note says which side failed and why.
+a tensor, an allocation the capture refuses, ...), the mode is "capture_failed" and the note says
+which side failed and why: a failed capture can leave the process's CUDA state unusable (measured
+on the H100: the next random draw raised), so the parent evaluates again in a new worker, eagerly.
 
 `busy_shares(sides)` measures, per side, the GPU time of its kernels per call (profiler) against
 the event-timed time of the call, both under the timing's own conditions (inputs refilled, L2
@@ -50,9 +51,15 @@ def capture(side: timing.TimedSide) -> tuple[Any, Any]:
     torch.cuda.current_stream().wait_stream(warm)
     torch.cuda.synchronize()
     graph = _CUDAGraph()
-    # a stream of its own per capture: a capture that fails leaves nothing routed to a shared capture stream
-    with _graph_context(graph, stream=torch.cuda.Stream()):
-        out = side.call()
+    before = torch.cuda.current_stream()
+    try:
+        # a stream of its own per capture: a capture that fails leaves nothing routed to a shared capture stream
+        with _graph_context(graph, stream=torch.cuda.Stream()):
+            out = side.call()
+    finally:
+        # when the capture's end raises, torch.cuda.graph's exit stops before restoring the stream, which
+        # would leave the dead capture stream current (later random draws then fail)
+        torch.cuda.set_stream(before)
     torch.cuda.synchronize()
     return graph, out
 
@@ -67,8 +74,8 @@ def replayed(sides: dict[str, timing.TimedSide]) -> tuple[dict[str, timing.Timed
         except Exception as exc:  # noqa: BLE001  any failure of a capture means eager timing for both sides
             held.clear()
             _settle()
-            return sides, "eager", (f"the {name}'s forward could not be captured in a CUDA graph "
-                                    f"({_last_line(exc)}): both sides were timed as eager calls"), []
+            return sides, "capture_failed", (f"the {name}'s forward could not be captured in a CUDA graph "
+                                             f"({_last_line(exc)})"), []
         held.append((graph, out))
         out_sides[name] = timing.TimedSide(side.prepare, _replayer(graph, out), side.after)
     return out_sides, "cuda_graph", "", held

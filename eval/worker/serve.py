@@ -315,6 +315,8 @@ class Worker:
         with torch.no_grad():
             if msg.graphs and self.device.type == "cuda":  # both sides as CUDA-graph replays, or both eager
                 sides, mode, graph_note, held = graphs.replayed(sides)
+                if mode == "capture_failed":  # this process's CUDA state is suspect: the parent starts over elsewhere
+                    return p.TimeReply(timing_mode=mode, graph_note=graph_note), []
             samples = self._timed(msg, sides)
         del held  # the graphs and their captured outputs
         if fresh:
