@@ -181,6 +181,11 @@ class SandboxPlan:
     def filesystem(self) -> bool:
         return bool(self.prefix)
 
+    @property
+    def processes(self) -> bool:
+        """Whether the worker has a PID namespace of its own: it sees and can signal no process outside it."""
+        return "-p" in self.prefix
+
 
 def _needed_paths() -> list[str]:
     """What the worker must still read inside a masked home: the interpreter, its libraries, the project."""
@@ -220,8 +225,11 @@ def sandbox_plan() -> SandboxPlan:
     probe_dir = Path(tempfile.mkdtemp(prefix="kh-probe-"))
     try:
         root = os.geteuid() == 0
-        attempts = [((unshare, "-m", "-n", "--"), UNPRIVILEGED_UID), ((unshare, "-m", "-n", "--"), None)] if root else \
-            [((unshare, "-U", "-r", "-m", "-n", "--"), None)]
+        # a PID namespace too where the kernel allows it: without one, a worker could signal the harness (same
+        # uid when not root) or the other workers (uid 65534), e.g. `os.kill(-1, SIGKILL)`
+        pid_ns = ("-p", "--kill-child", "--mount-proc")
+        bases = [(("-m", "-n"), UNPRIVILEGED_UID), (("-m", "-n"), None)] if root else [(("-U", "-r", "-m", "-n"), None)]
+        attempts = [((unshare, *flags, *extra, "--"), uid) for flags, uid in bases for extra in (pid_ns, ())]
         for prefix, uid in attempts:
             plan = SandboxPlan(prefix, uid)
             if uid is not None:

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,46 @@ def test_the_plan_matches_the_machine():
     assert sandbox_plan().filesystem is MOUNT_NS
     if MOUNT_NS and os.geteuid() == 0:
         assert sandbox_plan().uid == 65534  # the interpreter is bound back into the masked home, so uid 65534 runs it
+
+
+# Kills every process it can see or signal outside its own sandbox (the harness, other workers), and answers
+# wrongly if it saw any: the verdict shows whether the worker can reach processes beyond its namespace.
+SIGNALS_OUTSIDE = variant(FORWARD, """        import os, signal
+        me = os.getpid()
+        others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me]
+        for pid in others + [os.getppid()] * (os.getppid() != 0):  # (pid 0 would mean its own process group)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        if others or os.getppid() != 0:
+            return torch.zeros_like(a)
+""" + FORWARD)
+
+
+@pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
+def test_a_worker_can_neither_see_nor_signal_processes_outside_its_sandbox():
+    # in a child process, so that a hole kills that process, not the test run
+    script = f"""
+import json
+from eval import EvalConfig, Evaluator, Job
+from problems.problem import problem_from_source
+from tests.test_eval_sandbox import SIGNALS_OUTSIDE
+from tests.hostile import GOOD, PROBLEM
+problem = problem_from_source(PROBLEM, name="add_relu")
+with Evaluator(EvalConfig(device="cpu", cache_dir=None, workers_per_gpu=2, import_timeout_s=30, call_timeout_s=20)) as ev:
+    results = ev.evaluate_many([Job(problem, SIGNALS_OUTSIDE), Job(problem, GOOD)])
+print(json.dumps([r.status.value for r in results]))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, f"the harness process died (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["correct", "correct"], proc.stdout[-2000:]
+    assert sandbox_plan().processes, sandbox_plan().prefix
 
 
 def test_honest_candidate_reports_isolation(evaluator, problem):
