@@ -225,6 +225,7 @@ def sandbox_plan() -> SandboxPlan:
     probe_dir = Path(tempfile.mkdtemp(prefix="kh-probe-"))
     try:
         root = os.geteuid() == 0
+        gpu = _cuda_visible()
         # a PID namespace too where the kernel allows it: without one, a worker could signal the harness (same
         # uid when not root) or the other workers (uid 65534), e.g. `os.kill(-1, SIGKILL)`
         pid_ns = ("-p", "--kill-child", "--mount-proc")
@@ -235,6 +236,8 @@ def sandbox_plan() -> SandboxPlan:
             if uid is not None:
                 os.chown(probe_dir, uid, uid)
             check = "import statistics, torch, triton" if uid is not None else "import statistics"
+            if gpu:  # a confinement the CUDA driver cannot work in is no plan (the next, weaker one is tried)
+                check += "; import torch; assert torch.ones(1, device='cuda').sum().item() == 1"
             check += f"; open({str(probe_dir / 'ok')!r}, 'w').write('1')"
             cmd = confine_command(plan, [str(probe_dir)], [sys.executable, "-c", check], network=True)
             try:
@@ -247,6 +250,16 @@ def sandbox_plan() -> SandboxPlan:
         return SandboxPlan(note="mount namespaces are not permitted here")
     finally:
         shutil.rmtree(probe_dir, ignore_errors=True)
+
+
+def _cuda_visible() -> bool:
+    """Whether this machine shows a CUDA GPU (without creating a CUDA context here)."""
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001  no usable torch: nothing to check
+        return False
 
 
 @functools.lru_cache(maxsize=1)
