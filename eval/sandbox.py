@@ -222,32 +222,38 @@ def sandbox_plan() -> SandboxPlan:
     unshare = shutil.which("unshare")
     if unshare is None or not sys.platform.startswith("linux") or os.environ.get("KH_NO_FS_SANDBOX"):
         return SandboxPlan(note="no mount namespace: unshare is unavailable or disabled")
-    probe_dir = Path(tempfile.mkdtemp(prefix="kh-probe-"))
-    try:
-        root = os.geteuid() == 0
-        gpu = _cuda_visible()
-        # a PID namespace too where the kernel allows it: without one, a worker could signal the harness (same
-        # uid when not root) or the other workers (uid 65534), e.g. `os.kill(-1, SIGKILL)`
-        pid_ns = ("-p", "--kill-child", "--mount-proc")
-        bases = [(("-m", "-n"), UNPRIVILEGED_UID), (("-m", "-n"), None)] if root else [(("-U", "-r", "-m", "-n"), None)]
-        attempts = [((unshare, *flags, *extra, "--"), uid) for flags, uid in bases for extra in (pid_ns, ())]
-        for prefix, uid in attempts:
-            plan = SandboxPlan(prefix, uid)
-            if uid is not None:
-                os.chown(probe_dir, uid, uid)
-            check = "import statistics, torch, triton" if uid is not None else "import statistics"
-            if gpu:  # a confinement the CUDA driver cannot work in is no plan (the next, weaker one is tried)
-                check += "; import torch; assert torch.ones(1, device='cuda').sum().item() == 1"
-            check += f"; open({str(probe_dir / 'ok')!r}, 'w').write('1')"
-            cmd = confine_command(plan, [str(probe_dir)], [sys.executable, "-c", check], network=True)
-            try:
-                proc = subprocess.run(cmd, capture_output=True, timeout=120, cwd="/",
-                                      env=scrubbed_env({"HOME": str(probe_dir), "TMPDIR": str(probe_dir)}))
-            except (OSError, subprocess.SubprocessError):
-                continue
-            if proc.returncode == 0 and (probe_dir / "ok").exists():
+    root = os.geteuid() == 0
+    gpu = _cuda_visible()
+    # a PID namespace too where the kernel allows it: without one, a worker could signal the harness (same
+    # uid when not root) or the other workers (uid 65534), e.g. `os.kill(-1, SIGKILL)`
+    pid_ns = ("-p", "--kill-child", "--mount-proc")
+    bases = [(("-m", "-n"), UNPRIVILEGED_UID), (("-m", "-n"), None)] if root else [(("-U", "-r", "-m", "-n"), None)]
+    for flags, uid in bases:
+        for extra in (pid_ns, ()):
+            plan = SandboxPlan((unshare, *flags, *extra, "--"), uid)
+            if _confinement_works(plan, gpu):
                 return plan
-        return SandboxPlan(note="mount namespaces are not permitted here")
+    return SandboxPlan(note="mount namespaces are not permitted here")
+
+
+def _confinement_works(plan: SandboxPlan, gpu: bool) -> bool:
+    """Run a probe confined by `plan` in a fresh folder where workers' folders go (the temporary folder): it must
+    import what a worker imports, start CUDA when there is a GPU, and write there."""
+    probe_dir = Path(tempfile.mkdtemp(prefix="kh-probe-"))  # a fresh one: an earlier attempt may have chowned its own
+    try:
+        if plan.uid is not None:
+            os.chown(probe_dir, plan.uid, plan.uid)
+        check = "import statistics, torch, triton" if plan.uid is not None else "import statistics"
+        if gpu:  # a confinement the CUDA driver cannot work in is no plan (the next, weaker one is tried)
+            check += "; import torch; assert torch.ones(1, device='cuda').sum().item() == 1"
+        check += f"; open({str(probe_dir / 'ok')!r}, 'w').write('1')"
+        cmd = confine_command(plan, [str(probe_dir)], [sys.executable, "-c", check], network=True)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, timeout=120, cwd="/",
+                                  env=scrubbed_env({"HOME": str(probe_dir), "TMPDIR": str(probe_dir)}))
+        except (OSError, subprocess.SubprocessError):
+            return False
+        return proc.returncode == 0 and (probe_dir / "ok").exists()
     finally:
         shutil.rmtree(probe_dir, ignore_errors=True)
 
@@ -275,14 +281,20 @@ def can_drop_privileges() -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _runs_as_nobody() -> bool:
-    """Without a sandbox: can uid 65534 run this interpreter with torch as it is installed?"""
+    """Without a sandbox: can uid 65534 run this interpreter with torch as it is installed, and reach and write a
+    folder where workers' folders go (a temporary folder inside a private one is out of its reach)?"""
+    probe_dir = Path(tempfile.mkdtemp(prefix="kh-probe-"))
     try:
-        proc = subprocess.run([sys.executable, "-c", "import statistics, torch, triton"], user=UNPRIVILEGED_UID,
-                              group=UNPRIVILEGED_UID, extra_groups=[], cwd="/", capture_output=True, timeout=120,
+        os.chown(probe_dir, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+        check = f"import statistics, torch, triton; open({str(probe_dir / 'ok')!r}, 'w').write('1')"
+        proc = subprocess.run([sys.executable, "-c", check], user=UNPRIVILEGED_UID, group=UNPRIVILEGED_UID,
+                              extra_groups=[], cwd="/", capture_output=True, timeout=120,
                               env=scrubbed_env({"HOME": "/tmp"}))
+        return proc.returncode == 0 and (probe_dir / "ok").exists()
     except (OSError, subprocess.SubprocessError):
         return False
-    return proc.returncode == 0
+    finally:
+        shutil.rmtree(probe_dir, ignore_errors=True)
 
 
 def protect_parent() -> None:
