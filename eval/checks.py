@@ -265,13 +265,14 @@ def own_kernels(ctx: Context) -> None:
         share = own_ms / total if total > 0 else None
     ctx.result.kernels = KernelShare(own_kernels_launched=sorted(launched), own_kernels_defined=report.kernels,
                                      own_time_fraction=share, top_kernels=profile[:8])
-    if not launched and ctx.config.own_kernel_policy == "reject":
+    if ctx.config.own_kernel_policy != "reject":
+        return
+    if not launched:
         raise Verdict(Status.REJECTED, "none of the candidate's own kernels ran during forward (defined: "
                                        f"{', '.join(report.kernels)}); the work was done by PyTorch or a fallback path")
-    if ctx.config.own_kernel_policy == "reject":
-        shortfall = own_share_shortfall(share, ctx.config.min_own_time_fraction)
-        if shortfall:
-            raise Verdict(Status.REJECTED, shortfall)
+    shortfall = own_share_shortfall(share, ctx.config.min_own_time_fraction)
+    if shortfall:
+        raise Verdict(Status.REJECTED, shortfall)
 
 
 def own_share_shortfall(share: float | None, minimum: float) -> str | None:

@@ -106,7 +106,7 @@ def busy_shares(sides: dict[str, timing.TimedSide], flush: Callable[[], None], c
         for k in range(calls):
             side.prepare(k)
             flush()
-            start, end, result = timing._bracketed(side.call)  # noqa: SLF001  the timing's own bracket
+            start, end, result = timing.bracketed(side.call)  # the timing's own bracket
             del result
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end))

@@ -252,6 +252,11 @@ class Worker:
         self.args, self.ref_sets, self.cand_sets = msg.args, groups[:msg.ref_sets], groups[msg.ref_sets:]
         return reply, []
 
+    def _staged(self, sets: list[list[torch.Tensor]]) -> tuple[list[torch.Tensor], list[Any]]:
+        """Fresh buffers holding the first staged set, and forward's arguments built on them."""
+        buf = [t.clone() for t in sets[0]]
+        return buf, _rebuild_args(self.args, buf)
+
     def _draw(self, seed: int, extra: int | None, on_cpu: bool) -> list[Any]:
         """Inputs drawn here from a seed the parent chose (it draws the same ones for the reference)."""
         return runtime.draw_inputs(self.problem, seed, self.device, extra, on_cpu)
@@ -261,7 +266,7 @@ class Worker:
         assert self.candidate is not None
         reply = p.KernelsReply(triton_own=self.tracer.own_launches(self.candidate_module_name))
         if self.device.type == "cuda" and self.cand_sets:
-            inputs = _rebuild_args(self.args, [t.clone() for t in self.cand_sets[0]])
+            _, inputs = self._staged(self.cand_sets)
             with torch.no_grad():
                 reply.profile = [[name, ms] for name, ms in tracing.profile_kernels(lambda: self.candidate(*inputs))]
             reply.triton_own = self.tracer.own_launches(self.candidate_module_name)
@@ -270,8 +275,8 @@ class Worker:
     def cmd_hidden_work(self, msg: p.HiddenWork, tensors: list[torch.Tensor]) -> Handled:
         """Output copied right after return vs after a full sync; back-to-back batches, wall vs events."""
         assert self.candidate is not None and self.reference is not None and self.snapshot is not None
-        inputs = _rebuild_args(self.args, [t.clone() for t in self.cand_sets[0]])
-        ref_inputs = _rebuild_args(self.args, [t.clone() for t in self.ref_sets[0]])
+        _, inputs = self._staged(self.cand_sets)
+        _, ref_inputs = self._staged(self.ref_sets)
         differs = 0
         with torch.no_grad():
             for _ in range(3):
@@ -286,10 +291,8 @@ class Worker:
     def cmd_time(self, msg: p.Time, tensors: list[torch.Tensor]) -> Handled:
         """Time reference and candidate by the rule's method; returns summaries and timed outputs (see `p.Time`)."""
         assert self.candidate is not None and self.reference is not None and self.snapshot is not None
-        ref_buf = [t.clone() for t in self.ref_sets[0]]
-        cand_buf = [t.clone() for t in self.cand_sets[0]]
-        ref_args = _rebuild_args(self.args, ref_buf)
-        cand_args = _rebuild_args(self.args, cand_buf)
+        ref_buf, ref_args = self._staged(self.ref_sets)
+        cand_buf, cand_args = self._staged(self.cand_sets)
         fresh = bool(msg.nonce) and msg.method == "adaptive" and msg.check_outputs and self._fresh_draws_fit(msg.nonce)
         first_out: dict[int, list[torch.Tensor]] = {}
         drift = {"count": 0}
@@ -338,11 +341,9 @@ class Worker:
     def cmd_time_compiled(self, msg: p.TimeCompiled, tensors: list[torch.Tensor]) -> Handled:
         """Time torch.compile(reference) against eager under the same method (baseline only)."""
         assert self.reference is not None
-        buf_a = [t.clone() for t in self.ref_sets[0]]
-        buf_b = [t.clone() for t in self.ref_sets[0]]
+        buf_a, args_a = self._staged(self.ref_sets)
+        buf_b, args_b = self._staged(self.ref_sets)
         compiled = torch.compile(self.reference)
-        args_a = _rebuild_args(self.args, buf_a)
-        args_b = _rebuild_args(self.args, buf_b)
         with torch.no_grad():
             samples = self._timed(
                 msg, {"eager": timing.TimedSide(_refiller(buf_a, self.ref_sets), lambda: self.reference(*args_a)),
@@ -354,8 +355,8 @@ class Worker:
     def cmd_busy(self, msg: p.Busy, tensors: list[torch.Tensor]) -> Handled:
         """GPU busy share of an eager call of each side on the staged sets (see `graphs.busy_shares`)."""
         assert self.candidate is not None and self.reference is not None and self.snapshot is not None
-        ref_buf, cand_buf = [t.clone() for t in self.ref_sets[0]], [t.clone() for t in self.cand_sets[0]]
-        ref_args, cand_args = _rebuild_args(self.args, ref_buf), _rebuild_args(self.args, cand_buf)
+        ref_buf, ref_args = self._staged(self.ref_sets)
+        cand_buf, cand_args = self._staged(self.cand_sets)
         sides = {"reference": timing.TimedSide(_refiller(ref_buf, self.ref_sets), lambda: self.reference(*ref_args)),
                  "candidate": timing.TimedSide(_refiller(cand_buf, self.cand_sets), lambda: self.candidate(*cand_args))}
         with torch.no_grad():

@@ -108,7 +108,7 @@ def interleaved(
                 side = sides[name]
                 side.prepare(rep)
                 flush()
-                start, end, out = _bracketed(side.call)
+                start, end, out = bracketed(side.call)
                 pending.append((name, start, end))
                 if side.after is not None:
                     side.after(rep, out)
@@ -147,7 +147,7 @@ def fixed_count(
         for _ in range(reps):
             if flush is not None:
                 flush()
-            start, end, out = _bracketed(side.call)
+            start, end, out = bracketed(side.call)
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end))
             if side.after is not None:
@@ -157,7 +157,7 @@ def fixed_count(
     return samples
 
 
-def _bracketed(call: Callable[[], Any]) -> tuple[torch.cuda.Event, torch.cuda.Event, Any]:
+def bracketed(call: Callable[[], Any]) -> tuple[torch.cuda.Event, torch.cuda.Event, Any]:
     """One call between two CUDA events on the current stream, with no host synchronisation between them."""
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
