@@ -13,6 +13,15 @@ Per problem, in a subprocess of its own (so one that hangs or crashes cannot sta
 - zero-output:   an all-zero output fails the evaluator's tolerance check
 - constant-output: a constant output (mean or median of another seed's output, i.e. something
                  a candidate could hard-code) fails the tolerance check
+- trivial-expression: no output is matched by a one-line elementwise expression of the float
+                 inputs while the reference does counted FLOPs (GEMM, conv, bmm...) beyond
+                 TRIVIAL_FLOPS_PER_ELEMENT per output element: otherwise a candidate skips the real
+                 work and still passes. The fixed family, over inputs that broadcast to the output:
+                 `x`, `-x`, `x * x`, `abs(x)`, `relu(x)`, `sigmoid(x)`, `tanh(x)`, and over pairs of
+                 distinct inputs `a + b`, `a - b`, `b - a`, `a * b` (at most MAX_EXPRESSIONS per
+                 output). A match without such FLOPs (a ReLU problem) is the problem's own form: pass.
+                 Fails only when every output is matched: the FLOPs are counted for the whole forward,
+                 so while one output is not, they may all be that output's.
 - extra-inputs:  every `get_extra_inputs()` set runs and gives finite outputs
 
 It needs nothing but the KernelBench format, so it runs unchanged on KernelBench itself.
@@ -35,9 +44,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from problems.compare import compare, tolerance
-from problems.cost import describe_bytes, estimate_memory, measure_cost, static_bytes
+from problems.cost import describe_bytes, describe_flops, estimate_memory, measure_cost, static_bytes
 from problems.kernelbench import Entry, LoadFailure
 from problems.problem import Problem, ProblemError, problem_from_source
 from problems.runtime import (
@@ -56,6 +66,12 @@ SEED_A, SEED_B, SEED_EXTRA = 1, 2, 3
 DEPENDENCE_RATIO = 10.0  # outputs across seeds must differ by this many tolerances ...
 DEPENDENCE_FRACTION = 0.01  # ... on at least this share of elements
 DETERMINISM_SHARE = 0.01  # reruns may differ (GPU reductions) by at most this share of the tolerance
+# The flop counter counts 2*K per output element of a GEMM/bmm (K: reduction length) and
+# 2*Cin*kh*kw/groups of a conv, elementwise ops 0: above 8, the reference contracts over more than
+# 4 elements per output, work an elementwise expression cannot stand in for.
+TRIVIAL_FLOPS_PER_ELEMENT = 8.0
+MAX_EXPRESSIONS = 64  # per output: 7 unary forms per input, 4 binary per pair (5 inputs fill it)
+EXPRESSION_SAMPLE = 4096  # elements compared first, so a non-matching expression costs almost nothing
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -223,6 +239,7 @@ def _run_checks(problem: Problem, device: str, scale: str, budget: int, report: 
     checks.append(_check_deterministic(out_a, out_a2, atol, rtol))
     checks.append(_check_dependence(out_a, out_b, atol, rtol))
     checks.extend(_check_degenerate(out_a, out_b, atol, rtol))
+    checks.append(_check_trivial_expression(model, inputs_a, out_a, atol, rtol))
     checks.append(_check_extra_inputs(module, model, device))
 
 
@@ -271,6 +288,101 @@ def _check_degenerate(out_a: list[torch.Tensor], out_b: list[torch.Tensor], atol
         detail = f"a constant output (the {' and '.join(passing)} of another seed's output) passes the tolerance check"
         return [zero_check, Check("constant-output", "fail", detail)]
     return [zero_check, Check("constant-output", "pass")]
+
+
+@dataclass
+class _Expression:
+    """One candidate shortcut: `fn(*inputs[i] for i in operands)`, shown as `text`."""
+
+    text: str
+    operands: tuple[int, ...]
+    fn: Callable[..., torch.Tensor]
+
+
+_UNARY: tuple[tuple[str, Callable[[torch.Tensor], torch.Tensor]], ...] = (
+    ("{a}", lambda a: a),
+    ("-{a}", torch.neg),
+    ("{a} * {a}", lambda a: a * a),
+    ("abs({a})", torch.abs),
+    ("relu({a})", torch.relu),
+    ("sigmoid({a})", torch.sigmoid),
+    ("tanh({a})", torch.tanh),
+)
+_BINARY: tuple[tuple[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]], ...] = (
+    ("{a} + {b}", torch.add),
+    ("{a} - {b}", torch.sub),
+    ("{b} - {a}", lambda a, b: b - a),
+    ("{a} * {b}", torch.mul),
+)
+
+
+def _broadcasts_to(t: torch.Tensor, shape: torch.Size) -> bool:
+    try:
+        return torch.broadcast_shapes(t.shape, shape) == shape
+    except RuntimeError:
+        return False
+
+
+def _expressions(inputs: list, shape: torch.Size) -> list[_Expression]:
+    """The fixed family over the float inputs that broadcast to `shape`, unary forms first, capped."""
+    usable = [i for i, x in enumerate(inputs)
+              if isinstance(x, torch.Tensor) and x.is_floating_point() and _broadcasts_to(x, shape)]
+    names = {i: f"inputs[{i}]" for i in usable}
+    family = [_Expression(text.format(a=names[i]), (i,), fn) for i in usable for text, fn in _UNARY]
+    family += [_Expression(text.format(a=names[i], b=names[j]), (i, j), fn)
+               for n, i in enumerate(usable) for j in usable[n + 1:] for text, fn in _BINARY]
+    return family[:MAX_EXPRESSIONS]
+
+
+def _expression_matches(expr: _Expression, inputs: list, out: torch.Tensor, atol: float, rtol: float) -> bool:
+    """Does the evaluator's comparison accept `expr` for `out`? A sample of elements decides most cases cheaply."""
+    operands = [inputs[i].broadcast_to(out.shape) for i in expr.operands]
+    if out.numel() > EXPRESSION_SAMPLE:  # a mismatch on a sample is a mismatch on the whole
+        flat = torch.arange(EXPRESSION_SAMPLE, device=out.device) * (out.numel() // EXPRESSION_SAMPLE)
+        where = torch.unravel_index(flat, out.shape)
+        sample = expr.fn(*(x[where] for x in operands)).to(out.dtype)
+        if compare([out[where]], [sample], atol, rtol) is not None:
+            return False
+    return compare([out], [expr.fn(*operands).to(out.dtype)], atol, rtol) is None
+
+
+def _counted_flops(model: torch.nn.Module, inputs: list) -> int:
+    """FLOPs of one reference forward, by the counter `problems.cost` uses (elementwise ops count 0)."""
+    with FlopCounterMode(display=False) as counter:
+        run_forward(model, inputs)
+    return int(counter.get_total_flops())
+
+
+def _check_trivial_expression(model: torch.nn.Module, inputs: list, outs: list[torch.Tensor],
+                              atol: float, rtol: float) -> Check:
+    """Could a one-line elementwise expression of the inputs stand in for a reference that does real work?"""
+    matched: dict[int, str] = {}
+    tried = 0
+    with torch.no_grad():
+        for i, out in enumerate(outs):
+            if not out.is_floating_point() or out.numel() == 0:
+                continue
+            for expr in _expressions(inputs, out.shape):
+                tried += 1
+                if _expression_matches(expr, inputs, out, atol, rtol):
+                    matched[i] = expr.text
+                    break
+    if not matched:
+        return Check("trivial-expression", "pass", f"no output matches any of {tried} tried expressions")
+    found = "; ".join(f"output {i} is matched by `{text}`" for i, text in matched.items())
+    if len(matched) < len(outs):  # the other outputs still need the reference's work, and its FLOPs
+        rest = [i for i in range(len(outs)) if i not in matched]
+        return Check("trivial-expression", "pass", f"{found}; output(s) {rest} are not")
+    try:
+        flops = _counted_flops(model, inputs)
+    except Exception as exc:
+        return Check("trivial-expression", "skip", f"{found}; FLOPs not countable: {_short_exc(exc)}")
+    per_element = flops / max(1, sum(t.numel() for t in outs))
+    if per_element > TRIVIAL_FLOPS_PER_ELEMENT:
+        return Check("trivial-expression", "fail", f"{found} although the reference does {describe_flops(flops)} "
+                                                   f"({per_element:.3g} per output element)")
+    return Check("trivial-expression", "pass", f"{found}: the problem's own elementwise form "
+                                               f"({describe_flops(flops)} counted)")
 
 
 def _check_extra_inputs(module, model: torch.nn.Module, device: str) -> Check:

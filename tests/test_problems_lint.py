@@ -96,3 +96,74 @@ def test_nested_outputs_are_flattened_as_the_evaluator_does():
     a, b, c = torch.zeros(1), torch.ones(2), torch.full((3,), 2.0)
     assert [t.numel() for t in output_tensors((a, {"k": (b, [c])}))] == [1, 2, 3]
     assert flatten_outputs((a, None))[1] is None
+
+
+# A KernelBench-format problem: `{forward}` ends Model.forward, given inputs x, y and `h`, a bmm of x.
+_TRIVIAL_SOURCE = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(features, features))
+        self.norm = nn.LayerNorm(1)
+
+    def forward(self, x, y):
+        h = torch.bmm(x, self.weight.expand(x.shape[0], -1, -1))
+        {forward}
+
+
+batch, rows, features = 2, 160, 16  # 5120 outputs: past EXPRESSION_SAMPLE, so sampling runs too
+
+
+def get_inputs():
+    return [torch.randn(batch, rows, features), torch.randn(batch, rows, features)]
+
+
+def get_init_inputs():
+    return [features]
+'''
+
+
+def _trivial_check(forward: str):
+    problem = problem_from_source(_TRIVIAL_SOURCE.replace("{forward}", forward), name="t", problem_id="t")
+    report = lint_problem_here(problem)
+    return report, next(c for c in report.checks if c.name == "trivial-expression")
+
+
+def test_gemm_collapsing_to_y_times_y_fails_trivial_expression():
+    """KB L2-28's shape: a bmm normalised over one element is all zeros, so (0 + y) * y = y*y."""
+    report, check = _trivial_check(
+        "h = self.norm(h.unsqueeze(-1)).squeeze(-1)\n        h = h + y\n        return h * y")
+    assert check.status == "fail"
+    assert "`inputs[1] * inputs[1]`" in check.detail and "FLOP" in check.detail
+    assert [c.name for c in report.failures] == ["trivial-expression"]  # the older checks miss it
+
+
+def test_gemm_collapsing_to_a_sum_of_inputs_fails_trivial_expression():
+    _, check = _trivial_check("h = self.norm(h.unsqueeze(-1)).squeeze(-1)\n        return h + x + y")
+    assert check.status == "fail"
+    assert "`inputs[0] + inputs[1]`" in check.detail
+
+
+def test_honest_gemm_passes_trivial_expression():
+    report, check = _trivial_check("return torch.relu(h) * y")
+    assert check.status == "pass" and "no output matches" in check.detail
+    assert report.ok
+
+
+def test_elementwise_problem_matching_its_own_form_passes():
+    relu = problem_from_source(_TRIVIAL_SOURCE.replace("{forward}", "return torch.relu(y)").replace(
+        "h = torch.bmm(x, self.weight.expand(x.shape[0], -1, -1))", "pass"), name="relu", problem_id="relu")
+    check = next(c for c in lint_problem_here(relu).checks if c.name == "trivial-expression")
+    assert check.status == "pass"
+    assert "`relu(inputs[1])`" in check.detail and "own elementwise form" in check.detail
+
+
+def test_a_matched_output_beside_real_work_passes():
+    """FLOPs are counted for the whole forward: while one output needs them, they are not a shortcut."""
+    _, check = _trivial_check("return h, torch.tanh(x)")
+    assert check.status == "pass"
+    assert "output 1 is matched by `tanh(inputs[0])`" in check.detail
