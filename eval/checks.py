@@ -260,19 +260,24 @@ def own_kernels(ctx: Context) -> None:
     share = None
     if profile:
         total = sum(ms for _, ms in profile)
-        own_ms = sum(ms for n, ms in profile if kernel_base_name(n) in own_names)
-        launched |= {kernel_base_name(n) for n, _ in profile if kernel_base_name(n) in own_names}
+        own = [(n, ms) for n, ms in profile if kernel_base_name(n) in own_names and not is_library_kernel(n)]
+        own_ms = sum(ms for _, ms in own)
+        launched |= {kernel_base_name(n) for n, _ in own}
         share = own_ms / total if total > 0 else None
     ctx.result.kernels = KernelShare(own_kernels_launched=sorted(launched), own_kernels_defined=report.kernels,
                                      own_time_fraction=share, top_kernels=profile[:8])
     if ctx.config.own_kernel_policy != "reject":
         return
+    library_named = sorted(n for n in own_names if is_library_kernel(n))
+    hint = (f" (kernels named like a library's, {', '.join(library_named)}, never count as the candidate's own: "
+            "rename them)") if library_named else ""
     if not launched:
         raise Verdict(Status.REJECTED, "none of the candidate's own kernels ran during forward (defined: "
-                                       f"{', '.join(report.kernels)}); the work was done by PyTorch or a fallback path")
+                                       f"{', '.join(report.kernels)}); the work was done by PyTorch or a fallback "
+                                       f"path{hint}")
     shortfall = own_share_shortfall(share, ctx.config.min_own_time_fraction)
     if shortfall:
-        raise Verdict(Status.REJECTED, shortfall)
+        raise Verdict(Status.REJECTED, shortfall + hint)
 
 
 def own_share_shortfall(share: float | None, minimum: float) -> str | None:
@@ -504,6 +509,12 @@ def timing_note(config: EvalConfig, reference: dict[str, float], candidate: dict
             f"median {candidate['median_ms']:.4f} ms")
 
 
+# Kernels of the libraries a candidate calls: PyTorch, CUB/Thrust, CUTLASS, cuBLAS, cuDNN, FlashAttention.
+_LIBRARY_NAMESPACES = frozenset({"at", "c10", "cub", "thrust", "cutlass", "cudnn", "xmma_cudnn", "flash",
+                                 "pytorch_flash", "cublas", "cublasLt"})
+_LIBRARY_PREFIXES = ("nvjet_", "cutlass_", "ampere_", "volta_", "turing_", "maxwell_", "cublas", "cudnn")
+
+
 def kernel_base_name(profiler_name: str) -> str:
     """A kernel's own name as the profiler reports it, in any of the forms a CUDA kernel takes.
 
@@ -511,32 +522,51 @@ def kernel_base_name(profiler_name: str) -> str:
     mangled `_ZN2ns9my_kernelIfEEvPfi` or `_Z9my_kernelPfi` all give `my_kernel`/`k`; Triton and
     `extern "C"` names pass through.
     """
+    return _qualified_name(profiler_name)[-1]
+
+
+def is_library_kernel(profiler_name: str) -> bool:
+    """Whether a profiled kernel belongs to a library (PyTorch, CUB, CUTLASS, cuBLAS, cuDNN, ...).
+
+    Such a kernel never counts as the candidate's own, whatever the candidate named its kernels: a
+    decoy could otherwise define (or launch on one element) a kernel named like the library kernel
+    that does the real work, e.g. `vectorized_elementwise_kernel`, and have that work counted as its own.
+    """
+    parts = _qualified_name(profiler_name)
+    base = parts[-1]
+    return (len(parts) > 1 and parts[0] in _LIBRARY_NAMESPACES) or base.startswith(_LIBRARY_PREFIXES) \
+        or (base.startswith("sm") and "_xmma_" in base) or base.endswith("_cublas")
+
+
+def _qualified_name(profiler_name: str) -> list[str]:
+    """The namespace path and name of a profiled kernel, template arguments and signature dropped."""
     name = profiler_name.strip()
     if name.startswith("_Z"):
-        return _demangled_base_name(name) or name
+        return _demangled_path(name) or [name]
     name = name.replace("(anonymous namespace)", "_anonymous_")
     name = name.split("(", 1)[0]
-    depth, cut = 0, len(name)
-    for i, ch in enumerate(name):  # drop template arguments
+    depth, kept = 0, []
+    for ch in name:  # drop template arguments
         if ch == "<":
-            if depth == 0:
-                cut = min(cut, i)
             depth += 1
         elif ch == ">":
             depth -= 1
-    name = name[:cut].strip()
-    name = name.split()[-1] if name.split() else name
-    return name.split("::")[-1]
+        elif depth == 0:
+            kept.append(ch)
+    words = "".join(kept).split()
+    return (words[-1] if words else name).split("::")
 
 
-def _demangled_base_name(mangled: str) -> str:
-    """The last identifier of an Itanium-mangled function name (`_Z<len><id>` or `_ZN...<len><id>[I...]E`)."""
-    rest = mangled[3:] if mangled.startswith("_ZN") else mangled[2:]
-    last = ""
+def _demangled_path(mangled: str) -> list[str]:
+    """The identifiers of an Itanium-mangled function name (`_Z<len><id>` or `_ZN<len><id>...[I...]E`)."""
+    nested = mangled.startswith("_ZN")
+    rest = mangled[3:] if nested else mangled[2:]
+    path = []
     while rest and rest[0].isdigit():
         digits = len(rest) - len(rest.lstrip("0123456789"))
         length = int(rest[:digits])
-        last, rest = rest[digits:digits + length], rest[digits + length:]
-        if not mangled.startswith("_ZN"):
+        path.append(rest[digits:digits + length])
+        rest = rest[digits + length:]
+        if not nested:
             break
-    return last
+    return ["_anonymous_" if part.startswith("_GLOBAL__N") else part for part in path]

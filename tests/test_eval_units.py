@@ -215,6 +215,29 @@ def test_profiled_kernel_names_in_every_form(profiled, base):
     assert kernel_base_name(profiled) == base
 
 
+@pytest.mark.parametrize("profiled, library", [
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>(int, float*)", True),
+    ("void at::native::(anonymous namespace)::fused_dropout_kernel<float>(float*)", True),
+    ("_ZN2at6native29vectorized_elementwise_kernelILi4EEEvi", True),
+    ("void cub::DeviceReduceKernel<float>(float*)", True),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>(Params)", True),
+    ("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32_cublas", True),
+    ("nvjet_tst_128x64_64x8_1x2_h_bz_TNT", True),
+    ("ampere_sgemm_128x64_nn", True),
+    ("vectorized_elementwise_kernel", False),  # a Triton kernel's name: no namespace, so the candidate's
+    ("void elementwise_kernel(float const*, float*, long)", False),
+    ("void kh::inner::gemm_kernel<16>(float*)", False),
+    ("void (anonymous namespace)::k<16>(float const*, float*)", False),
+    ("_ZN12_GLOBAL__N_16kernelEPf", False),
+    ("add_relu_kernel", False),
+])
+def test_library_kernels_are_told_apart_from_candidates_kernels_of_the_same_name(profiled, library):
+    """A decoy named like the library kernel doing the work must not have that work counted as its own."""
+    from eval.checks import is_library_kernel
+
+    assert is_library_kernel(profiled) is library
+
+
 def test_defined_cuda_kernels_in_every_form():
     source = '''import torch
 cuda_src = r"""
