@@ -55,8 +55,10 @@ def render_feedback(result: EvalResult) -> str:
             lines.append(f"Top kernels by GPU time: {top}")
     if result.gpu_busy:
         busy = ", ".join(f"{side} {share:.0%}" for side, share in result.gpu_busy.items())
+        host = ", ".join(f"{side} {share:.2f}" for side, share in result.host_share.items())
+        host = f"; host time over GPU time per call: {host}" if host else ""
         bound = f" (host-bound: {', '.join(result.host_bound)})" if result.host_bound else ""
-        lines.append(f"GPU busy during an eager call: {busy}{bound}")
+        lines.append(f"GPU busy during an eager call: {busy}{host}{bound}")
     if result.sol_fraction is not None:
         lines.append(f"Speed-of-light fraction: {result.sol_fraction:.0%}")
     for flag in result.flags:

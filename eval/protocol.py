@@ -238,13 +238,14 @@ class TimeCompiled(TimingRule):
 
 @dataclass
 class BusyReply(Reply):
-    sides: dict[str, dict[str, float]] = field(default_factory=dict)  # per side: kernel_ms, event_ms, busy
+    sides: dict[str, dict[str, float]] = field(default_factory=dict)  # per side: kernel_ms, event_ms, busy, host_ms
 
 
 @dataclass
 class Busy(Request):
     """How much of an eager call's time the GPU is busy, per side: kernel time per call (profiler) over the
-    call's event-timed median, both under the timing's conditions (staged inputs, L2 flush and GPU lead)."""
+    call's event-timed median, and the host's time to make the call, all under the timing's conditions
+    (staged inputs, L2 flush and GPU lead)."""
 
     cmd: ClassVar[str] = "busy"
     reply: ClassVar[type[Reply]] = BusyReply

@@ -87,9 +87,11 @@ class EvalResult:
     phase_seconds: dict[str, float] = field(default_factory=dict)  # where the evaluation time went
     cached: bool = False
     preset: str = "default"  # the evaluator preset (`eval.preset`) whose rules produced this verdict
-    # launch-bound timings (eval.launch): GPU busy share of an eager call per side ({"reference": .., "candidate": ..}),
-    # the sides below eval.launch.HOST_BOUND_BELOW, and how the timed calls ran ("eager" or "cuda_graph")
+    # launch-bound timings (eval.launch), per side ({"reference": .., "candidate": ..}): GPU busy share of an eager
+    # call, the host's time to make a call over its GPU time, the host-bound sides (eval.launch.host_bound_sides),
+    # and how the timed calls ran ("eager" or "cuda_graph")
     gpu_busy: dict[str, float] = field(default_factory=dict)
+    host_share: dict[str, float] = field(default_factory=dict)
     host_bound: list[str] = field(default_factory=list)
     timing_mode: str = "eager"
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from eval import EvalConfig, Evaluator, Status
-from eval.launch import HOST_BOUND_BELOW
+from eval.launch import HOST_SHARE_AT
 from harness.bench import candidates
 from harness.bench.candidates import TRITON_LAUNCH, edit
 from problems.problem import problem_from_source
@@ -110,15 +110,17 @@ def test_launch_bound_reference_is_flagged(eager, launch_bound):
     r = eager.evaluate(launch_bound, LAUNCH_BOUND_TRITON)
     assert r.status is Status.CORRECT, r.reason + r.error
     assert r.timing_mode == "eager"
-    assert r.gpu_busy["reference"] < HOST_BOUND_BELOW, r.gpu_busy
-    assert r.gpu_busy["candidate"] > HOST_BOUND_BELOW, r.gpu_busy
-    assert r.host_bound == ["reference"]
+    assert r.host_share["reference"] >= HOST_SHARE_AT, (r.host_share, r.gpu_busy)
+    # the candidate's one launch may take longer on the host than its kernel on the GPU, but under the GPU lead
+    assert r.host_bound == ["reference"], (r.host_share, r.gpu_busy)
     assert any(f.startswith("host-bound:") for f in r.flags), r.flags
 
 
 def test_gpu_bound_reference_is_not_flagged(eager, large):
     r = eager.evaluate(large, _with("", "plain"))
     assert r.status is Status.CORRECT, r.reason + r.error
+    # the three eager ops take the host about as long as the GPU (H100 host: ~0.17 ms each way), but that is
+    # enqueued while the GPU spins before the start event (eval.launch.HOST_FLOOR_MS), so it is not flagged
     assert r.gpu_busy["reference"] > 0.8 and r.gpu_busy["candidate"] > 0.8, r.gpu_busy
     assert r.host_bound == [] and not any(f.startswith("host-bound:") for f in r.flags), r.flags
 

@@ -77,25 +77,41 @@ class _Ctx:
         return p.BusyReply(sides=self._sides), []
 
 
-def test_host_bound_side_is_flagged() -> None:
-    ctx = _Ctx({"reference": {"kernel_ms": 1.0, "event_ms": 4.0, "busy": 0.25},
-                "candidate": {"kernel_ms": 0.9, "event_ms": 1.0, "busy": 0.9}})
+def test_a_side_whose_host_time_is_half_its_gpu_time_is_flagged_even_when_the_gpu_looks_busy() -> None:
+    # the GPU is 90 % busy, yet the host needs 1.2 ms to enqueue 2 ms of GPU work: a host half as fast starves it
+    ctx = _Ctx({"reference": {"kernel_ms": 2.0, "event_ms": 2.2, "busy": 0.9, "host_ms": 1.2},
+                "candidate": {"kernel_ms": 0.9, "event_ms": 1.0, "busy": 0.9, "host_ms": 0.05}})
     launch.host_bound(ctx)
     assert isinstance(ctx.sent[0], p.Busy) and ctx.sent[0].flush is True
-    assert ctx.result.gpu_busy == {"reference": 0.25, "candidate": 0.9}
+    assert ctx.result.gpu_busy == {"reference": 0.9, "candidate": 0.9}
+    assert ctx.result.host_share == {"reference": 0.6, "candidate": 0.0556}
     assert ctx.result.host_bound == ["reference"]
     (flag,) = ctx.result.flags
-    assert flag.startswith("host-bound:") and "reference 25%" in flag and "eval.cuda_graphs=auto" in flag
+    assert flag.startswith("host-bound:") and "reference 0.60" in flag and "eval.cuda_graphs=auto" in flag
 
 
-def test_busy_sides_are_not_flagged_and_forged_values_are_clamped() -> None:
-    ctx = _Ctx({"reference": {"busy": 0.95}, "candidate": {"busy": 7.0}})
+@pytest.mark.parametrize("host_ms, kernel_ms, bound", [
+    (0.49, 1.0, False),  # under half the GPU time
+    (0.5, 1.0, True),
+    (0.15, 0.01, False),  # a large share, but under the GPU lead (HOST_FLOOR_MS): enqueued while the GPU spins
+    (0.3, 0.0, True),  # no kernel time at all
+])
+def test_host_bound_threshold_and_floor(host_ms: float, kernel_ms: float, bound: bool) -> None:
+    ctx = _Ctx({"reference": {"kernel_ms": kernel_ms, "event_ms": 1.0, "busy": 0.5, "host_ms": host_ms}})
+    launch.host_bound(ctx)
+    assert (ctx.result.host_bound == ["reference"]) is bound
+
+
+def test_missing_or_forged_values_are_clamped_and_never_flag() -> None:
+    ctx = _Ctx({"reference": {"busy": 0.95}, "candidate": {"busy": 7.0, "host_ms": -3.0, "kernel_ms": 1.0}})
     launch.host_bound(ctx)
     assert ctx.result.gpu_busy == {"reference": 0.95, "candidate": 1.0}
+    assert ctx.result.host_share == {"candidate": 0.0}
     assert ctx.result.host_bound == [] and ctx.result.flags == []
-    nan = _Ctx({"reference": {"busy": float("nan")}, "candidate": {"busy": 0.6}})
+    nan = _Ctx({"reference": {"busy": float("nan"), "host_ms": float("inf"), "kernel_ms": 1.0},
+                "candidate": {"busy": 0.6, "host_ms": "slow", "kernel_ms": 1.0}})
     launch.host_bound(nan)
-    assert nan.result.gpu_busy == {"candidate": 0.6}
+    assert nan.result.gpu_busy == {"candidate": 0.6} and nan.result.host_share == {} and nan.result.host_bound == []
 
 
 def test_graph_mode_is_recorded_and_a_fallback_is_flagged() -> None:
@@ -109,7 +125,7 @@ def test_graph_mode_is_recorded_and_a_fallback_is_flagged() -> None:
     off = _Ctx({})
     launch.record_mode(off, p.TimeReply())
     assert off.result.timing_mode == "eager" and off.result.flags == []
-    assert "replays" in launch.host_bound_flag({"reference": 0.2}, ["reference"], "cuda_graph")
+    assert "replays" in launch.host_bound_flag({"reference": 2.0}, ["reference"], "cuda_graph")
 
 
 # ------------------------------------------------------------------------------ capture fallback (worker side)
@@ -152,10 +168,12 @@ def _timed_result(**kw) -> EvalResult:
 
 
 def test_feedback_shows_busy_shares_and_graph_mode() -> None:
-    r = _timed_result(gpu_busy={"reference": 0.31, "candidate": 0.97}, host_bound=["reference"],
-                      flags=[launch.host_bound_flag({"reference": 0.31, "candidate": 0.97}, ["reference"], "eager")])
+    r = _timed_result(gpu_busy={"reference": 0.31, "candidate": 0.97}, host_share={"reference": 1.5, "candidate": 0.02},
+                      host_bound=["reference"],
+                      flags=[launch.host_bound_flag({"reference": 1.5, "candidate": 0.02}, ["reference"], "eager")])
     text = render_feedback(r)
-    assert "GPU busy during an eager call: reference 31%, candidate 97% (host-bound: reference)" in text
+    assert ("GPU busy during an eager call: reference 31%, candidate 97%; host time over GPU time per call: "
+            "reference 1.50, candidate 0.02 (host-bound: reference)") in text
     assert "Note: host-bound:" in text
     graphed = render_feedback(_timed_result(timing_mode="cuda_graph"))
     assert "Timing (CUDA-graph replays of both forwards)" in graphed and "GPU busy" not in graphed
@@ -185,7 +203,7 @@ def test_report_lists_host_bound_best_results(tmp_path: Path, monkeypatch) -> No
     assert m.per_problem[rf.SMOKE[0]].host_bound == ["reference"] and m.per_problem[rf.SMOKE[1]].host_bound == []
     assert m.to_dict()["host_bound_problems"] == {rf.SMOKE[0]: ["reference"]}
     text = "\n".join(notes([m], compare([data], [m])))
-    assert f"hb: host-bound timings (GPU busy under 50% of an eager call) in 1 best result(s): {rf.SMOKE[0]} (reference)" \
+    assert f"hb: host-bound timings (the host's time to make a call at least 50% of its GPU time) in 1 best result(s): {rf.SMOKE[0]} (reference)" \
         in text
 
 

@@ -12,13 +12,15 @@ which side failed and why: a failed capture can leave the process's CUDA state u
 on the H100: the next random draw raised), so the parent evaluates again in a new worker, eagerly.
 
 `busy_shares(sides)` measures, per side, the GPU time of its kernels per call (profiler) against
-the event-timed time of the call, both under the timing's own conditions (inputs refilled, L2
+the event-timed time of the call and against the host's time to enqueue the call (from the call to
+its return, no synchronisation), all under the timing's own conditions (inputs refilled, L2
 flushed, the GPU lead before the start event).
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from typing import Any, Callable
 
 import torch
@@ -94,7 +96,8 @@ def _settle() -> None:
 
 
 def busy_shares(sides: dict[str, timing.TimedSide], flush: Callable[[], None], calls: int) -> dict[str, dict[str, float]]:
-    """Per side: kernel_ms (GPU time of its kernels per call), event_ms (median event time of a call) and busy.
+    """Per side: kernel_ms (GPU time of its kernels per call), event_ms (median event time of a call), busy
+    (their ratio) and host_ms (median host time from the call to its return: enqueueing, Python, any sync).
 
     Both use the timing's conditions: each call's inputs are refilled and the L2 flushed (with the GPU
     lead) first. The profile of the calls also holds the refill and the flush, so the same loop without
@@ -102,11 +105,13 @@ def busy_shares(sides: dict[str, timing.TimedSide], flush: Callable[[], None], c
     """
     out: dict[str, dict[str, float]] = {}
     for name, side in sides.items():
-        times = []
+        times, host = [], []
         for k in range(calls):
             side.prepare(k)
             flush()
+            t0 = time.perf_counter()
             start, end, result = timing.bracketed(side.call)  # the timing's own bracket
+            host.append((time.perf_counter() - t0) * 1000.0)
             del result
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end))
@@ -127,5 +132,5 @@ def busy_shares(sides: dict[str, timing.TimedSide], flush: Callable[[], None], c
         full = tracing.profile_kernels(with_call, repeats=calls)
         kernel_ms = sum(max(0.0, ms - base.get(kernel, 0.0)) for kernel, ms in full)
         busy = min(1.0, kernel_ms / event_ms) if event_ms > 0 else 1.0
-        out[name] = {"kernel_ms": kernel_ms, "event_ms": event_ms, "busy": busy}
+        out[name] = {"kernel_ms": kernel_ms, "event_ms": event_ms, "busy": busy, "host_ms": statistics.median(host)}
     return out

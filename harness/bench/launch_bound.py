@@ -70,7 +70,8 @@ def measure(selection: str = DEFAULT_SELECTION, sessions: int = 5) -> dict[str, 
                 runs[(pr.id, mode)].append(r)
                 ref = f"{r.reference_timing.median_ms:.4f} ms" if r.reference_timing else "n/t"
                 print(f"session {s + 1}/{sessions} cuda_graphs={mode} {pr.id}: {r.status.value}, reference {ref}, "
-                      f"mode {r.timing_mode}, busy {json.dumps(r.gpu_busy)}", flush=True)
+                      f"mode {r.timing_mode}, busy {json.dumps(r.gpu_busy)}, host/GPU {json.dumps(r.host_share)}, "
+                      f"host-bound {r.host_bound}", flush=True)
     rows = [_row(pid, mode, results) for (pid, mode), results in runs.items()]
     return {"selection": selection, "sessions": sessions, "timed": gpu, "rows": rows,
             "wall_s": round(time.perf_counter() - t0, 1)}
@@ -85,6 +86,7 @@ def _row(pid: str, mode: str, results: list[EvalResult]) -> dict[str, Any]:
             "reference_ms": [round(x, 4) for x in ref], "candidate_ms": [round(x, 4) for x in cand],
             "reference_max_over_min": max(ref) / min(ref) if ref else None,
             "reference_busy": [round(b, 3) for b in busy],
+            "reference_host_share": [r.host_share["reference"] for r in results if "reference" in r.host_share],
             "host_bound_sessions": sum(bool(r.host_bound) for r in results),
             "notes": sorted({f for r in results for f in r.flags if f.startswith(("cuda_graphs", "host-bound"))}
                             | {r.reason for r in results if not r.is_correct})}
@@ -95,15 +97,17 @@ def table(report: dict[str, Any]) -> str:
     lines = [f"launch-bound references: {report['sessions']} fresh evaluator session(s) per mode, reference timed "
              "against itself (median per session)" + ("" if report["timed"] else "; CPU: nothing timed (n/t)"),
              f"{'problem':<24}{'graphs':>7}{'ran as':>12}{'median ms (min..max over sessions)':>38}{'max/min':>9}"
-             f"{'GPU busy':>10}{'host-bound':>12}"]
+             f"{'GPU busy':>10}{'host/GPU':>10}{'host-bound':>12}"]
     for row in report["rows"]:
         ref = row["reference_ms"]
         spread = f"{statistics.median(ref):.3f} ({min(ref):.3f}..{max(ref):.3f})" if ref else "n/t"
         ratio = f"{row['reference_max_over_min']:.3f}" if row["reference_max_over_min"] else "n/t"
         busy = f"{statistics.median(row['reference_busy']):.0%}" if row["reference_busy"] else "n/t"
+        host = row.get("reference_host_share") or []
+        host = f"{statistics.median(host):.2f}" if host else "n/t"
         ran = "/".join(row["timing_modes"]) or "-"
         flagged = f"{row['host_bound_sessions']}/{len(row['statuses'])}"
-        lines.append(f"{row['problem']:<24}{row['cuda_graphs']:>7}{ran:>12}{spread:>38}{ratio:>9}{busy:>10}{flagged:>12}")
+        lines.append(f"{row['problem']:<24}{row['cuda_graphs']:>7}{ran:>12}{spread:>38}{ratio:>9}{busy:>10}{host:>10}{flagged:>12}")
     for row in report["rows"]:
         lines += [f"  {row['problem']} cuda_graphs={row['cuda_graphs']}: {note}" for note in row["notes"]]
     return "\n".join(lines)
