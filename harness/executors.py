@@ -57,6 +57,9 @@ class ExecutorConfig:
       half its CPUs (1 to 4).
     max_in_flight_per_actor: evaluations sent to one actor at once (back-pressure); 0: its number
       of warm workers (`eval.workers_per_gpu`).
+    cpus_per_actor: Ray CPUs each GPU actor reserves; null: the cluster's CPUs over its GPUs. Ray
+      sets an actor's OMP_NUM_THREADS to it, so torch's CPU work in the actor (the parent side of
+      the evaluation) gets that many threads; with 1 it ran single-threaded.
     max_retries: how often an evaluation whose actor died is sent to another actor.
     actor_start_timeout_s: how long to wait for an actor (and a replacement) to be ready.
     """
@@ -65,6 +68,7 @@ class ExecutorConfig:
     address: Optional[str] = None
     num_actors: Optional[int] = None
     max_in_flight_per_actor: int = 0
+    cpus_per_actor: Optional[int] = None
     max_retries: int = 2
     actor_start_timeout_s: float = 600.0
     namespace: str = "kernel-harness"
@@ -77,6 +81,8 @@ class ExecutorConfig:
             problems.append(f"executor.num_actors must be >= 1 or null, not {self.num_actors!r}")
         if self.max_in_flight_per_actor < 0:
             problems.append(f"executor.max_in_flight_per_actor must be >= 0, not {self.max_in_flight_per_actor!r}")
+        if self.cpus_per_actor is not None and (isinstance(self.cpus_per_actor, bool) or int(self.cpus_per_actor) < 1):
+            problems.append(f"executor.cpus_per_actor must be >= 1 or null, not {self.cpus_per_actor!r}")
         if self.max_retries < 0:
             problems.append(f"executor.max_retries must be >= 0, not {self.max_retries!r}")
         if not self.actor_start_timeout_s > 0:
@@ -392,7 +398,8 @@ class RayEvaluator:
             if self.eval_config.device == "cuda":
                 raise ExecutorError("eval.device=cuda but the Ray cluster has no GPU")
             return {"num_cpus": 1, "num_gpus": 0}, max(1, min(_CPU_ACTORS_MAX, cpus // 2))
-        return {"num_cpus": 1, "num_gpus": 1}, gpus
+        cpus_each = int(self.config.cpus_per_actor or max(1, cpus // gpus))
+        return {"num_cpus": cpus_each, "num_gpus": 1}, gpus
 
     def _start_actors(self) -> None:
         per_actor, default = self._resources()
