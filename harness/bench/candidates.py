@@ -158,3 +158,15 @@ def mixed_batch(sizes: tuple[int, int, int], with_cuda: bool = True) -> list[Ben
                  BenchJob("cuda_compile_error", mid, cuda_candidate("bench_bad", 256, "this is not C++;"), "cuda",
                           "compile_error")]
     return jobs
+
+
+def distinct_copies(batch: list[BenchJob], copies: int) -> list[BenchJob]:
+    """`copies` copies of `batch` whose sources all differ (and CUDA extensions' names too), so none is cached."""
+    if copies <= 1:
+        return list(batch)
+    out = []
+    for k in range(copies):
+        for j in batch:
+            source = j.source.replace("add_relu_scale_", f"add_relu_scale_c{k}_") if j.backend == "cuda" else j.source
+            out.append(BenchJob(f"{j.label}_c{k}", j.problem, source + f"\n# copy {k}\n", j.backend, j.expected))
+    return out

@@ -157,19 +157,33 @@ def run_process_per_candidate(batch: list[candidates.BenchJob]) -> dict[str, Any
     return _summary("process per candidate", batch, statuses, wall, phases, sampler.busy_share(), per)
 
 
-def throughput() -> dict[str, Any]:
-    """The three evaluators on the same batch, side by side."""
+EVALUATORS = ("pool", "single", "process")
+
+
+def throughput(copies: int = 1, evaluators: tuple[str, ...] = EVALUATORS) -> dict[str, Any]:
+    """The evaluators on the same batch, side by side; the pool takes `copies` distinct copies of it.
+
+    With one copy the pool's wall time is the batch's longest path (one `nvcc` build plus one
+    evaluation, ~1 min on the H100), so it measures latency more than throughput. More copies
+    (distinct sources: nothing is cached or built once for two) show the steady state of a study
+    with many candidates in flight. The single worker and the process per candidate evaluate one
+    candidate at a time, so their rate does not depend on the batch's length; they take one copy.
+    """
     gpu = _device() == "cuda"
     batch = candidates.mixed_batch(GPU_SIZES if gpu else CPU_SIZES, with_cuda=gpu)
+    runs = {"pool": lambda: run_pool(candidates.distinct_copies(batch, copies), gpus=[0] if gpu else None),
+            "single": lambda: run_single_worker(batch), "process": lambda: run_process_per_candidate(batch)}
     rows = []
-    for run in (lambda: run_pool(batch, gpus=[0] if gpu else None), lambda: run_single_worker(batch),
-                lambda: run_process_per_candidate(batch)):
-        rows.append(run())
+    for name in evaluators:
+        rows.append(runs[name]())
         print(json.dumps(rows[-1]), flush=True)  # each row as soon as it is measured
-    pool = rows[0]["candidates_per_min"]
-    return {"batch": [j.label for j in batch], "rows": rows,
-            "pool_over_single": round(pool / rows[1]["candidates_per_min"], 2),
-            "pool_over_process_per_candidate": round(pool / rows[2]["candidates_per_min"], 2)}
+    rate = {name: row["candidates_per_min"] for name, row in zip(evaluators, rows)}
+    out: dict[str, Any] = {"batch": [j.label for j in batch], "pool_copies": copies, "rows": rows}
+    if "pool" in rate and "single" in rate:
+        out["pool_over_single"] = round(rate["pool"] / rate["single"], 2)
+    if "pool" in rate and "process" in rate:
+        out["pool_over_process_per_candidate"] = round(rate["pool"] / rate["process"], 2)
+    return out
 
 
 def latency(n: int = 1 << 24, repeats: int = 3) -> dict[str, Any]:
@@ -274,15 +288,21 @@ def environment() -> dict[str, Any]:
 
 def _print_throughput(t: dict[str, Any]) -> None:
     busy = lambda v: "n/a" if v is None else f"{v:.0%}"  # noqa: E731
-    print(f"\nthroughput: {len(t['batch'])} candidates, the same batch through each evaluator")
-    print(f"{'evaluator':<24}{'wall s':>8}{'cand/min':>10}{'s/cand (median)':>17}{'GPU busy':>10}  unexpected verdicts")
+    print(f"\nthroughput: a batch of {len(t['batch'])} candidates through each evaluator; the pool takes "
+          f"{t['pool_copies']} distinct cop{'y' if t['pool_copies'] == 1 else 'ies'} of it")
+    print(f"{'evaluator':<24}{'cands':>6}{'wall s':>8}{'cand/min':>10}{'s/cand (median)':>17}{'GPU busy':>10}"
+          "  unexpected verdicts")
     for r in t["rows"]:
-        print(f"{r['evaluator']:<24}{r['wall_s']:>8.1f}{r['candidates_per_min']:>10.1f}{r['median_s_per_candidate']:>17.2f}"
-              f"{busy(r['gpu_busy_share']):>10}  {json.dumps(r['unexpected']) if r['unexpected'] else '-'}")
+        print(f"{r['evaluator']:<24}{r['candidates']:>6}{r['wall_s']:>8.1f}{r['candidates_per_min']:>10.1f}"
+              f"{r['median_s_per_candidate']:>17.2f}{busy(r['gpu_busy_share']):>10}  "
+              f"{json.dumps(r['unexpected']) if r['unexpected'] else '-'}")
     for r in t["rows"]:
         print(f"  phase medians, {r['evaluator']}: {json.dumps(r['phase_medians'])}")
-    print(f"pool / single worker: {t['pool_over_single']:.2f}x;  pool / process per candidate: "
-          f"{t['pool_over_process_per_candidate']:.2f}x")
+    ratios = [f"pool / single worker: {t['pool_over_single']:.2f}x"] if "pool_over_single" in t else []
+    if "pool_over_process_per_candidate" in t:
+        ratios.append(f"pool / process per candidate: {t['pool_over_process_per_candidate']:.2f}x")
+    if ratios:
+        print(";  ".join(ratios))
 
 
 def own_share_or_flips(which: str, rounds: int, out: str | None) -> int:
@@ -310,7 +330,7 @@ def own_share_or_flips(which: str, rounds: int, out: str | None) -> int:
 
 
 def main(which: str = "all", sessions: int = 5, out: str | None = None, problems: str | None = None,
-         copies: int = 4) -> int:
+         copies: int = 4, evaluators: tuple[str, ...] = EVALUATORS) -> int:
     """Run the chosen parts, print tables, optionally write the JSON to `out`."""
     if which == "launch-bound":  # runs on a CPU too (nothing timed there): see harness/bench/launch_bound.py
         from harness.bench import launch_bound
@@ -328,7 +348,7 @@ def main(which: str = "all", sessions: int = 5, out: str | None = None, problems
     report: dict[str, Any] = {"environment": environment()}
     print(json.dumps(report["environment"]))
     if which in ("all", "throughput"):
-        report["throughput"] = throughput()
+        report["throughput"] = throughput(copies if which == "throughput" else 1, evaluators)
         _print_throughput(report["throughput"])
     if which in ("all", "latency") and torch.cuda.is_available():
         lat = report["latency"] = latency()

@@ -18,7 +18,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                      "L3/06_lstm,L3/11_gru,L3/07_moe_layer and a matmul control)")
     ev.add_argument("--sessions", type=int, default=5)
     ev.add_argument("--copies", type=int, default=4,
-                    help="scaling parts: distinct copies of each of the 6 honest Triton candidates (batch = 6 x copies)")
+                    help="scaling parts: distinct copies of each of the 6 honest Triton candidates (batch = 6 x copies); "
+                         "--part throughput: distinct copies of the mixed batch the pool evaluates (the one-at-a-time "
+                         "evaluators take one)")
+    ev.add_argument("--evaluators", default="pool,single,process",
+                    help="--part throughput: which of pool, single, process (per candidate) to run, in this order")
     ev.add_argument("--rounds", type=int, default=20, help="flips (not part of all): verdicts per candidate, spread over 5 "
                                                            "fresh pools; own-share (not part of all) takes no options")
     ev.add_argument("--out", help="write the full JSON report here")
@@ -38,7 +42,13 @@ def run(args: argparse.Namespace) -> int:
     if args.bench == "eval":
         from harness.bench import eval_bench
 
-        return eval_bench.main(args.part, args.sessions, args.out, problems=args.problems, copies=args.copies)
+        evaluators = tuple(e.strip() for e in args.evaluators.split(",") if e.strip())
+        unknown = sorted(set(evaluators) - set(eval_bench.EVALUATORS))
+        if unknown or not evaluators:
+            print(f"--evaluators: choose from {', '.join(eval_bench.EVALUATORS)} (got {args.evaluators!r})")
+            return 2
+        return eval_bench.main(args.part, args.sessions, args.out, problems=args.problems, copies=args.copies,
+                               evaluators=evaluators)
     if args.bench == "suite":
         from harness.bench import suite_bench
 
