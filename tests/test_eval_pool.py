@@ -4,6 +4,7 @@ several threads, the GPU gate, typed protocol and config errors, and nothing lef
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -41,6 +42,19 @@ def test_a_mixed_batch_gets_every_expected_verdict(pool):
     assert pool.workers == 2
     correct = [r for r in results if r.is_correct]
     assert all(r.gpu_index is None and r.phase_seconds.keys() >= {"load", "correctness", "kernels"} for r in correct)
+
+
+def test_distinct_copies_of_the_throughput_batch_share_no_source_or_extension_name():
+    batch = candidates.mixed_batch(SIZES, with_cuda=True)
+    copies = candidates.distinct_copies(batch, 3)
+    assert len(copies) == 3 * len(batch) and len({j.label for j in copies}) == len(copies)
+    # nothing cached or built once for two (the same kernel source on problems of three sizes is three evaluations)
+    assert len({(j.problem.id, j.source) for j in copies}) == len(copies)
+    assert len({j.source for j in copies if j.backend == "cuda"}) == sum(j.backend == "cuda" for j in copies)
+    names = [re.search(r'name="([^"]+)"', j.source).group(1) for j in copies if j.backend == "cuda"]
+    assert len(names) == 3 * sum(j.backend == "cuda" for j in batch) and len(set(names)) == len(names)
+    assert [j.expected for j in copies] == [j.expected for j in batch] * 3
+    assert candidates.distinct_copies(batch, 1) == batch
 
 
 def test_callers_on_several_threads(pool):
