@@ -230,6 +230,11 @@ def test_profiled_kernel_names_in_every_form(profiled, base):
     ("void (anonymous namespace)::k<16>(float const*, float*)", False),
     ("_ZN12_GLOBAL__N_16kernelEPf", False),
     ("add_relu_kernel", False),
+    ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 64>>(Flash_fwd_params)", True),
+    ("void flash::flash_fwd_kernel<Kernel_traits<128>>(Params)", False),  # a candidate's own copy of FlashAttention
+    ("ampere_gemm_kernel", False),  # an honest name: no vendor tile shape
+    ("sm90_tiled_matmul", False),
+    ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float>(float*)", True),
 ])
 def test_library_kernels_are_told_apart_from_candidates_kernels_of_the_same_name(profiled, library):
     """A decoy named like the library kernel doing the work must not have that work counted as its own."""
