@@ -117,6 +117,21 @@ class LocalEvaluator(Evaluator):
 
 
 # -- the actor: the trusted parent on its node -------------------------------------------------
+def actor_resources(total: dict[str, float], device: str, cpus_per_actor: int | None) -> tuple[dict[str, float], int]:
+    """What each evaluator actor asks Ray for, and the default number of actors, from a cluster's totals.
+
+    A GPU actor takes one GPU and `cpus_per_actor` CPUs (default: the cluster's CPUs over its GPUs):
+    Ray sets the actor's OMP_NUM_THREADS to its CPUs, and the actor is the parent side of every
+    evaluation. On a cluster without GPUs, each actor takes one CPU and there are half as many as CPUs (1 to 4).
+    """
+    gpus, cpus = int(total.get("GPU", 0)), int(total.get("CPU", 0))
+    if device == "cpu" or gpus == 0:
+        if device == "cuda":
+            raise ExecutorError("eval.device=cuda but the Ray cluster has no GPU")
+        return {"num_cpus": 1, "num_gpus": 0}, max(1, min(_CPU_ACTORS_MAX, cpus // 2))
+    return {"num_cpus": int(cpus_per_actor or max(1, cpus // gpus)), "num_gpus": 1}, gpus
+
+
 class EvaluatorActor:
     """One `Evaluator` on one GPU of the cluster (or the CPU). Methods run on several threads at once."""
 
@@ -392,14 +407,7 @@ class RayEvaluator:
 
     def _resources(self) -> tuple[dict[str, float], int]:
         """Per-actor resources and the default number of actors, from the cluster's totals."""
-        total = self._ray.cluster_resources()
-        gpus, cpus = int(total.get("GPU", 0)), int(total.get("CPU", 0))
-        if self.eval_config.device == "cpu" or gpus == 0:
-            if self.eval_config.device == "cuda":
-                raise ExecutorError("eval.device=cuda but the Ray cluster has no GPU")
-            return {"num_cpus": 1, "num_gpus": 0}, max(1, min(_CPU_ACTORS_MAX, cpus // 2))
-        cpus_each = int(self.config.cpus_per_actor or max(1, cpus // gpus))
-        return {"num_cpus": cpus_each, "num_gpus": 1}, gpus
+        return actor_resources(self._ray.cluster_resources(), self.eval_config.device, self.config.cpus_per_actor)
 
     def _start_actors(self) -> None:
         per_actor, default = self._resources()

@@ -220,6 +220,9 @@ def test_ray_evaluator_retries_dedupes_and_gets_no_secrets(ray_module: Any, tmp_
 def test_bad_executor_settings_are_one_line_errors(ray_module: Any, tmp_path: Path) -> None:
     with pytest.raises(ExecutorError, match="num_actors"):
         ExecutorConfig(kind="ray", num_actors=0)
+    for bad in (0, True):
+        with pytest.raises(ExecutorError, match="executor.cpus_per_actor must be >= 1 or null"):
+            ExecutorConfig(kind="ray", cpus_per_actor=bad)
     # ray not installed: a package directory that fails to import stands in for its absence
     shadow = tmp_path / "shadow" / "ray"
     shadow.mkdir(parents=True)
@@ -234,3 +237,23 @@ def test_bad_executor_settings_are_one_line_errors(ray_module: Any, tmp_path: Pa
     assert too_many.returncode == 2 and len(too_many.stderr.strip().splitlines()) == 1
     assert "executor.num_actors=64 needs 64 CPU(s)" in too_many.stderr
     assert not (tmp_path / "runs" / "too-many").exists()
+
+
+@pytest.mark.parametrize("total, device, cpus_per_actor, expected", [
+    ({"CPU": 32.0, "GPU": 2.0}, "cuda", None, ({"num_cpus": 16, "num_gpus": 1}, 2)),  # not 1: torch single-threaded
+    ({"CPU": 32.0, "GPU": 2.0}, "cuda", 4, ({"num_cpus": 4, "num_gpus": 1}, 2)),
+    ({"CPU": 1.0, "GPU": 2.0}, "cuda", None, ({"num_cpus": 1, "num_gpus": 1}, 2)),
+    ({"CPU": 2.0}, "cpu", None, ({"num_cpus": 1, "num_gpus": 0}, 1)),
+    ({"CPU": 64.0}, "cpu", None, ({"num_cpus": 1, "num_gpus": 0}, 4)),
+])
+def test_actor_resources_follow_the_cluster(total, device, cpus_per_actor, expected) -> None:
+    from harness.executors import actor_resources
+
+    assert actor_resources(total, device, cpus_per_actor) == expected
+
+
+def test_a_cuda_evaluator_needs_a_gpu_in_the_cluster() -> None:
+    from harness.executors import actor_resources
+
+    with pytest.raises(ExecutorError, match="no GPU"):
+        actor_resources({"CPU": 8.0}, "cuda", None)
