@@ -88,7 +88,7 @@ class EvalResult:
     cached: bool = False
     preset: str = "default"  # the evaluator preset (`eval.preset`) whose rules produced this verdict
     # launch-bound timings (eval.launch), per side ({"reference": .., "candidate": ..}): GPU busy share of an eager
-    # call, the host's time to make a call over its GPU time, the host-bound sides (eval.launch.host_bound_sides),
+    # call, the host's time to make a call over its GPU time, the host-bound sides (eval.launch.host_bound),
     # and how the timed calls ran ("eager" or "cuda_graph")
     gpu_busy: dict[str, float] = field(default_factory=dict)
     host_share: dict[str, float] = field(default_factory=dict)

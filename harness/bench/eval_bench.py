@@ -201,8 +201,7 @@ def latency(n: int = 1 << 24, repeats: int = 3) -> dict[str, Any]:
 def scaling(copies: int = 4) -> dict[str, Any]:
     """Honest Triton candidates (distinct sources) on one GPU, then on every visible GPU."""
     base = [j for j in candidates.mixed_batch(GPU_SIZES, with_cuda=False) if j.expected == "correct"]
-    batch = [candidates.BenchJob(f"{j.label}_{k}", j.problem, j.source + f"\n# copy {k}\n", j.backend, j.expected)
-             for k in range(copies) for j in base]
+    batch = candidates.distinct_copies(base, copies)
     one = run_pool(batch, gpus=[0])
     every = list(range(torch.cuda.device_count()))
     out = {"candidates": len(batch), "one_gpu": one}
@@ -219,8 +218,7 @@ def ray_scaling(copies: int = 4) -> dict[str, Any]:
 
     sizes = GPU_SIZES if _device() == "cuda" else CPU_SIZES
     base = [j for j in candidates.mixed_batch(sizes, with_cuda=False) if j.expected == "correct"]
-    batch = [candidates.BenchJob(f"{j.label}_{k}", j.problem, j.source + f"\n# ray copy {k}\n", j.backend, j.expected)
-             for k in range(copies) for j in base]
+    batch = candidates.distinct_copies(base, copies)
     gpus = max(1, torch.cuda.device_count())
     out: dict[str, Any] = {"candidates": len(batch), "gpus": gpus}
     for actors in sorted({1, gpus}):
