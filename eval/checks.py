@@ -5,6 +5,8 @@ timed outputs -> speed of light -> replies in order. Each step either returns (t
 raises `Verdict`. Each declares the access to its GPU it needs (`GpuGate`): consecutive
 steps with the same access share one hold, and only the steps whose numbers depend on
 having the GPU alone (kernel shares, back-to-back wall time, timing) hold it exclusively.
+The correctness trials hold it shared one trial at a time ("per_trial"): a timing waiting for
+the GPU then waits for the trial in flight, not for every trial of every other candidate.
 
 The rules come from `EvalConfig`: the defaults are the strict ones; a preset such as
 `eval=kernelbench` changes the tolerance, precision, seeding, hidden shapes, own-kernel
@@ -181,7 +183,7 @@ def load(ctx: Context) -> None:
 
 def trials(ctx: Context) -> None:
     """Fresh inputs per trial (and every hidden shape set, unless off), outputs compared here, inputs
-    must stay unchanged."""
+    must stay unchanged. Each trial holds the GPU gate shared on its own (the step is "per_trial")."""
     assert ctx.reference is not None
     ref, atol_rtol = ctx.reference, ctx.tolerance()
     plan: list[tuple[str, int | None]] = [(f"trial{t}", None) for t in range(max(2, ctx.config.trials))]
@@ -190,13 +192,15 @@ def trials(ctx: Context) -> None:
     public = runtime.kernelbench_trial_seeds(ctx.config.public_seed, len(plan)) if ctx.kernelbench_seeding else []
     for trial, (label, extra) in enumerate(plan):
         seed = public[trial] if public else derive_seed(ctx.secret, label)
-        inputs = runtime.draw_inputs(ref.module, seed, ctx.lease.device, extra, on_cpu=bool(public))
-        fingerprint = runtime.input_fingerprint(inputs) if ctx.worker_draws else []
-        expected = ctx.expected(inputs)
-        reply, outputs = _run_trial(ctx, inputs, fingerprint, p.Run(seed=seed, extra=-1 if extra is None else extra,
-                                                                     on_cpu=bool(public)))
-        ctx.result.trials = trial + 1
-        mismatch = compare(expected, outputs, *atol_rtol, trial=trial)
+        with ctx.lease.gate.hold("shared"):
+            inputs = runtime.draw_inputs(ref.module, seed, ctx.lease.device, extra, on_cpu=bool(public))
+            fingerprint = runtime.input_fingerprint(inputs) if ctx.worker_draws else []
+            expected = ctx.expected(inputs)
+            reply, outputs = _run_trial(ctx, inputs, fingerprint, p.Run(seed=seed, extra=-1 if extra is None else extra,
+                                                                         on_cpu=bool(public)))
+            ctx.result.trials = trial + 1
+            mismatch = compare(expected, outputs, *atol_rtol, trial=trial)
+            del inputs, expected, outputs
         if mismatch is not None:
             shape_note = f" on hidden input shapes #{extra}" if extra is not None else ""
             ctx.result.mismatch = mismatch
@@ -429,7 +433,11 @@ def judge_speed(problem: Problem, ceilings: Ceilings, seconds: float) -> tuple[f
 
 @dataclass(frozen=True)
 class Step:
-    """One check: its name (a key of `phase_seconds`), function, GPU access, and whether it runs only on a GPU."""
+    """One check: its name (a key of `phase_seconds`), function, GPU access, and whether it runs only on a GPU.
+
+    access: "shared", "exclusive", "none", or "per_trial" (the step holds the gate itself, shared,
+    around each unit of its GPU work).
+    """
 
     name: str
     run: Callable[[Context], None]
@@ -440,7 +448,7 @@ class Step:
 
 PIPELINE: tuple[Step, ...] = (
     Step("load", load, "shared"),
-    Step("correctness", trials, "shared"),
+    Step("correctness", trials, "per_trial"),
     Step("stage", stage_timing_inputs, "shared", gpu_only=True),
     Step("kernels", own_kernels, "exclusive"),
     Step("hidden_work", hidden_work, "exclusive", gpu_only=True, enabled=lambda c: c.hidden_work_check),
@@ -461,7 +469,7 @@ def run_pipeline(ctx: Context) -> None:
         j = i
         while j < len(steps) and steps[j].access == steps[i].access:
             j += 1
-        with ctx.lease.gate.hold(steps[i].access):
+        with ctx.lease.gate.hold("none" if steps[i].access == "per_trial" else steps[i].access):
             for step in steps[i:j]:
                 t0 = time.perf_counter()
                 try:

@@ -167,3 +167,39 @@ time.sleep(600)
         time.sleep(0.5)
         sweep_stale_folders(str(tmp_path))
     assert not list(tmp_path.glob("kh-*"))
+
+
+_SLOW_CALL_S = 0.4
+_SLOW_TRIALS = 6
+
+
+def test_a_timing_waits_for_the_trial_in_flight_not_for_every_trial():
+    """Correctness trials hold the GPU gate one at a time: an exclusive request made while a candidate
+    is in its trials gets the GPU before the remaining trials run, not after all of them."""
+    slow = candidates.triton_candidate() + (
+        "\n\nimport time as _time\n\n\nclass ModelNew(ModelNew):\n"
+        "    def forward(self, *args):\n"
+        f"        _time.sleep({_SLOW_CALL_S})\n"
+        "        return super().forward(*args)\n")
+    config = EvalConfig(device="cpu", cache_dir=None, workers_per_gpu=1, trials=_SLOW_TRIALS, call_timeout_s=10,
+                        import_timeout_s=60)
+    with Evaluator(config) as ev:
+        assert ev.wait_warm(120)
+        gate = ev._pool.gate(None)
+        done: list[tuple[EvalResult, float]] = []
+        thread = threading.Thread(
+            target=lambda: done.append((ev.evaluate(candidates.problem(1 << 10), slow), time.perf_counter())))
+        thread.start()
+        deadline = time.monotonic() + 120
+        while gate._shared == 0 and time.monotonic() < deadline:  # the candidate's first shared step began
+            time.sleep(0.005)
+        asked = time.perf_counter()
+        with gate.hold("exclusive"):
+            granted = time.perf_counter()
+        thread.join()
+    result, finished = done[0]
+    assert result.status is Status.CORRECT, result.reason
+    assert result.trials >= _SLOW_TRIALS
+    # granted after at most the step in flight (the load, or one trial), and several trials still ran after it
+    assert granted - asked < result.phase_seconds["load"] + 2 * _SLOW_CALL_S + 1.0
+    assert finished - granted > 3 * _SLOW_CALL_S
