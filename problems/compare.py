@@ -8,11 +8,21 @@ reading results and reports never needs it.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
+
+    # one check on a piece of (expected, got): (bad elements, how bad each is, or None: all alike)
+    _Rule = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor | None]]
+
+# Comparing needs ~10 float64 temporaries per element compared; taken in pieces of this many elements
+# they stay under 1.6 GB however large the output (a float64 copy of a 6.4 GB float32 output alone is 12.8 GB).
+_CHUNK_ELEMENTS = 1 << 24
+_SCRATCH_PER_ELEMENT = 96  # bytes per piece element a comparison holds at most (81 measured: ~10 float64 temporaries)
 
 DEFAULT_TOLERANCES: dict[str, float] = {
     "float32": 1e-4,
@@ -47,7 +57,8 @@ def compare(expected: list[torch.Tensor], got: list[torch.Tensor], atol: float, 
             trial: int | None = None) -> Mismatch | None:
     """First disagreement between output lists, or None when every output matches.
 
-    Checks count, shape, dtype, the NaN pattern, +/-Inf positions, then |got - exp| <= atol + rtol*|exp|.
+    Checks count, shape, dtype, the NaN pattern, +/-Inf positions, then |got - exp| <= atol + rtol*|exp|,
+    each over the whole output before the next, in float64 pieces of at most _CHUNK_ELEMENTS elements.
     """
     if len(expected) != len(got):
         return Mismatch(output=-1, reason=f"returned {len(got)} outputs, expected {len(expected)}", trial=trial)
@@ -59,54 +70,123 @@ def compare(expected: list[torch.Tensor], got: list[torch.Tensor], atol: float, 
     return None
 
 
-def _compare_one(i: int, exp: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> Mismatch | None:
+def compare_scratch_bytes(elements: int) -> int:
+    """Memory comparing outputs of at most `elements` elements needs beside them: one piece's worth."""
+    return _SCRATCH_PER_ELEMENT * min(elements, _CHUNK_ELEMENTS)
+
+
+def flat_chunks(*tensors: torch.Tensor) -> Iterator[tuple[int, list[torch.Tensor]]]:
+    """(offset, pieces): same-shaped tensors read in row-major order, at most _CHUNK_ELEMENTS at a time.
+
+    Pieces keep their tensor's dtype; contiguous tensors give views, others are gathered piece by piece,
+    so walking a tensor never copies it whole.
+    """
+    numel = tensors[0].numel()
+    for start in range(0, numel, _CHUNK_ELEMENTS):
+        stop = min(numel, start + _CHUNK_ELEMENTS)
+        yield start, [_flat_piece(t, start, stop) for t in tensors]
+
+
+def _flat_piece(t: torch.Tensor, start: int, stop: int) -> torch.Tensor:
     import torch
 
+    if t.is_contiguous():
+        return t.reshape(-1)[start:stop]
+    return take_flat(t, torch.arange(start, stop, device=t.device))
+
+
+def take_flat(t: torch.Tensor, flat: torch.Tensor) -> torch.Tensor:
+    """t's elements at row-major indices `flat`, whatever its strides and dtype, without copying it whole."""
+    import torch
+
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(t.element_size())
+    if bits is None:  # complex128: take supports it, no integer is that wide
+        return torch.take(t, flat)
+    return torch.take(t.view(bits), flat).view(t.dtype)  # as same-size integers: take lacks float8 and others
+
+
+def _compare_one(i: int, exp: torch.Tensor, out: torch.Tensor, atol: float, rtol: float) -> Mismatch | None:
     if tuple(out.shape) != tuple(exp.shape):
         return Mismatch(output=i, reason=f"shape {tuple(out.shape)}, expected {tuple(exp.shape)}")
     if out.dtype != exp.dtype:
         return Mismatch(output=i, reason=f"dtype {out.dtype}, expected {exp.dtype}")
     if exp.numel() == 0:
         return None
-    if not (exp.is_floating_point() or exp.is_complex()):
-        wrong = out != exp
-        if bool(wrong.any()):
-            return _located(i, "values differ", exp.double(), out.double(), wrong)
-        return None
-    e, o = exp.double(), out.double()
-    nan_e, nan_o = torch.isnan(e), torch.isnan(o)
-    if not torch.equal(nan_e, nan_o):
-        return _located(i, "NaN pattern differs (NaN where the reference has a number, or the reverse)", e, o, nan_e ^ nan_o)
-    inf_e, inf_o = torch.isinf(e), torch.isinf(o)
-    inf_bad = (inf_e | inf_o) & ~(inf_e & inf_o & (torch.sign(e) == torch.sign(o)))
-    if bool(inf_bad.any()):
-        return _located(i, "Inf pattern differs", e, o, inf_bad)
-    finite = ~(nan_e | inf_e)
-    diff = torch.where(finite, (o - e).abs(), torch.zeros_like(e))
-    bad = diff > atol + rtol * e.abs()
-    if bool(bad.any()):
-        return _located(i, f"values differ beyond atol={atol:g}, rtol={rtol:g}", e, o, bad, diff)
+    for reason, rule in _rules(exp, atol, rtol):
+        if any(bool(rule(e, o)[0].any()) for _, (e, o) in flat_chunks(exp, out)):
+            return _located(i, reason, exp, out, rule)
     return None
 
 
-def _located(i: int, reason: str, e: torch.Tensor, o: torch.Tensor, bad: torch.Tensor,
-             diff: torch.Tensor | None = None) -> Mismatch:
+def _rules(exp: torch.Tensor, atol: float, rtol: float) -> list[tuple[str, _Rule]]:
+    """The checks in order, each judging a whole output before the next looks at it."""
+    if not (exp.is_floating_point() or exp.is_complex()):
+        return [("values differ", _unequal)]
+    return [
+        ("NaN pattern differs (NaN where the reference has a number, or the reverse)", _nan_differs),
+        ("Inf pattern differs", _inf_differs),
+        (f"values differ beyond atol={atol:g}, rtol={rtol:g}", lambda e, o: _beyond_tolerance(e, o, atol, rtol)),
+    ]
+
+
+def _unequal(e: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, None]:
+    return o != e, None  # in the integer dtype itself: float64 would merge int64 values past 2**53
+
+
+def _nan_differs(e: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, None]:
     import torch
 
-    if diff is None:
-        diff = torch.where(bad, torch.ones_like(e), torch.zeros_like(e))
-    finite = torch.isfinite(e) & torch.isfinite(o)
-    abs_err = torch.where(finite, (o - e).abs(), torch.zeros_like(e))
-    rel_err = abs_err / e.abs().clamp_min(1e-12)
-    flat = int(torch.argmax(torch.where(bad, diff.nan_to_num(posinf=1e300), torch.full_like(diff, -1.0))))
-    index = [int(x) for x in torch.unravel_index(torch.tensor(flat), e.shape)] if e.dim() else []
+    return torch.isnan(e.double()) ^ torch.isnan(o.double()), None
+
+
+def _inf_differs(e: torch.Tensor, o: torch.Tensor) -> tuple[torch.Tensor, None]:
+    import torch
+
+    e, o = e.double(), o.double()
+    inf_e, inf_o = torch.isinf(e), torch.isinf(o)
+    return (inf_e | inf_o) & ~(inf_e & inf_o & (torch.sign(e) == torch.sign(o))), None
+
+
+def _beyond_tolerance(e: torch.Tensor, o: torch.Tensor, atol: float, rtol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(bad, |o - e| where e is finite): computed in float64, so the tolerance boundary is exact."""
+    import torch
+
+    e, o = e.double(), o.double()
+    diff = torch.where(torch.isfinite(e), (o - e).abs(), 0.0)
+    return diff > atol + rtol * e.abs(), diff
+
+
+def _located(i: int, reason: str, exp: torch.Tensor, out: torch.Tensor, rule: _Rule) -> Mismatch:
+    """The Mismatch for `rule` over the whole output: errors over finite elements, the worst bad element
+    (the first of equal ones, as argmax over the whole tensor picks it), the share of bad elements."""
+    import torch
+
+    max_abs = max_rel = 0.0
+    bad_count, worst, worst_at = 0, float("-inf"), 0
+    for start, (e_piece, o_piece) in flat_chunks(exp, out):
+        bad, diff = rule(e_piece, o_piece)
+        e, o = e_piece.double(), o_piece.double()
+        abs_err = torch.where(torch.isfinite(e) & torch.isfinite(o), (o - e).abs(), 0.0)
+        max_abs = max(max_abs, float(abs_err.max()))
+        max_rel = _max_keeping_nan(max_rel, float((abs_err / e.abs().clamp_min(1e-12)).max()))
+        bad_count += int(bad.sum())
+        score = torch.where(bad, 1.0 if diff is None else diff.nan_to_num(posinf=1e300), -1.0)
+        at = int(torch.argmax(score))
+        if float(score[at]) > worst:  # strictly: an equal score in a later piece comes later
+            worst, worst_at = float(score[at]), start + at
+    index = [int(x) for x in torch.unravel_index(torch.tensor(worst_at), exp.shape)] if exp.dim() else []
     return Mismatch(
         output=i,
         reason=reason,
-        max_abs_err=float(abs_err.max()),
-        max_rel_err=float(rel_err.max()),
+        max_abs_err=max_abs,
+        max_rel_err=max_rel,
         worst_index=index,
-        mismatch_fraction=float(bad.double().mean()),
-        expected=float(e.reshape(-1)[flat]),
-        got=float(o.reshape(-1)[flat]),
+        mismatch_fraction=bad_count / exp.numel(),
+        expected=float(exp[tuple(index)].double()),
+        got=float(out[tuple(index)].double()),
     )
+
+
+def _max_keeping_nan(a: float, b: float) -> float:
+    """max as torch's over a whole tensor: NaN if either is (a NaN in the reference makes the relative error NaN)."""
+    return math.nan if math.isnan(a) or math.isnan(b) else max(a, b)

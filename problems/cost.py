@@ -11,7 +11,8 @@ tensors; with `allow_real=True` they run for real on the CPU instead.
   (`META["flops_method"] = "hand"`).
 - bytes: every input, parameter, buffer and output touched exactly once (a perfect fusion).
 - peak_bytes: the most memory alive at once during a reference forward (inputs, parameters and
-  the live intermediates), traced op by op; a second copy for the candidate is the caller's to add.
+  the live intermediates), traced op by op; a second copy for the candidate is the caller's to add
+  (`estimate_memory`).
 """
 
 from __future__ import annotations
@@ -135,8 +136,9 @@ def static_bytes(problem: Problem) -> tuple[int, int]:
 
 def estimate_memory(cost: Cost) -> int:
     """Device memory an evaluation needs: the reference's peak plus the candidate's own copy of
-    inputs, parameters and outputs (its intermediates are its own business)."""
-    return cost.peak_bytes + cost.input_bytes + cost.param_bytes + cost.output_bytes
+    inputs, parameters and outputs (its intermediates are its own business), plus the outputs it
+    returns, which the evaluator receives onto its device to compare beside the expected ones."""
+    return cost.peak_bytes + cost.input_bytes + cost.param_bytes + 2 * cost.output_bytes
 
 
 def describe_bytes(n: float | None) -> str:

@@ -3,8 +3,11 @@
 Per problem, in a subprocess of its own (so one that hangs or crashes cannot stall the rest):
 
 - load:          the source parses, defines Model/get_inputs/get_init_inputs and imports
-- memory:        at full size, the reference's traced peak plus a candidate's copy of inputs,
-                 parameters and outputs fits the budget (`problems.cost`, no allocation needed)
+- memory:        at full size, what an evaluation needs fits the budget: the reference's traced peak
+                 plus a candidate's copy of inputs, parameters and outputs and the outputs it returns
+                 (`problems.cost.estimate_memory`, no allocation needed). Lint itself holds more (a
+                 second input set, more output sets: `_lint_need`); when only that is over the budget,
+                 the problem is not run and the run check says so
 - metadata:      META's flops/bytes (if given) agree with the measured ones
 - run:           Model(*get_init_inputs())(*get_inputs()) runs and returns tensors
 - finite:        every output is finite
@@ -12,7 +15,8 @@ Per problem, in a subprocess of its own (so one that hangs or crashes cannot sta
 - input-dependence: outputs for another input seed differ by far more than the tolerance
 - zero-output:   an all-zero output fails the evaluator's tolerance check
 - constant-output: a constant output (mean or median of another seed's output, i.e. something
-                 a candidate could hard-code) fails the tolerance check
+                 a candidate could hard-code) fails the tolerance check; the median is exact up to
+                 _MEDIAN_SAMPLE elements, beyond that the median of an evenly strided sample
 - trivial-expression: no output is matched by a one-line elementwise expression of the float
                  inputs while the reference does counted FLOPs (GEMM, conv, bmm...) beyond
                  TRIVIAL_FLOPS_PER_ELEMENT per output element: otherwise a candidate skips the real
@@ -24,7 +28,9 @@ Per problem, in a subprocess of its own (so one that hangs or crashes cannot sta
                  so while one output is not, they may all be that output's.
 - extra-inputs:  every `get_extra_inputs()` set runs and gives finite outputs
 
-It needs nothing but the KernelBench format, so it runs unchanged on KernelBench itself.
+Every comparison walks outputs in bounded pieces (`problems.compare.flat_chunks`): its scratch memory
+does not grow with the output. It needs nothing but the KernelBench format, so it runs unchanged on
+KernelBench itself.
 On the CPU, problems that declare `META["small"]` run at those reduced sizes (`--scale auto`);
 the memory check always uses the full sizes.
 """
@@ -46,8 +52,8 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from problems.compare import compare, tolerance
-from problems.cost import describe_bytes, describe_flops, estimate_memory, measure_cost, static_bytes
+from problems.compare import Mismatch, compare, compare_scratch_bytes, flat_chunks, take_flat, tolerance
+from problems.cost import Cost, describe_bytes, describe_flops, estimate_memory, measure_cost, static_bytes
 from problems.kernelbench import Entry, LoadFailure
 from problems.problem import Problem, ProblemError, problem_from_source
 from problems.runtime import (
@@ -61,6 +67,7 @@ from problems.runtime import (
 )
 
 DEFAULT_BUDGET_BYTES = 24 * 10**9
+_TOO_BIG = "not run: the full-size problem does not fit the memory budget"
 MODEL_SEED = 1234
 SEED_A, SEED_B, SEED_EXTRA = 1, 2, 3
 DEPENDENCE_RATIO = 10.0  # outputs across seeds must differ by this many tolerances ...
@@ -72,6 +79,9 @@ DETERMINISM_SHARE = 0.01  # reruns may differ (GPU reductions) by at most this s
 TRIVIAL_FLOPS_PER_ELEMENT = 8.0
 MAX_EXPRESSIONS = 64  # per output: 7 unary forms per input, 4 binary per pair (5 inputs fill it)
 EXPRESSION_SAMPLE = 4096  # elements compared first, so a non-matching expression costs almost nothing
+# the constant-output median is taken over at most this many elements: exact below, and sorting a whole
+# multi-GB output would need several copies of it
+_MEDIAN_SAMPLE = 1 << 24
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -120,29 +130,73 @@ def _excess(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> tuple
     """(max |a-b| / (atol + rtol|b|), share of elements beyond tolerance), with b as the expected value."""
     if a.shape != b.shape:
         return float("inf"), 1.0
-    if a.numel() == 0:
-        return 0.0, 0.0
-    fa, fb = _as_float(a), _as_float(b)
-    ratio = (fa - fb).abs() / (atol + rtol * fb.abs())
-    ratio = torch.nan_to_num(ratio, nan=float("inf"))
-    return float(ratio.max()), float((ratio > 1).double().mean())
+    worst, beyond, count = 0.0, 0, 0
+    for _, (piece_a, piece_b) in flat_chunks(a, b):
+        fa, fb = _as_float(piece_a), _as_float(piece_b)
+        ratio = torch.nan_to_num((fa - fb).abs() / (atol + rtol * fb.abs()), nan=float("inf"))
+        worst = max(worst, float(ratio.max()))
+        beyond += int((ratio > 1).sum())
+        count += ratio.numel()
+    return worst, (beyond / count if count else 0.0)
+
+
+def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal element for element, NaN equal to NaN (same-shaped tensors)."""
+    return all(torch.equal(_as_float(piece_a).nan_to_num(), _as_float(piece_b).nan_to_num())
+               for _, (piece_a, piece_b) in flat_chunks(a, b))
+
+
+def _all_finite(t: torch.Tensor) -> bool:
+    """No NaN or Inf anywhere (integers always pass)."""
+    return all(bool(torch.isfinite(_as_float(piece)).all()) for _, (piece,) in flat_chunks(t))
+
+
+def _finite_mean(t: torch.Tensor) -> float:
+    """Mean of the finite values (0 if none), summed in float64."""
+    total, count = 0.0, 0
+    for _, (piece,) in flat_chunks(t):
+        values = _as_float(piece).double()
+        finite = torch.isfinite(values)
+        total += float(torch.where(finite, values, 0.0).sum())
+        count += int(finite.sum())
+    return total / count if count else 0.0
+
+
+def _finite_median(t: torch.Tensor) -> float:
+    """torch's median (the lower middle value) of the finite values (0 if none): of all of them up to
+    _MEDIAN_SAMPLE elements, of an evenly strided sample of at most that many beyond."""
+    step = max(1, -(-t.numel() // _MEDIAN_SAMPLE))
+    values = _as_float(take_flat(t, torch.arange(0, t.numel(), step, device=t.device))).reshape(-1)
+    finite = values[torch.isfinite(values)]
+    return float(finite.median()) if finite.numel() else 0.0
 
 
 def _constant_like(t: torch.Tensor, source: torch.Tensor, how: str) -> torch.Tensor:
     """A tensor shaped like `t` filled with the mean or median of `source` (in t's dtype)."""
-    values = _as_float(source).reshape(-1)
-    finite = values[torch.isfinite(values)]
-    if finite.numel() == 0:
-        value = 0.0
-    else:
-        value = float(finite.mean() if how == "mean" else finite.median())
+    value = _finite_mean(source) if how == "mean" else _finite_median(source)
     if not (t.is_floating_point() or t.is_complex()):
         value = round(value)
     return torch.full_like(t, value)
 
 
-def _memory_check(problem: Problem, budget: int) -> tuple[Check, Check | None, bool, int | None]:
-    """(memory check, metadata check or None, fits, lower bound) from a traced full-size cost.
+def _lint_need(cost: Cost) -> int:
+    """Device memory lint itself needs at full size, beyond an evaluation's `estimate_memory`.
+
+    The reference's peak, plus beside a forward the clones `run_forward` makes of its inputs, the
+    other seed's inputs and one kept output set; or beside the checks' two kept output sets one made
+    output (zeros, a constant, an expression): at most two more input and two more output sets,
+    and a comparison's scratch.
+    """
+    scratch = compare_scratch_bytes(cost.output_bytes)  # an output has at most as many elements as bytes
+    return cost.peak_bytes + 2 * cost.input_bytes + 2 * cost.output_bytes + scratch
+
+
+def _memory_check(problem: Problem, budget: int) -> tuple[Check, Check | None, str | None, int | None]:
+    """(memory check, metadata check or None, why not to run at full size or None, lower bound) from
+    a traced full-size cost.
+
+    The memory check judges the problem (does an evaluation fit?); lint runs it only if lint's own
+    larger working set fits too.
 
     When the forward cannot be traced without data, the check is decided from the inputs and
     parameters alone if they already exceed the budget, is settled by the measured peak of the real
@@ -155,23 +209,30 @@ def _memory_check(problem: Problem, budget: int) -> tuple[Check, Check | None, b
         try:
             lower = 2 * sum(static_bytes(problem))
         except Exception:
-            return Check("memory", "skip", f"full size could not be traced ({reason})"), None, True, None
+            return Check("memory", "skip", f"full size could not be traced ({reason})"), None, None, None
         if lower > budget:
             detail = (f"inputs and parameters alone need {describe_bytes(lower)} with a candidate copy, "
                       f"over {describe_bytes(budget)}")
-            return Check("memory", "fail", detail), None, False, lower
+            return Check("memory", "fail", detail), None, _TOO_BIG, lower
         detail = (
             f"forward not traceable without data ({reason}); inputs+params with a candidate copy need "
             f"{describe_bytes(lower)}, intermediates unknown"
         )
-        return Check("memory", "skip", detail), None, True, lower
-    need = estimate_memory(cost)
-    fits = need <= budget
+        return Check("memory", "skip", detail), None, None, lower
+    need, own = estimate_memory(cost), _lint_need(cost)
     detail = (
         f"needs ~{describe_bytes(need)} (reference peak {describe_bytes(cost.peak_bytes)} + candidate copy of "
-        f"inputs/params/outputs) of a {describe_bytes(budget)} budget"
+        f"inputs/params/outputs + the outputs it returns) of a {describe_bytes(budget)} budget"
     )
-    memory = Check("memory", "pass" if fits else "fail", detail)
+    memory = Check("memory", "pass" if need <= budget else "fail", detail)
+    if need > budget:
+        not_run = _TOO_BIG
+    elif own > budget:
+        not_run = (f"not run: fits the evaluator (~{describe_bytes(need)}) but lint itself needs "
+                   f"~{describe_bytes(own)} (the reference's peak, two more input and output sets, compare "
+                   f"scratch) over the {describe_bytes(budget)} budget; raise --budget-gb")
+    else:
+        not_run = None
     metadata = None
     if "bytes" in problem.meta or "flops" in problem.meta:
         stale = []
@@ -188,19 +249,19 @@ def _memory_check(problem: Problem, budget: int) -> tuple[Check, Check | None, b
             "fail" if stale else "pass",
             "; ".join(stale) + " (run python -m problems.update_meta --write)" if stale else "flops/bytes match",
         )
-    return memory, metadata, fits, None
+    return memory, metadata, not_run, None
 
 
 def _run_checks(problem: Problem, device: str, scale: str, budget: int, report: LintReport) -> None:
     checks = report.checks
     small = scale == "small" or (scale == "auto" and device == "cpu" and has_small_sizes(problem))
     report.scale = "small" if small and has_small_sizes(problem) else "full"
-    memory, metadata, fits, lower_bound = _memory_check(problem, budget)
+    memory, metadata, not_run, lower_bound = _memory_check(problem, budget)
     checks.append(memory)
     if metadata is not None:
         checks.append(metadata)
-    if report.scale == "full" and not fits:
-        checks.append(Check("run", "skip", "not run: the full-size problem does not fit the memory budget"))
+    if report.scale == "full" and not_run:
+        checks.append(Check("run", "skip", not_run))
         return
     try:
         module = load_module(problem, small=report.scale == "small")
@@ -216,12 +277,15 @@ def _run_checks(problem: Problem, device: str, scale: str, budget: int, report: 
         inputs_a = make_inputs(module, SEED_A, device)
         out_a = output_tensors(run_forward(model, inputs_a))
         out_a2 = output_tensors(run_forward(model, inputs_a))
-        out_b = output_tensors(run_forward(model, make_inputs(module, SEED_B, device)))
-    except ProblemError as exc:  # outputs flattened as the evaluator flattens them, and not all tensors
-        checks.append(Check("run", "fail", str(exc)))
-        return
     except Exception as exc:
-        checks.append(Check("run", "fail", _short_exc(exc)))
+        checks.append(_run_failure(exc))
+        return
+    deterministic = _check_deterministic(out_a, out_a2, atol, rtol)
+    del out_a2  # at most two output sets kept at once (`_lint_need`)
+    try:
+        out_b = output_tensors(run_forward(model, make_inputs(module, SEED_B, device)))
+    except Exception as exc:
+        checks.append(_run_failure(exc))
         return
     if not out_a:
         checks.append(Check("run", "fail", "forward returned no tensors"))
@@ -229,30 +293,38 @@ def _run_checks(problem: Problem, device: str, scale: str, budget: int, report: 
     shapes = ", ".join(f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}" for t in out_a)
     checks.append(Check("run", "pass", f"outputs {shapes}"))
     if device == "cuda" and report.scale == "full" and memory.status == "skip" and lower_bound is not None:
-        # settle the untraceable case with the measured peak (+ a candidate copy: the lower bound's half)
+        # settle the untraceable case with the measured peak, + a candidate copy (the lower bound's half)
+        # and its returned outputs, as `estimate_memory` adds them
         outputs = sum(t.numel() * t.element_size() for t in out_a)
-        need = torch.cuda.max_memory_allocated() + lower_bound // 2 + outputs
+        need = torch.cuda.max_memory_allocated() + lower_bound // 2 + 2 * outputs
         memory.status = "pass" if need <= budget else "fail"
-        memory.detail = (f"measured: needs ~{need / 1e9:.2f} GB (peak allocated + candidate copy) "
-                         f"of {budget / 1e9:.1f} GB")
+        memory.detail = (f"measured: needs ~{need / 1e9:.2f} GB (peak allocated + candidate copy + returned "
+                         f"outputs) of {budget / 1e9:.1f} GB")
     checks.append(_check_finite(out_a))
-    checks.append(_check_deterministic(out_a, out_a2, atol, rtol))
+    checks.append(deterministic)
     checks.append(_check_dependence(out_a, out_b, atol, rtol))
     checks.extend(_check_degenerate(out_a, out_b, atol, rtol))
+    del out_b
     checks.append(_check_trivial_expression(model, inputs_a, out_a, atol, rtol))
+    del inputs_a, out_a  # the extra input sets run beside the model alone
     checks.append(_check_extra_inputs(module, model, device))
 
 
+def _run_failure(exc: Exception) -> Check:
+    if isinstance(exc, ProblemError):  # outputs flattened as the evaluator flattens them, and not all tensors
+        return Check("run", "fail", str(exc))
+    return Check("run", "fail", _short_exc(exc))
+
+
 def _check_finite(outs: list[torch.Tensor]) -> Check:
-    floating = [(i, t) for i, t in enumerate(outs) if t.is_floating_point() or t.is_complex()]
-    bad = [i for i, t in floating if not bool(torch.isfinite(_as_float(t)).all())]
+    bad = [i for i, t in enumerate(outs) if (t.is_floating_point() or t.is_complex()) and not _all_finite(t)]
     return Check("finite", "fail", f"non-finite values in output(s) {bad}") if bad else Check("finite", "pass")
 
 
 def _check_deterministic(first: list[torch.Tensor], second: list[torch.Tensor], atol: float, rtol: float) -> Check:
     if len(first) != len(second) or any(a.shape != b.shape for a, b in zip(first, second)):
         return Check("deterministic", "fail", "two forwards on the same inputs return different shapes")
-    if all(torch.equal(_as_float(a).nan_to_num(), _as_float(b).nan_to_num()) for a, b in zip(first, second)):
+    if all(_identical(a, b) for a, b in zip(first, second)):
         return Check("deterministic", "pass", "bitwise identical reruns")
     worst = max(_excess(b, a, atol, rtol)[0] for a, b in zip(first, second))
     if worst <= DETERMINISM_SHARE:  # e.g. atomics in GPU reductions: harmless next to the tolerance
@@ -274,7 +346,7 @@ def _check_dependence(out_a: list[torch.Tensor], out_b: list[torch.Tensor], atol
 
 def _check_degenerate(out_a: list[torch.Tensor], out_b: list[torch.Tensor], atol: float, rtol: float) -> list[Check]:
     """Would an all-zero output, or a constant a candidate could hard-code, pass the evaluator's check?"""
-    zero = compare(out_a, [torch.zeros_like(t) for t in out_a], atol, rtol)
+    zero = _made_mismatch(out_a, lambda i: torch.zeros_like(out_a[i]), atol, rtol)
     if zero is None:
         zero_check = Check("zero-output", "fail", "an all-zero output passes the tolerance check")
     else:
@@ -282,12 +354,24 @@ def _check_degenerate(out_a: list[torch.Tensor], out_b: list[torch.Tensor], atol
         zero_check = Check("zero-output", "pass", f"zeros mismatch {share:.1%} of output {zero.output}")
     passing = [
         how for how in ("mean", "median")
-        if compare(out_a, [_constant_like(a, b, how) for a, b in zip(out_a, out_b)], atol, rtol) is None
+        if _made_mismatch(out_a, lambda i: _constant_like(out_a[i], out_b[i], how), atol, rtol) is None
     ]
     if passing:
         detail = f"a constant output (the {' and '.join(passing)} of another seed's output) passes the tolerance check"
         return [zero_check, Check("constant-output", "fail", detail)]
     return [zero_check, Check("constant-output", "pass")]
+
+
+def _made_mismatch(expected: list[torch.Tensor], make: Callable[[int], torch.Tensor], atol: float,
+                   rtol: float) -> Mismatch | None:
+    """compare(expected, [make(0), make(1), ...]), making one output at a time: a whole made set
+    would be one more output set beside the two lint keeps."""
+    for i, exp in enumerate(expected):
+        mismatch = compare([exp], [make(i)], atol, rtol)
+        if mismatch is not None:
+            mismatch.output = i
+            return mismatch
+    return None
 
 
 @dataclass
@@ -391,7 +475,7 @@ def _check_extra_inputs(module, model: torch.nn.Module, device: str) -> Check:
         bad = []
         for j, inputs in enumerate(extra):
             outs = output_tensors(run_forward(model, inputs))
-            if not outs or not all(bool(torch.isfinite(_as_float(t)).all()) for t in outs):
+            if not outs or not all(_all_finite(t) for t in outs):
                 bad.append(f"set {j}: no tensors or non-finite outputs")
     except Exception as exc:
         return Check("extra-inputs", "fail", _short_exc(exc))

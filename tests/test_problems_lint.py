@@ -70,6 +70,20 @@ def test_budget_and_scale_options():
     assert lint_problem_here(sound, scale="small").scale == "full"  # no reduced sizes declared: full size
 
 
+def test_a_problem_fitting_the_evaluator_but_not_lint_is_not_run_and_says_so():
+    """The memory check judges the evaluation; lint's own larger working set only decides whether lint runs."""
+    from problems.cost import estimate_memory, measure_cost
+    from problems.lint import _lint_need
+
+    sound = load_problem_file(FIXTURE / "KernelBench/level1/1_Sound_matmul.py")
+    cost = measure_cost(sound)
+    assert estimate_memory(cost) < _lint_need(cost)
+    checks = {c.name: c for c in lint_problem_here(sound, budget=estimate_memory(cost)).checks}
+    assert [(name, c.status) for name, c in checks.items()] == [("memory", "pass"), ("run", "skip")]
+    assert "lint itself needs" in checks["run"].detail and "raise --budget-gb" in checks["run"].detail
+    assert lint_problem_here(sound, budget=_lint_need(cost)).ok
+
+
 def test_stale_metadata_and_bad_small_sizes_fail(tmp_path):
     softmax = suite_problem("L1/13_softmax")
     stale = problem_from_source(softmax.source.replace(f'"bytes": {softmax.meta["bytes"]}', '"bytes": 1000'),
