@@ -77,6 +77,13 @@ def _gpu_indices(config: EvalConfig) -> list[int | None]:
     return list(dict.fromkeys(wanted))
 
 
+def _device_uuid(gpu_index: int | None) -> str:
+    """This process's GPU `gpu_index`, by UUID (a worker must be on the same one); "" for the CPU."""
+    if gpu_index is None:
+        return ""
+    return str(getattr(torch.cuda.get_device_properties(gpu_index), "uuid", ""))
+
+
 def _needs_build(job: Job, report: static_checks.SourceReport) -> bool:
     """A parsable candidate that builds CUDA/C++ extensions (or is declared CUDA) is built before it is loaded."""
     return report.status is None and (report.uses_load_inline or job.backend == "cuda")
@@ -348,4 +355,9 @@ class Evaluator:
             worker.kill()
             raise RuntimeError(f"the evaluation worker failed to start: {reply.error}")
         worker.info = reply.info
+        expected = _device_uuid(gpu_index)
+        if expected and reply.info.get("device_uuid") != expected:
+            worker.kill()
+            raise RuntimeError(f"the evaluation worker for GPU {gpu_index} ({expected}) runs on another GPU "
+                               f"({reply.info.get('device_uuid') or 'unknown'}); its timings would not be this GPU's")
         return worker

@@ -135,6 +135,23 @@ class WorkerTimeout(RuntimeError):
         self.output = output
 
 
+def visible_device_entry(gpu_index: int, visible: str | None = None) -> str:
+    """The CUDA_VISIBLE_DEVICES value that shows a child exactly this process's GPU `gpu_index`.
+
+    Indices are this process's own: under CUDA_VISIBLE_DEVICES="2,3" (a Ray actor, or a user's
+    restriction) its GPU 0 is the machine's GPU 2, so a worker for it must get "2", not "0", or it
+    would run (and be timed) on another GPU than its parent's reference and gate. Entries pass
+    through as written (indices, GPU-UUIDs, MIG names). `visible` defaults to this process's setting.
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    if visible is None:
+        return str(gpu_index)
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    if not 0 <= gpu_index < len(entries):
+        raise RuntimeError(f"GPU {gpu_index} is not among CUDA_VISIBLE_DEVICES={visible!r}")
+    return entries[gpu_index]
+
+
 def is_secret_name(name: str) -> bool:
     """Environment variable names that may hold credentials never reach a worker."""
     upper = name.upper()
@@ -411,7 +428,7 @@ class WorkerProcess:
             env_extra["TRITON_INTERPRET"] = "1"
             env_extra["CUDA_VISIBLE_DEVICES"] = ""
         elif gpu_index is not None:
-            env_extra["CUDA_VISIBLE_DEVICES"] = str(gpu_index)
+            env_extra["CUDA_VISIBLE_DEVICES"] = visible_device_entry(gpu_index)
         plan = sandbox_plan() if isolate_filesystem else SandboxPlan()
         self.filesystem_isolated_requested = plan.filesystem
         self.unprivileged = plan.uid is not None if plan.filesystem else os.geteuid() == 0 and _runs_as_nobody()

@@ -257,3 +257,14 @@ class ModelNew(torch.nn.Module):
     pass
 '''
     assert analyze(source).cuda_kernels == ["ak", "ck", "lk", "lk2", "nk", "tk"]
+
+
+def test_a_worker_sees_its_parents_gpu_under_cuda_visible_devices():
+    from eval.sandbox import visible_device_entry
+
+    assert visible_device_entry(1, None) == "1"  # no restriction: indices are the machine's
+    assert visible_device_entry(0, "2,3") == "2"  # a Ray actor for GPU 2, or a user's restriction
+    assert visible_device_entry(1, " 2, 3 ") == "3"
+    assert visible_device_entry(0, "GPU-8c1f2e,GPU-77aa") == "GPU-8c1f2e"
+    with pytest.raises(RuntimeError, match="not among"):
+        visible_device_entry(2, "2,3")

@@ -128,7 +128,8 @@ class Worker:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
             props = torch.cuda.get_device_properties(self.device)
-            info.update(device_name=props.name, sm_count=props.multi_processor_count,
+            info.update(device_name=props.name, device_uuid=str(getattr(props, "uuid", "")),
+                        sm_count=props.multi_processor_count,
                         l2_bytes=int(getattr(props, "L2_cache_size", 0)), capability=f"{props.major}.{props.minor}",
                         cuda=torch.version.cuda)
             self.flusher = timing.L2Flusher(self.device)
