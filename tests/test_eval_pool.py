@@ -203,3 +203,13 @@ def test_a_timing_waits_for_the_trial_in_flight_not_for_every_trial():
     # granted after at most the step in flight (the load, or one trial), and several trials still ran after it
     assert granted - asked < result.phase_seconds["load"] + 2 * _SLOW_CALL_S + 1.0
     assert finished - granted > 3 * _SLOW_CALL_S
+
+
+def test_a_parent_per_gpu_takes_its_share_of_the_batch_and_all_start_together():
+    """`harness bench eval --part parents`: each parent process evaluates every n-th candidate, once all are warm."""
+    from harness.bench import parents
+
+    row = parents.per_gpu_parents(SIZES, copies=1, gpus=2, workers_per_gpu=1)
+    assert row["candidates"] == 6 and row["statuses"] == ["correct"] * 6
+    assert [(p["gpu"], p["candidates"]) for p in row["parents"]] == [(0, 3), (1, 3)]
+    assert 0 < row["wall_s"] < 300

@@ -170,3 +170,8 @@ def distinct_copies(batch: list[BenchJob], copies: int) -> list[BenchJob]:
             source = j.source.replace("add_relu_scale_", f"add_relu_scale_c{k}_") if j.backend == "cuda" else j.source
             out.append(BenchJob(f"{j.label}_c{k}", j.problem, source + f"\n# copy {k}\n", j.backend, j.expected))
     return out
+
+
+def honest_triton_batch(sizes: tuple[int, int, int], copies: int) -> list[BenchJob]:
+    """The scaling batch: `copies` distinct copies of the mixed batch's 6 honest Triton candidates."""
+    return distinct_copies([j for j in mixed_batch(sizes, with_cuda=False) if j.expected == "correct"], copies)

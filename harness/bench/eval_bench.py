@@ -11,6 +11,8 @@ candidates/min, GPU busy share (NVML) and per-phase medians.
 latency: one honest Triton candidate at 16M elements on a warm, otherwise idle pool.
 scaling: the honest Triton candidates of the batch on one GPU, then on every visible GPU.
 ray-scaling: the same batch through `executor=ray` (a local Ray instance): one actor, then one per GPU.
+parents: the same batch on one GPU with 4, 6 and 8 workers, on every GPU under one parent, and under a
+parent process per GPU (`harness/bench/parents.py`): is the parent what two GPUs lose throughput to?
 repeatability: the same candidates in separate evaluator sessions while the pool is full
 (filler candidates keep the other workers busy); the spread (max/min) of their speedups.
 """
@@ -200,8 +202,7 @@ def latency(n: int = 1 << 24, repeats: int = 3) -> dict[str, Any]:
 
 def scaling(copies: int = 4) -> dict[str, Any]:
     """Honest Triton candidates (distinct sources) on one GPU, then on every visible GPU."""
-    base = [j for j in candidates.mixed_batch(GPU_SIZES, with_cuda=False) if j.expected == "correct"]
-    batch = candidates.distinct_copies(base, copies)
+    batch = candidates.honest_triton_batch(GPU_SIZES, copies)
     one = run_pool(batch, gpus=[0])
     every = list(range(torch.cuda.device_count()))
     out = {"candidates": len(batch), "one_gpu": one}
@@ -216,9 +217,7 @@ def ray_scaling(copies: int = 4) -> dict[str, Any]:
     """The `scaling` batch through `executor=ray` on a local Ray instance: one evaluator actor, then one per GPU."""
     from harness.executors import ExecutorConfig, RayEvaluator
 
-    sizes = GPU_SIZES if _device() == "cuda" else CPU_SIZES
-    base = [j for j in candidates.mixed_batch(sizes, with_cuda=False) if j.expected == "correct"]
-    batch = candidates.distinct_copies(base, copies)
+    batch = candidates.honest_triton_batch(GPU_SIZES if _device() == "cuda" else CPU_SIZES, copies)
     gpus = max(1, torch.cuda.device_count())
     out: dict[str, Any] = {"candidates": len(batch), "gpus": gpus}
     for actors in sorted({1, gpus}):
@@ -340,7 +339,7 @@ def main(which: str = "all", sessions: int = 5, out: str | None = None, problems
             with open(out, "w") as f:
                 json.dump(report, f, indent=1)
         return 0
-    if which in ("repeatability", "scaling", "latency", "ray-scaling") and not torch.cuda.is_available():
+    if which in ("repeatability", "scaling", "latency", "ray-scaling", "parents") and not torch.cuda.is_available():
         print(f"harness bench eval --part {which} needs a CUDA GPU (timings are the point of it)")
         return 2
     report: dict[str, Any] = {"environment": environment()}
@@ -364,6 +363,10 @@ def main(which: str = "all", sessions: int = 5, out: str | None = None, problems
             every = r[f"actors_{r['gpus']}"]
             line += f", {r['gpus']} actors {every['candidates_per_min']:.1f}/min = {r['ratio']:.2f}x"
         print(line)
+    if which == "parents":
+        from harness.bench import parents
+
+        report["parents"] = parents.main(copies)
     if which in ("all", "repeatability") and torch.cuda.is_available():
         report["repeatability"] = repeatability(sessions)
         print(f"\nrepeatability ({sessions} separate sessions, pool full, Triton add+relu+scale vs eager)")

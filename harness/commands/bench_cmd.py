@@ -11,9 +11,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ev = sub.add_parser("eval", help="evaluator throughput (pool / single worker / process per candidate), "
                                      "multi-GPU scaling and repeatability (GPU; throughput also runs on CPU)")
     ev.add_argument("--part", choices=("all", "throughput", "latency", "scaling", "ray-scaling", "repeatability",
-                                       "own-share", "flips", "launch-bound"),
+                                       "own-share", "flips", "launch-bound", "parents"),
                     default="all", help="launch-bound (not part of all): launch-bound references' eager and "
-                                        "CUDA-graph times across fresh worker processes")
+                                        "CUDA-graph times across fresh worker processes; parents (not part of all): "
+                                        "one GPU with 4/6/8 workers, every GPU under one parent, a parent per GPU")
     ev.add_argument("--problems", default=None, help="launch-bound: problem selection (default: "
                                                      "L3/06_lstm,L3/11_gru,L3/07_moe_layer and a matmul control)")
     ev.add_argument("--sessions", type=int, default=5)
