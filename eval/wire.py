@@ -8,18 +8,30 @@ move at about 0.5 GB/s (measured on the H100 device); through shared memory at m
 No pickle crosses the channel: headers are JSON and tensors are rebuilt from a whitelist of
 dtypes, so a hostile child can send wrong data but never run code in the parent. Each
 region is written only by its sender; the receiver copies what a frame names out of it at
-once, bounds-checked against the region's current size. Regions are memfds sealed against
-shrinking, so no side can make the other's mapped reads or writes fault.
+once, bounds-checked against the region's current size: into its own memory, or, when the
+frame is received onto a GPU, straight onto the GPU (a synchronous copy, done before `recv`
+returns). Either way the receiver's copy is private; a sender that writes the region during
+the copy only chooses other bytes, which it could have written before sending. Regions are
+memfds sealed against shrinking, so no side can make the other's mapped reads or writes fault.
+
+On a process that uses CUDA, each side also registers its mappings with the driver
+(`cudaHostRegister`, each mapping of at most `PIN_MAX_BYTES`; a larger one stays pageable), so copies between a GPU and a region are DMA
+transfers instead of staged pageable copies. Measured on the H100 device for one 256 MB output
+from a worker's GPU to the parent's: 81 ms with the receiver's copy on the CPU, 10.9 ms pinned and
+copied straight to the GPU (`harness bench eval --part channel`). A mapping is always unregistered
+before it is unmapped, so the driver never keeps pages a new mapping at the same address lacks.
 """
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import json
 import mmap
 import os
 import select
 import struct
+import threading
 import time
 from typing import Any
 
@@ -30,6 +42,7 @@ _F_SETPIPE_SZ = 1031
 _F_ADD_SEALS = 1033
 _F_SEAL_SEAL, _F_SEAL_SHRINK = 0x0001, 0x0002
 _ALIGN = 4096
+PIN_MAX_BYTES = 1 << 30  # the largest mapping pinned: a hostile sender's huge frame must not pin the host's RAM
 
 DTYPES: dict[str, torch.dtype] = {
     name: getattr(torch, name)
@@ -81,21 +94,48 @@ def new_region_fd() -> int | None:
 
 
 class _Region:
-    """A shared-memory file mapped into this process, grown on demand, never shrunk."""
+    """A shared-memory file mapped into this process, grown on demand, never shrunk; its mapping is
+    registered with CUDA (pinned) once this process has initialised CUDA."""
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int, pin: bool = True):
         self.fd = fd
+        self.pin = pin
         self._map: mmap.mmap | None = None
+        self._pinned: int | None = None  # the registered address, while registered
+        self._pin_tried = False  # registration was attempted for the current mapping (it may fail: then pageable)
 
     def size(self) -> int:
         return os.fstat(self.fd).st_size
+
+    @property
+    def pinned(self) -> bool:
+        return self._pinned is not None
 
     def view(self, end: int) -> mmap.mmap:
         """A mapping covering at least [0, end) of the file (the file must already be that large)."""
         if self._map is None or len(self._map) < end:
             self._close_map()
             self._map = mmap.mmap(self.fd, end)
+            self._pin_tried = False
+        if self.pin and not self._pin_tried and torch.cuda.is_available() and torch.cuda.is_initialized():
+            self._pin()
         return self._map
+
+    def _pin(self) -> None:
+        assert self._map is not None
+        self._pin_tried = True
+        if len(self._map) > PIN_MAX_BYTES:  # whole or not at all: a copy across a registered edge fails (H100)
+            return
+        anchor = (ctypes.c_char * len(self._map)).from_buffer(self._map)
+        address = ctypes.addressof(anchor)
+        del anchor  # a live export would stop the mapping from ever closing
+        if int(torch.cuda.cudart().cudaHostRegister(address, len(self._map), 0)) == 0:
+            self._pinned = address
+
+    def _unpin(self) -> None:
+        if self._pinned is not None:
+            torch.cuda.cudart().cudaHostUnregister(self._pinned)
+            self._pinned = None
 
     def reserve(self, nbytes: int) -> mmap.mmap:
         """Grow the file to at least nbytes (rounded up) and map it."""
@@ -104,6 +144,7 @@ class _Region:
         return self.view(nbytes)
 
     def _close_map(self) -> None:
+        self._unpin()  # before the unmap, always
         if self._map is not None:
             try:
                 self._map.close()
@@ -126,16 +167,20 @@ class Channel:
     """One pair of pipes carrying framed messages, with optional shared-memory regions for tensor bytes.
 
     `send_fd` is the region this side writes, `recv_fd` the one it reads (either may be None).
-    `max_payload_bytes` caps the tensor bytes one received frame may carry.
+    `max_payload_bytes` caps the tensor bytes one received frame may carry. `pin=False` leaves the
+    regions' mappings pageable (only `harness bench eval --part channel` wants that, to compare).
     """
 
     def __init__(self, read_fd: int, write_fd: int, *, send_fd: int | None = None, recv_fd: int | None = None,
-                 max_payload_bytes: int = 8 << 30):
+                 max_payload_bytes: int = 8 << 30, pin: bool = True):
         self.read_fd = read_fd
         self.write_fd = write_fd
         self.max_payload_bytes = max_payload_bytes
-        self._send_region = _Region(send_fd) if send_fd is not None else None
-        self._recv_region = _Region(recv_fd) if recv_fd is not None else None
+        self._send_region = _Region(send_fd, pin) if send_fd is not None else None
+        self._recv_region = _Region(recv_fd, pin) if recv_fd is not None else None
+        # held while a region is read, written or closed: `close` from another thread (a worker killed
+        # mid-reply) must not unregister or unmap a mapping a copy is using
+        self._region_lock = threading.RLock()
         for fd in (read_fd, write_fd):  # larger pipe buffers: fewer context switches for big tensors
             try:
                 fcntl.fcntl(fd, _F_SETPIPE_SZ, 1 << 20)
@@ -154,10 +199,12 @@ class Channel:
             for spec in specs:
                 spec["offset"] = offset
                 offset += -(-spec["nbytes"] // _ALIGN) * _ALIGN
-            view = self._send_region.reserve(max(offset, 1))
-            for spec, b in zip(specs, blobs):
-                if spec["nbytes"]:
-                    torch.frombuffer(view, dtype=torch.uint8, count=spec["nbytes"], offset=spec["offset"]).copy_(b)
+            with self._region_lock:
+                view = self._send_region.reserve(max(offset, 1))
+                for spec, b in zip(specs, blobs):
+                    if spec["nbytes"]:
+                        torch.frombuffer(view, dtype=torch.uint8, count=spec["nbytes"], offset=spec["offset"]).copy_(b)
+                del view
             blobs = []
         header = dict(header)
         header["tensors"] = specs
@@ -191,10 +238,20 @@ class Channel:
             total += nbytes
             if total > self.max_payload_bytes:
                 raise ProtocolError(f"a reply carried more than {self.max_payload_bytes} bytes of tensors")
-            raw = self._read_region(offset, nbytes) if offset is not None else self._read_pipe(nbytes, deadline)
-            t = raw.view(dtype).reshape(shape) if nbytes else torch.empty(shape, dtype=dtype)
-            tensors.append(t.to(device) if device is not None else t)
+            if offset is None:
+                tensors.append(self._tensor(self._read_pipe(nbytes, deadline), dtype, shape, device))
+                continue
+            onto_gpu = device is not None and torch.device(device).type == "cuda"
+            with self._region_lock:
+                tensors.append(self._tensor(self._read_region(offset, nbytes, private=not onto_gpu), dtype, shape, device))
         return header, tensors
+
+    @staticmethod
+    def _tensor(raw: torch.Tensor, dtype: torch.dtype, shape: list[int], device: torch.device | str | None
+                ) -> torch.Tensor:
+        """Bytes as a tensor of `dtype` and `shape`, on `device` if given (a synchronous copy: private on return)."""
+        t = raw.view(dtype).reshape(shape) if raw.numel() else torch.empty(shape, dtype=dtype)
+        return t.to(device) if device is not None else t
 
     def _parse_spec(self, spec: Any) -> tuple[torch.dtype, list[int], int, int | None]:
         try:
@@ -216,7 +273,9 @@ class Channel:
             raise ProtocolError("tensor offset into a shared region this channel does not have")
         return dtype, shape, nbytes, offset
 
-    def _read_region(self, offset: int, nbytes: int) -> torch.Tensor:
+    def _read_region(self, offset: int, nbytes: int, private: bool = True) -> torch.Tensor:
+        """The bytes a frame names: a private copy, or (`private=False`) a view of the region that the
+        caller copies elsewhere at once and drops."""
         assert self._recv_region is not None
         if not nbytes:
             return torch.empty(0, dtype=torch.uint8)
@@ -224,7 +283,8 @@ class Channel:
         if end > self._recv_region.size():
             raise ProtocolError("tensor bytes lie outside the shared region")
         view = self._recv_region.view(end)
-        return torch.frombuffer(view, dtype=torch.uint8, count=nbytes, offset=offset).clone()
+        raw = torch.frombuffer(view, dtype=torch.uint8, count=nbytes, offset=offset)
+        return raw.clone() if private else raw
 
     def _read_pipe(self, nbytes: int, deadline: float | None) -> torch.Tensor:
         data = bytearray(nbytes)
@@ -269,6 +329,7 @@ class Channel:
                     os.close(fd)
                 except OSError:
                     pass
-        for region in (self._send_region, self._recv_region):
-            if region is not None:
-                region.close()
+        with self._region_lock:
+            for region in (self._send_region, self._recv_region):
+                if region is not None:
+                    region.close()

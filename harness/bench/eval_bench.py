@@ -11,6 +11,8 @@ candidates/min, GPU busy share (NVML) and per-phase medians.
 latency: one honest Triton candidate at 16M elements on a warm, otherwise idle pool.
 scaling: the honest Triton candidates of the batch on one GPU, then on every visible GPU.
 ray-scaling: the same batch through `executor=ray` (a local Ray instance): one actor, then one per GPU.
+channel (not part of all): one 256 MB output from a child's GPU to the parent's across the channel, pageable
+against pinned regions (`harness/bench/channel.py`).
 parents: the same batch on one GPU with 4, 6 and 8 workers, on every GPU under one parent, and under a
 parent process per GPU (`harness/bench/parents.py`): is the parent what two GPUs lose throughput to?
 repeatability: the same candidates in separate evaluator sessions while the pool is full
@@ -76,6 +78,45 @@ class _GpuBusySampler:
         return statistics.mean(self.samples) if self.samples else None
 
 
+def _host_cpu_ticks() -> tuple[int, int] | None:
+    """(busy, total) CPU ticks of the whole host so far, from /proc/stat (None where there is none)."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+class _Load:
+    """Over a batch: the host's CPU busy share, the parent's CPU seconds per wall second (its threads summed),
+    and the share of wall time each GPU's gate was held exclusively and shared (what bounds a GPU's rate)."""
+
+    def __init__(self, ev: Any):
+        self._ev = ev
+
+    def __enter__(self) -> "_Load":
+        self._host, self._cpu = _host_cpu_ticks(), os.times()
+        self._gates, self._t0 = self._ev.gate_usage(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        wall = max(time.perf_counter() - self._t0, 1e-9)
+        host, cpu, gates = _host_cpu_ticks(), os.times(), self._ev.gate_usage()
+        self.figures: dict[str, Any] = {
+            "parent_cpu_per_wall_s": round((cpu.user + cpu.system - self._cpu.user - self._cpu.system) / wall, 2)}
+        if host and self._host and host[1] > self._host[1]:
+            self.figures["host_cpu_busy_share"] = round((host[0] - self._host[0]) / (host[1] - self._host[1]), 3)
+        self.figures["gates"] = {
+            g: {"exclusive_share": round((u["exclusive_s"] - self._gates[g]["exclusive_s"]) / wall, 3),
+                "shared_share": round((u["shared_s"] - self._gates[g]["shared_s"]) / wall, 3),
+                "exclusive_s_per_hold": round((u["exclusive_s"] - self._gates[g]["exclusive_s"])
+                                              / max(1, u["exclusive_holds"] - self._gates[g]["exclusive_holds"]), 4),
+                "exclusive_wait_s_per_hold": round((u["exclusive_wait_s"] - self._gates[g]["exclusive_wait_s"])
+                                                   / max(1, u["exclusive_holds"] - self._gates[g]["exclusive_holds"]), 4)}
+            for g, u in gates.items()}
+
+
 def _device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -113,13 +154,13 @@ def run_pool(batch: list[candidates.BenchJob], **overrides: Any) -> dict[str, An
         with Evaluator(config) as ev:
             ev.wait_warm(600)
             warm_s = time.perf_counter() - t_start
-            with _GpuBusySampler(config.gpus) as sampler:
+            with _GpuBusySampler(config.gpus) as sampler, _Load(ev) as load:
                 t0 = time.perf_counter()
                 results = ev.evaluate_many([Job(j.problem, j.source, j.backend) for j in batch])
                 wall = time.perf_counter() - t0
             workers = ev.workers
     out = _results_summary("pool", batch, results, wall, sampler.busy_share())
-    out.update(workers=workers, start_s=round(warm_s, 2))
+    out.update(workers=workers, start_s=round(warm_s, 2), load=load.figures)
     return out
 
 
@@ -339,11 +380,16 @@ def main(which: str = "all", sessions: int = 5, out: str | None = None, problems
             with open(out, "w") as f:
                 json.dump(report, f, indent=1)
         return 0
-    if which in ("repeatability", "scaling", "latency", "ray-scaling", "parents") and not torch.cuda.is_available():
+    if which in ("repeatability", "scaling", "latency", "ray-scaling", "parents", "channel") and not torch.cuda.is_available():
         print(f"harness bench eval --part {which} needs a CUDA GPU (timings are the point of it)")
         return 2
     report: dict[str, Any] = {"environment": environment()}
     print(json.dumps(report["environment"]))
+    if which == "channel":
+        from harness.bench import channel
+
+        report["channel"] = channel.run()
+        channel.print_table(report["channel"])
     if which in ("all", "throughput"):
         report["throughput"] = throughput(copies if which == "throughput" else 1, evaluators)
         _print_throughput(report["throughput"])
