@@ -136,6 +136,10 @@ class Evaluator:
         """Block until every worker of the pool has started (benchmarks start their clocks after it)."""
         return self._pool.wait_warm(timeout)
 
+    def gate_usage(self) -> dict[str, dict[str, float]]:
+        """How long each GPU's gate was held exclusively and shared so far (benchmarks take differences)."""
+        return self._pool.gate_usage()
+
     def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> EvalResult:
         """Evaluate one candidate; never raises for candidate faults. Safe to call from several threads."""
         job = Job(problem, source, backend)

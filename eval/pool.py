@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -28,13 +29,27 @@ from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout
 
 
 class GpuGate:
-    """Shared/exclusive access to one GPU. The exclusive holder's own nested requests pass straight through."""
+    """Shared/exclusive access to one GPU. The exclusive holder's own nested requests pass straight through.
+
+    It also keeps account of itself (`usage`): how long it was held exclusively, how long by at
+    least one shared holder, and how long exclusive requests waited, which tells whether the
+    exclusive steps bound a GPU's throughput.
+    """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._shared = 0
         self._owner: int | None = None
         self._writers_waiting = 0
+        self._exclusive_s = self._shared_s = self._exclusive_wait_s = 0.0
+        self._exclusive_holds = 0
+        self._shared_since = 0.0
+
+    def usage(self) -> dict[str, float]:
+        """Seconds held exclusively, seconds with any shared holder, exclusive holds and their total wait, so far."""
+        with self._cond:
+            return {"exclusive_s": round(self._exclusive_s, 4), "shared_s": round(self._shared_s, 4),
+                    "exclusive_holds": self._exclusive_holds, "exclusive_wait_s": round(self._exclusive_wait_s, 4)}
 
     @contextlib.contextmanager
     def hold(self, access: str) -> Iterator[None]:
@@ -43,22 +58,32 @@ class GpuGate:
             yield
             return
         with self._cond:
+            asked = time.perf_counter()
             if access == "exclusive":
                 self._writers_waiting += 1
                 self._cond.wait_for(lambda: self._owner is None and self._shared == 0)
                 self._writers_waiting -= 1
                 self._owner = threading.get_ident()
+                self._exclusive_holds += 1
+                self._exclusive_wait_s += time.perf_counter() - asked
             else:
                 self._cond.wait_for(lambda: self._owner is None and self._writers_waiting == 0)
+                if self._shared == 0:
+                    self._shared_since = time.perf_counter()
                 self._shared += 1
+            got = time.perf_counter()
         try:
             yield
         finally:
             with self._cond:
+                now = time.perf_counter()
                 if access == "exclusive":
                     self._owner = None
+                    self._exclusive_s += now - got
                 else:
                     self._shared -= 1
+                    if self._shared == 0:
+                        self._shared_s += now - self._shared_since
                 self._cond.notify_all()
 
 
@@ -101,6 +126,10 @@ class WorkerPool:
 
     def gate(self, gpu_index: int | None) -> GpuGate:
         return self._gates[gpu_index]
+
+    def gate_usage(self) -> dict[str, dict[str, float]]:
+        """Each GPU's `GpuGate.usage()`, keyed by GPU index ("cpu" for the CPU)."""
+        return {"cpu" if g is None else str(g): gate.usage() for g, gate in self._gates.items()}
 
     def acquire(self) -> Lease:
         """The next idle worker on any GPU (waits until one is ready)."""
