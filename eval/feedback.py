@@ -53,6 +53,9 @@ def render_feedback(result: EvalResult) -> str:
         if k.top_kernels:
             top = "; ".join(f"{name[:60]} {ms * 1000:.1f} us" for name, ms in k.top_kernels[:5])
             lines.append(f"Top kernels by GPU time: {top}")
+    if result.host_ms:
+        launch_us = ", ".join(f"{side} {ms * 1000:.0f} us" for side, ms in result.host_ms.items())
+        lines.append(f"Host time to launch an eager call: {launch_us}")
     if result.gpu_busy:
         busy = ", ".join(f"{side} {share:.0%}" for side, share in result.gpu_busy.items())
         host = ", ".join(f"{side} {share:.2f}" for side, share in result.host_share.items())

@@ -238,19 +238,23 @@ class TimeCompiled(TimingRule):
 
 @dataclass
 class BusyReply(Reply):
-    sides: dict[str, dict[str, float]] = field(default_factory=dict)  # per side: kernel_ms, event_ms, busy, host_ms
+    # per side: host_ms and event_ms; kernel_ms and busy too for the sides that were profiled
+    sides: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 @dataclass
 class Busy(Request):
     """How much of an eager call's time the GPU is busy, per side: kernel time per call (profiler) over the
     call's event-timed median, and the host's time to make the call, all under the timing's conditions
-    (staged inputs, L2 flush and GPU lead)."""
+    (staged inputs, L2 flush and GPU lead). Only a side whose host time exceeds `profile_above_ms` is
+    profiled: a profile costs tens of ms of exclusive GPU time, and a side under that host time is never
+    host-bound."""
 
     cmd: ClassVar[str] = "busy"
     reply: ClassVar[type[Reply]] = BusyReply
     calls: int = 5
     flush: bool = True
+    profile_above_ms: float = 0.0
 
 
 @dataclass

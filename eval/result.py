@@ -87,9 +87,11 @@ class EvalResult:
     phase_seconds: dict[str, float] = field(default_factory=dict)  # where the evaluation time went
     cached: bool = False
     preset: str = "default"  # the evaluator preset (`eval.preset`) whose rules produced this verdict
-    # launch-bound timings (eval.launch), per side ({"reference": .., "candidate": ..}): GPU busy share of an eager
-    # call, the host's time to make a call over its GPU time, the host-bound sides (eval.launch.host_bound),
-    # and how the timed calls ran ("eager" or "cuda_graph")
+    # launch-bound timings (eval.launch), per side ({"reference": .., "candidate": ..}): the host's time to make an
+    # eager call (ms); for a side whose host time is over eval.launch.HOST_FLOOR_MS (the others are never
+    # host-bound, so not profiled), the GPU busy share of the call and the host's time over its GPU time; the
+    # host-bound sides (eval.launch.host_bound), and how the timed calls ran ("eager" or "cuda_graph")
+    host_ms: dict[str, float] = field(default_factory=dict)
     gpu_busy: dict[str, float] = field(default_factory=dict)
     host_share: dict[str, float] = field(default_factory=dict)
     host_bound: list[str] = field(default_factory=list)

@@ -90,6 +90,17 @@ def test_a_side_whose_host_time_is_half_its_gpu_time_is_flagged_even_when_the_gp
     assert flag.startswith("host-bound:") and "reference 0.60" in flag and "eval.cuda_graphs=auto" in flag
 
 
+def test_a_side_under_the_floor_is_not_profiled_and_never_flagged() -> None:
+    # the worker profiles only the sides whose host time is over the floor; the others come back without kernel_ms
+    ctx = _Ctx({"reference": {"event_ms": 0.3, "host_ms": 0.12},
+                "candidate": {"kernel_ms": 0.4, "event_ms": 0.5, "busy": 0.8, "host_ms": 0.35}})
+    launch.host_bound(ctx)
+    assert ctx.sent[0].profile_above_ms == launch.HOST_FLOOR_MS
+    assert ctx.result.host_ms == {"reference": 0.12, "candidate": 0.35}
+    assert ctx.result.gpu_busy == {"candidate": 0.8} and ctx.result.host_share == {"candidate": 0.875}
+    assert ctx.result.host_bound == ["candidate"]
+
+
 @pytest.mark.parametrize("host_ms, kernel_ms, bound", [
     (0.49, 1.0, False),  # under half the GPU time
     (0.5, 1.0, True),

@@ -11,10 +11,10 @@ a tensor, an allocation the capture refuses, ...), the mode is "capture_failed" 
 which side failed and why: a failed capture can leave the process's CUDA state unusable (measured
 on the H100: the next random draw raised), so the parent evaluates again in a new worker, eagerly.
 
-`busy_shares(sides)` measures, per side, the GPU time of its kernels per call (profiler) against
-the event-timed time of the call and against the host's time to enqueue the call (from the call to
-its return, no synchronisation), all under the timing's own conditions (inputs refilled, L2
-flushed, the GPU lead before the start event).
+`busy_shares(sides)` measures, per side, the host's time to enqueue the call (from the call to its
+return, no synchronisation) and the event-timed time of the call and, for a side whose host time is
+over a threshold, the GPU time of its kernels per call (profiler), all under the timing's own
+conditions (inputs refilled, L2 flushed, the GPU lead before the start event).
 """
 
 from __future__ import annotations
@@ -95,11 +95,13 @@ def _settle() -> None:
     torch.cuda.synchronize()
 
 
-def busy_shares(sides: dict[str, timing.TimedSide], flush: Callable[[], None], calls: int) -> dict[str, dict[str, float]]:
-    """Per side: kernel_ms (GPU time of its kernels per call), event_ms (median event time of a call), busy
-    (their ratio) and host_ms (median host time from the call to its return: enqueueing, Python, any sync).
+def busy_shares(sides: dict[str, timing.TimedSide], flush: Callable[[], None], calls: int,
+                profile_above_ms: float = 0.0) -> dict[str, dict[str, float]]:
+    """Per side: host_ms (median host time from the call to its return: enqueueing, Python, any sync),
+    event_ms (median event time of a call) and, when host_ms exceeds `profile_above_ms`, kernel_ms (GPU
+    time of its kernels per call) and busy (kernel_ms over event_ms).
 
-    Both use the timing's conditions: each call's inputs are refilled and the L2 flushed (with the GPU
+    All use the timing's conditions: each call's inputs are refilled and the L2 flushed (with the GPU
     lead) first. The profile of the calls also holds the refill and the flush, so the same loop without
     the call is profiled too and its kernels' times are taken off, kernel name by kernel name.
     """
@@ -115,7 +117,10 @@ def busy_shares(sides: dict[str, timing.TimedSide], flush: Callable[[], None], c
             del result
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end))
-        event_ms = statistics.median(times)
+        event_ms, host_ms = statistics.median(times), statistics.median(host)
+        if host_ms <= profile_above_ms:
+            out[name] = {"event_ms": event_ms, "host_ms": host_ms}
+            continue
         count = {"k": 0}
 
         def setup_only() -> None:
@@ -132,5 +137,5 @@ def busy_shares(sides: dict[str, timing.TimedSide], flush: Callable[[], None], c
         full = tracing.profile_kernels(with_call, repeats=calls)
         kernel_ms = sum(max(0.0, ms - base.get(kernel, 0.0)) for kernel, ms in full)
         busy = min(1.0, kernel_ms / event_ms) if event_ms > 0 else 1.0
-        out[name] = {"kernel_ms": kernel_ms, "event_ms": event_ms, "busy": busy, "host_ms": statistics.median(host)}
+        out[name] = {"kernel_ms": kernel_ms, "event_ms": event_ms, "busy": busy, "host_ms": host_ms}
     return out

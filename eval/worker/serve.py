@@ -361,7 +361,8 @@ class Worker:
         sides = {"reference": timing.TimedSide(_refiller(ref_buf, self.ref_sets), lambda: self.reference(*ref_args)),
                  "candidate": timing.TimedSide(_refiller(cand_buf, self.cand_sets), lambda: self.candidate(*cand_args))}
         with torch.no_grad():
-            shares = graphs.busy_shares(sides, self.flusher if msg.flush and self.flusher else _no_flush, msg.calls)
+            shares = graphs.busy_shares(sides, self.flusher if msg.flush and self.flusher else _no_flush, msg.calls,
+                                        msg.profile_above_ms)
         violations = self.snapshot.violations()
         if violations:
             return p.BusyReply(ok=False, stage="integrity", error="; ".join(violations)), []
