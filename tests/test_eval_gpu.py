@@ -56,6 +56,29 @@ def test_cuda_candidate(evaluator, problem):
     assert r.speedup is not None and r.speedup > 1.5
 
 
+def _built(evaluator, tag: str) -> list[str]:
+    """The extension folders the evaluator's builds of candidate `tag` made, by name."""
+    return sorted(p.name for p in evaluator._builder.root.glob(f"*/add_relu_scale_{tag}*") if p.is_dir())
+
+
+def test_cuda_candidate_runs_its_light_build(evaluator, problem):
+    r = evaluator.evaluate(problem, candidates.cuda_candidate("lighttest", 256), backend="cuda")
+    assert r.status is Status.CORRECT, r.reason + r.error
+    assert _built(evaluator, "lighttest") == ["add_relu_scale_lighttest_kh_light"]  # the light .cu, and nothing else
+
+
+def test_a_cuda_candidate_needing_torch_extension_h_falls_back_once(evaluator, problem):
+    # torch::nn is in the C++ frontend, which torch/types.h lacks: the light .cu cannot build
+    source = candidates.cuda_candidate("heavytest", 256, "using KhNeedsTheFrontend = torch::nn::ReLUOptions;")
+    r = evaluator.evaluate(problem, source, backend="cuda")
+    assert r.status is Status.CORRECT, r.reason + r.error
+    built = _built(evaluator, "heavytest")
+    assert built == ["add_relu_scale_heavytest", "add_relu_scale_heavytest_kh_light"], built
+    folder = next(evaluator._builder.root.glob("*/add_relu_scale_heavytest"))
+    # the GPU worker loaded the build made ahead under the same name: torch renames a rebuild name_v1
+    assert not list(folder.glob("*_v1*")), sorted(p.name for p in folder.iterdir())
+
+
 def test_cuda_compile_error(evaluator, problem):
     r = evaluator.evaluate(problem, candidates.cuda_candidate("broken", 256, "this is not C++;"), backend="cuda")
     assert r.status is Status.COMPILE_ERROR, r.reason

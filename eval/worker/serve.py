@@ -24,7 +24,7 @@ import torch
 
 from eval import protocol as p
 from eval.wire import Channel, ChannelClosed, ProtocolError
-from eval.worker import graphs, integrity, timing, tracing
+from eval.worker import graphs, integrity, light_build, timing, tracing
 from problems import runtime
 
 _TRACEBACK_CHARS = 4000
@@ -150,8 +150,12 @@ class Worker:
             return _failure("problem", exc, p.LoadReply), []
         if msg.candidate_source is None:  # baseline timing: the reference alone
             return p.LoadReply(), []
-        if msg.extensions_dir:
+        if msg.extensions_dir:  # built ahead: make the build worker's calls, so torch finds them up to date
             os.environ["TORCH_EXTENSIONS_DIR"] = msg.extensions_dir
+            from torch.utils import cpp_extension
+
+            if not getattr(cpp_extension.load_inline, "kh_light_first", False):
+                cpp_extension.load_inline = light_build.wrap(cpp_extension.load_inline, record_failure=False)
         self.tracer.reset()
         self.snapshot = integrity.Snapshot()
         self.candidate_module_name = f"kh_candidate_{self._loaded}"
@@ -186,12 +190,13 @@ class Worker:
 
         failures: list[str] = []
         original = cpp_extension.load_inline
+        light_first = light_build.wrap(original, record_failure=True)
 
         def recording_load_inline(*args: Any, **kwargs: Any) -> Any:
             try:
                 if msg.compile_only:
                     return _compile_only(*args, **kwargs)
-                return original(*args, **kwargs)
+                return light_first(*args, **kwargs)
             except _CompileOnlyDone:
                 raise
             except BaseException as exc:  # noqa: BLE001
