@@ -11,6 +11,8 @@ candidates/min, GPU busy share (NVML) and per-phase medians.
 latency: one honest Triton candidate at 16M elements on a warm, otherwise idle pool.
 scaling: the honest Triton candidates of the batch on one GPU, then on every visible GPU.
 ray-scaling: the same batch through `executor=ray` (a local Ray instance): one actor, then one per GPU.
+steps (not part of all): the scaling batch on one GPU with exclusive steps left out, a diagnostic of what
+bounds the rate (`harness/bench/steps.py`).
 build (not part of all): one `load_inline` candidate's build time, as written against the light `.cu`
 (`harness/bench/builds.py`; `--sessions` builds of each).
 channel (not part of all): one 256 MB output from a child's GPU to the parent's across the channel, pageable
@@ -382,7 +384,7 @@ def main(which: str = "all", sessions: int = 5, out: str | None = None, problems
             with open(out, "w") as f:
                 json.dump(report, f, indent=1)
         return 0
-    if which in ("repeatability", "scaling", "latency", "ray-scaling", "parents", "channel", "build") and not torch.cuda.is_available():
+    if which in ("repeatability", "scaling", "latency", "ray-scaling", "parents", "channel", "build", "steps") and not torch.cuda.is_available():
         print(f"harness bench eval --part {which} needs a CUDA GPU (timings are the point of it)")
         return 2
     report: dict[str, Any] = {"environment": environment()}
@@ -392,6 +394,10 @@ def main(which: str = "all", sessions: int = 5, out: str | None = None, problems
 
         report["channel"] = channel.run()
         channel.print_table(report["channel"])
+    if which == "steps":
+        from harness.bench import steps
+
+        report["steps"] = steps.run(copies)
     if which == "build":
         from harness.bench import builds
 

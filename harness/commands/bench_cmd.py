@@ -11,14 +11,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ev = sub.add_parser("eval", help="evaluator throughput (pool / single worker / process per candidate), "
                                      "multi-GPU scaling and repeatability (GPU; throughput also runs on CPU)")
     ev.add_argument("--part", choices=("all", "throughput", "latency", "scaling", "ray-scaling", "repeatability",
-                                       "own-share", "flips", "launch-bound", "parents", "channel", "build"),
+                                       "own-share", "flips", "launch-bound", "parents", "channel", "build", "steps"),
                     default="all", help="launch-bound (not part of all): launch-bound references' eager and "
                                         "CUDA-graph times across fresh worker processes; parents (not part of all): "
                                         "one GPU with 4/6/8 workers, every GPU under one parent, a parent per GPU; "
                                         "channel (not part of all): a 256 MB output across the trust boundary, "
                                         "pageable against pinned shared memory; build (not part of all): a "
                                         "load_inline candidate's build time as written and with the light .cu, "
-                                        "--sessions builds of each")
+                                        "--sessions builds of each; steps (not part of all): one GPU with "
+                                        "exclusive steps left out, a diagnostic of what bounds the rate")
     ev.add_argument("--problems", default=None, help="launch-bound: problem selection (default: "
                                                      "L3/06_lstm,L3/11_gru,L3/07_moe_layer and a matmul control)")
     ev.add_argument("--sessions", type=int, default=5)

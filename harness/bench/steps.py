@@ -1,0 +1,42 @@
+"""`harness bench eval --part steps`: what bounds one GPU's rate, found by leaving steps out.
+
+A diagnostic, never a way to evaluate: the scaling batch (honest Triton candidates) on GPU 0, once
+with the whole check pipeline and once per variant with some of its exclusive steps left out, each
+in a fresh pool. If leaving a step out raises the rate, that step is on the bound. Each row also
+gives the GPU gate's shares of the wall time (`eval.pool.GpuGate.usage`): when exclusive plus shared
+is about 1, the gate is the bound, and only shorter holds raise the rate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eval import checks
+from harness.bench import candidates
+
+VARIANTS: dict[str, frozenset[str]] = {
+    "whole pipeline": frozenset(),
+    "without host_bound": frozenset({"host_bound"}),
+    "without hidden_work": frozenset({"hidden_work"}),
+    "timing the only exclusive step": frozenset({"host_bound", "hidden_work", "kernels"}),
+    "without timing": frozenset({"timing", "timed_outputs", "host_bound"}),
+}
+
+
+def run(copies: int = 8) -> dict[str, Any]:
+    """One row per variant: rate, GPU busy, phase medians and the gate's shares."""
+    from harness.bench.eval_bench import GPU_SIZES, run_pool
+
+    whole = checks.PIPELINE
+    rows = {}
+    try:
+        for name, left_out in VARIANTS.items():
+            checks.PIPELINE = tuple(step for step in whole if step.name not in left_out)
+            row = run_pool(candidates.honest_triton_batch(GPU_SIZES, copies), gpus=[0])
+            row.pop("statuses", None)
+            rows[name] = row
+            print(f"{name}: {row['candidates_per_min']:.1f}/min, GPU busy {row['gpu_busy_share']:.0%}, "
+                  f"gate {row['load']['gates']['0']}", flush=True)
+    finally:
+        checks.PIPELINE = whole
+    return {"candidates": 6 * copies, "variants": rows}
