@@ -105,6 +105,34 @@ def test_gate_keeps_timing_alone():
             pass
 
 
+def test_gate_accounts_for_its_holds():
+    """Overlapping shared holds count once; an exclusive hold's wait for them counts as its wait."""
+    gate = GpuGate()
+    started = threading.Event()
+
+    def shared(seconds: float) -> None:
+        with gate.hold("shared"):
+            started.set()
+            time.sleep(seconds)
+
+    readers = [threading.Thread(target=shared, args=(0.4,)) for _ in range(2)]
+    for t in readers:
+        t.start()
+    started.wait()
+    with gate.hold("exclusive"):  # waits for both readers, about 0.4 s
+        time.sleep(0.2)
+    with gate.hold("exclusive"):
+        with gate.hold("exclusive"):  # the holder's nested request is not a second hold
+            pass
+    for t in readers:
+        t.join()
+    usage = gate.usage()
+    assert usage["exclusive_holds"] == 2
+    assert 0.2 <= usage["exclusive_s"] < 0.6, usage
+    assert 0.4 <= usage["shared_s"] < 0.7, usage  # the two overlapping holds, once: not 0.8 s
+    assert 0.2 <= usage["exclusive_wait_s"] < 0.8, usage
+
+
 def test_protocol_refuses_ill_typed_or_forged_replies():
     with pytest.raises(ProtocolError, match="answered 'run' to 'time'"):
         protocol.decode_reply(protocol.Time(), {"cmd": "run", "ok": True})
