@@ -9,7 +9,7 @@ conditions, the host's time from the call to its return (`host_ms`, no synchroni
 event-timed call (`event_ms`) and, for a side whose host time is over `HOST_FLOOR_MS`, the GPU time
 of the call's kernels (`kernel_ms`, profiler). A side under the floor is never host-bound (below),
 so it is not profiled: the four profiler sessions took 0.06-0.1 s of every candidate's exclusive
-GPU time, about a sixth of it (`harness bench eval --part scaling`, H100, 2026-11-23).
+GPU time, about a sixth of it (`harness bench eval --part steps`, H100, 2026-11-23).
 
 A side is host-bound when its host time is at least `HOST_SHARE_AT` (0.5) of its GPU time and
 more than `HOST_FLOOR_MS`. Why a share of the GPU time and not the GPU's busy share: the GPU can
