@@ -35,8 +35,9 @@ def run(copies: int = 8) -> dict[str, Any]:
             row = run_pool(candidates.honest_triton_batch(GPU_SIZES, copies), gpus=[0])
             row.pop("statuses", None)
             rows[name] = row
-            print(f"{name}: {row['candidates_per_min']:.1f}/min, GPU busy {row['gpu_busy_share']:.0%}, "
-                  f"gate {row['load']['gates']['0']}", flush=True)
+            busy = row["gpu_busy_share"]
+            print(f"{name}: {row['candidates_per_min']:.1f}/min, GPU busy "
+                  f"{'n/a' if busy is None else f'{busy:.0%}'}, gate {row['load']['gates']}", flush=True)
     finally:
         checks.PIPELINE = whole
     return {"candidates": 6 * copies, "variants": rows}
