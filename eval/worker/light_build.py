@@ -14,7 +14,8 @@ a marker in the light build's folder when it fell back. The GPU worker makes the
 installs the same wrapper before importing the candidate), so torch finds the same build up to date
 and loads it, and skips the light attempt where the marker says it failed. Only builds into the
 evaluator's build folders (`TORCH_EXTENSIONS_DIR`) are lightened; a candidate that passes its own
-`build_directory`, or positional arguments past `cuda_sources`, is built as written.
+`build_directory`, or positional arguments past `cuda_sources`, is built as written. Without a GPU the
+compile-only check (`nvcc -c` of the `.cu`) goes the same way, light first.
 """
 
 from __future__ import annotations

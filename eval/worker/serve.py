@@ -190,12 +190,10 @@ class Worker:
 
         failures: list[str] = []
         original = cpp_extension.load_inline
-        light_first = light_build.wrap(original, record_failure=True)
+        light_first = light_build.wrap(_compile_only if msg.compile_only else original, record_failure=True)
 
         def recording_load_inline(*args: Any, **kwargs: Any) -> Any:
             try:
-                if msg.compile_only:
-                    return _compile_only(*args, **kwargs)
                 return light_first(*args, **kwargs)
             except _CompileOnlyDone:
                 raise
@@ -565,8 +563,9 @@ def _copy_matching_state(reference: torch.nn.Module, candidate: torch.nn.Module)
     return len(matching)
 
 
-class _CompileOnlyDone(Exception):
-    """Raised after a compile-only build succeeded: there is nothing to load without a GPU."""
+class _CompileOnlyDone(BaseException):
+    """Raised after a compile-only build succeeded: there is nothing to load without a GPU. A BaseException, so
+    that the light build's fallback (which catches a failed build's Exception) lets a success through."""
 
 
 def _compile_only(name: str, cpp_sources: Any = None, cuda_sources: Any = None, **kwargs: Any) -> Any:
