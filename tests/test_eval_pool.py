@@ -241,3 +241,13 @@ def test_a_parent_per_gpu_takes_its_share_of_the_batch_and_all_start_together():
     assert row["candidates"] == 6 and row["statuses"] == ["correct"] * 6
     assert [(p["gpu"], p["candidates"]) for p in row["parents"]] == [(0, 3), (1, 3)]
     assert 0 < row["wall_s"] < 300
+
+
+def test_steady_rate_leaves_out_the_first_and_last_tenth_of_completions():
+    from harness.bench.eval_bench import steady_rate
+
+    # 20 completions: a slow ramp-up (the first 2 at 5 s), then one per second, then a slow tail
+    finished = [5.0, 5.0] + [float(6 + k) for k in range(16)] + [40.0, 60.0]
+    # completions 2..17 are at 6..21 s: 15 intervals in 15 s, 60 per minute; the whole batch gives 20 per minute
+    assert steady_rate(finished) == 60.0
+    assert steady_rate(finished[:9]) is None  # too few to leave a tenth out at each end

@@ -9,7 +9,9 @@ a single warm worker evaluating one candidate at a time (no pipelining, builds o
 candidate's path), and a KernelBench-style process per candidate. Each prints
 candidates/min, GPU busy share (NVML) and per-phase medians.
 latency: one honest Triton candidate at 16M elements on a warm, otherwise idle pool.
-scaling: the honest Triton candidates of the batch on one GPU, then on every visible GPU.
+scaling: the honest Triton candidates of the batch on one GPU, then on every visible GPU. Besides the
+whole batch's rate, each pool row gives its rate between the first and last tenth of completions
+(`steady_candidates_per_min`, ramp-up and tail left out: what a long study sees), and the part gives both ratios.
 ray-scaling: the same batch through `executor=ray` (a local Ray instance): one actor, then one per GPU.
 steps (not part of all): the scaling batch on one GPU with exclusive steps left out, a diagnostic of what
 bounds the rate (`harness/bench/steps.py`).
@@ -121,6 +123,17 @@ class _Load:
             for g, u in gates.items()}
 
 
+def steady_rate(finished_s: list[float], edge: float = 0.1) -> float | None:
+    """Candidates per minute between the batch's first and last tenth of completions (its ramp-up and tail left
+    out): the rate a long study sees. None for batches under 10."""
+    times = sorted(finished_s)
+    if len(times) < 10:
+        return None
+    first, last = int(len(times) * edge), int(len(times) * (1 - edge)) - 1
+    span = times[last] - times[first]
+    return round((last - first) / span * 60, 2) if span > 0 else None
+
+
 def _device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -158,13 +171,16 @@ def run_pool(batch: list[candidates.BenchJob], **overrides: Any) -> dict[str, An
         with Evaluator(config) as ev:
             ev.wait_warm(600)
             warm_s = time.perf_counter() - t_start
+            finished: list[float] = []
             with _GpuBusySampler(config.gpus) as sampler, _Load(ev) as load:
                 t0 = time.perf_counter()
-                results = ev.evaluate_many([Job(j.problem, j.source, j.backend) for j in batch])
+                results = ev.evaluate_many([Job(j.problem, j.source, j.backend) for j in batch],
+                                           on_result=lambda i, r: finished.append(time.perf_counter() - t0))
                 wall = time.perf_counter() - t0
             workers = ev.workers
     out = _results_summary("pool", batch, results, wall, sampler.busy_share())
-    out.update(workers=workers, start_s=round(warm_s, 2), load=load.figures)
+    out.update(workers=workers, start_s=round(warm_s, 2), load=load.figures,
+               steady_candidates_per_min=steady_rate(finished))
     return out
 
 
@@ -255,6 +271,8 @@ def scaling(copies: int = 4) -> dict[str, Any]:
         out["all_gpus"] = run_pool(batch, gpus=every)
         out["gpus"] = len(every)
         out["ratio"] = round(out["all_gpus"]["candidates_per_min"] / one["candidates_per_min"], 2)
+        steady = (out["all_gpus"]["steady_candidates_per_min"], one["steady_candidates_per_min"])
+        out["steady_ratio"] = round(steady[0] / steady[1], 2) if None not in steady else None
     return out
 
 
@@ -271,17 +289,22 @@ def ray_scaling(copies: int = 4) -> dict[str, Any]:
             with RayEvaluator(_config(cache), ExecutorConfig(kind="ray", num_actors=actors)) as ev:
                 ev.wait_warm(600)
                 warm_s = time.perf_counter() - t_start
+                finished: list[float] = []
                 with _GpuBusySampler(list(range(actors))) as sampler:
                     t0 = time.perf_counter()
-                    results = ev.evaluate_many([Job(j.problem, j.source, j.backend) for j in batch])
+                    results = ev.evaluate_many([Job(j.problem, j.source, j.backend) for j in batch],
+                                               on_result=lambda i, r: finished.append(time.perf_counter() - t0))
                     wall = time.perf_counter() - t0
                 nodes = sorted({f"{r.node}:{r.gpu_index}" for r in results})
         row = _results_summary(f"ray, {actors} actor(s)", batch, results, wall, sampler.busy_share())
-        row.update(actors=actors, start_s=round(warm_s, 2), placements=nodes)
+        row.update(actors=actors, start_s=round(warm_s, 2), placements=nodes,
+                   steady_candidates_per_min=steady_rate(finished))
         out[f"actors_{actors}"] = row
         print(json.dumps(row), flush=True)
     if gpus > 1:
         out["ratio"] = round(out[f"actors_{gpus}"]["candidates_per_min"] / out["actors_1"]["candidates_per_min"], 2)
+        steady = (out[f"actors_{gpus}"]["steady_candidates_per_min"], out["actors_1"]["steady_candidates_per_min"])
+        out["steady_ratio"] = round(steady[0] / steady[1], 2) if None not in steady else None
     return out
 
 
@@ -413,14 +436,15 @@ def main(which: str = "all", sessions: int = 5, out: str | None = None, problems
     if which in ("all", "scaling") and torch.cuda.is_available():
         s = report["scaling"] = scaling(copies)
         print(f"\nscaling: {s['candidates']} honest Triton candidates; one GPU {s['one_gpu']['candidates_per_min']:.1f}/min"
-              + (f", {s['gpus']} GPUs {s['all_gpus']['candidates_per_min']:.1f}/min = {s['ratio']:.2f}x" if "ratio" in s
-                 else " (only one GPU visible)"))
+              + (f", {s['gpus']} GPUs {s['all_gpus']['candidates_per_min']:.1f}/min = {s['ratio']:.2f}x (between the "
+                 f"first and last tenth of completions: {s['steady_ratio']}x)" if "ratio" in s else " (only one GPU visible)"))
     if which == "ray-scaling":
         r = report["ray_scaling"] = ray_scaling(copies)
         line = f"\nray scaling: {r['candidates']} honest Triton candidates; 1 actor {r['actors_1']['candidates_per_min']:.1f}/min"
         if "ratio" in r:
             every = r[f"actors_{r['gpus']}"]
-            line += f", {r['gpus']} actors {every['candidates_per_min']:.1f}/min = {r['ratio']:.2f}x"
+            line += (f", {r['gpus']} actors {every['candidates_per_min']:.1f}/min = {r['ratio']:.2f}x (between the first "
+                     f"and last tenth of completions: {r['steady_ratio']}x)")
         print(line)
     if which == "parents":
         from harness.bench import parents
