@@ -113,14 +113,16 @@ class _Load:
             "parent_cpu_per_wall_s": round((cpu.user + cpu.system - self._cpu.user - self._cpu.system) / wall, 2)}
         if host and self._host and host[1] > self._host[1]:
             self.figures["host_cpu_busy_share"] = round((host[0] - self._host[0]) / (host[1] - self._host[1]), 3)
-        self.figures["gates"] = {
-            g: {"exclusive_share": round((u["exclusive_s"] - self._gates[g]["exclusive_s"]) / wall, 3),
-                "shared_share": round((u["shared_s"] - self._gates[g]["shared_s"]) / wall, 3),
-                "exclusive_s_per_hold": round((u["exclusive_s"] - self._gates[g]["exclusive_s"])
-                                              / max(1, u["exclusive_holds"] - self._gates[g]["exclusive_holds"]), 4),
-                "exclusive_wait_s_per_hold": round((u["exclusive_wait_s"] - self._gates[g]["exclusive_wait_s"])
-                                                   / max(1, u["exclusive_holds"] - self._gates[g]["exclusive_holds"]), 4)}
-            for g, u in gates.items()}
+        self.figures["gates"] = {g: _gate_shares({k: u[k] - self._gates[g][k] for k in u}, wall)
+                                 for g, u in gates.items()}
+
+
+def _gate_shares(used: dict[str, float], wall: float) -> dict[str, float]:
+    """One gate's usage over a batch (`GpuGate.usage` differences) as shares of the wall time and per hold."""
+    holds = max(1, used["exclusive_holds"])
+    return {"exclusive_share": round(used["exclusive_s"] / wall, 3), "shared_share": round(used["shared_s"] / wall, 3),
+            "exclusive_s_per_hold": round(used["exclusive_s"] / holds, 4),
+            "exclusive_wait_s_per_hold": round(used["exclusive_wait_s"] / holds, 4)}
 
 
 def steady_rate(finished_s: list[float], edge: float = 0.1) -> float | None:
@@ -132,6 +134,23 @@ def steady_rate(finished_s: list[float], edge: float = 0.1) -> float | None:
     first, last = int(len(times) * edge), int(len(times) * (1 - edge)) - 1
     span = times[last] - times[first]
     return round((last - first) / span * 60, 2) if span > 0 else None
+
+
+def _timed_batch(ev: Any, batch: list[candidates.BenchJob]) -> tuple[list[EvalResult], float, float | None]:
+    """The batch through `ev.evaluate_many` (an `Evaluator` or a `RayEvaluator`): results, wall seconds and
+    `steady_rate` of the completions."""
+    finished: list[float] = []
+    t0 = time.perf_counter()
+    results = ev.evaluate_many([Job(j.problem, j.source, j.backend) for j in batch],
+                               on_result=lambda i, r: finished.append(time.perf_counter() - t0))
+    return results, time.perf_counter() - t0, steady_rate(finished)
+
+
+def _ratios(many: dict[str, Any], one: dict[str, Any]) -> dict[str, float | None]:
+    """Two pool rows' whole-batch and steady rate ratios."""
+    steady = (many["steady_candidates_per_min"], one["steady_candidates_per_min"])
+    return {"ratio": round(many["candidates_per_min"] / one["candidates_per_min"], 2),
+            "steady_ratio": round(steady[0] / steady[1], 2) if None not in steady else None}
 
 
 def _device() -> str:
@@ -171,16 +190,11 @@ def run_pool(batch: list[candidates.BenchJob], **overrides: Any) -> dict[str, An
         with Evaluator(config) as ev:
             ev.wait_warm(600)
             warm_s = time.perf_counter() - t_start
-            finished: list[float] = []
             with _GpuBusySampler(config.gpus) as sampler, _Load(ev) as load:
-                t0 = time.perf_counter()
-                results = ev.evaluate_many([Job(j.problem, j.source, j.backend) for j in batch],
-                                           on_result=lambda i, r: finished.append(time.perf_counter() - t0))
-                wall = time.perf_counter() - t0
+                results, wall, steady = _timed_batch(ev, batch)
             workers = ev.workers
     out = _results_summary("pool", batch, results, wall, sampler.busy_share())
-    out.update(workers=workers, start_s=round(warm_s, 2), load=load.figures,
-               steady_candidates_per_min=steady_rate(finished))
+    out.update(workers=workers, start_s=round(warm_s, 2), load=load.figures, steady_candidates_per_min=steady)
     return out
 
 
@@ -270,9 +284,7 @@ def scaling(copies: int = 4) -> dict[str, Any]:
     if len(every) > 1:
         out["all_gpus"] = run_pool(batch, gpus=every)
         out["gpus"] = len(every)
-        out["ratio"] = round(out["all_gpus"]["candidates_per_min"] / one["candidates_per_min"], 2)
-        steady = (out["all_gpus"]["steady_candidates_per_min"], one["steady_candidates_per_min"])
-        out["steady_ratio"] = round(steady[0] / steady[1], 2) if None not in steady else None
+        out.update(_ratios(out["all_gpus"], one))
     return out
 
 
@@ -289,22 +301,16 @@ def ray_scaling(copies: int = 4) -> dict[str, Any]:
             with RayEvaluator(_config(cache), ExecutorConfig(kind="ray", num_actors=actors)) as ev:
                 ev.wait_warm(600)
                 warm_s = time.perf_counter() - t_start
-                finished: list[float] = []
                 with _GpuBusySampler(list(range(actors))) as sampler:
-                    t0 = time.perf_counter()
-                    results = ev.evaluate_many([Job(j.problem, j.source, j.backend) for j in batch],
-                                               on_result=lambda i, r: finished.append(time.perf_counter() - t0))
-                    wall = time.perf_counter() - t0
+                    results, wall, steady = _timed_batch(ev, batch)
                 nodes = sorted({f"{r.node}:{r.gpu_index}" for r in results})
         row = _results_summary(f"ray, {actors} actor(s)", batch, results, wall, sampler.busy_share())
         row.update(actors=actors, start_s=round(warm_s, 2), placements=nodes,
-                   steady_candidates_per_min=steady_rate(finished))
+                   steady_candidates_per_min=steady)
         out[f"actors_{actors}"] = row
         print(json.dumps(row), flush=True)
     if gpus > 1:
-        out["ratio"] = round(out[f"actors_{gpus}"]["candidates_per_min"] / out["actors_1"]["candidates_per_min"], 2)
-        steady = (out[f"actors_{gpus}"]["steady_candidates_per_min"], out["actors_1"]["steady_candidates_per_min"])
-        out["steady_ratio"] = round(steady[0] / steady[1], 2) if None not in steady else None
+        out.update(_ratios(out[f"actors_{gpus}"], out["actors_1"]))
     return out
 
 
