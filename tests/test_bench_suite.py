@@ -44,6 +44,13 @@ def test_summary_names_failures_slow_solutions_and_small_problems() -> None:
     assert lines[2] == "eager under 50 µs: ['L1/24_gelu (40.0 µs)']"
 
 
+def test_summary_lists_host_bound_sides_once_solutions_report_them() -> None:
+    rows = [dict(ROWS[0], host_share={"reference": 1.31, "candidate": 0.2}, host_bound=["reference"]),
+            dict(ROWS[2], host_share={"reference": 0.1, "candidate": 0.1}, host_bound=[])]
+    assert summary(rows)[-1] == "flagged host-bound (side, host/GPU): ['L1/13_softmax (reference 1.31)']"
+    assert not any(line.startswith("flagged host-bound") for line in summary(ROWS))
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
 def test_refuses_without_a_gpu() -> None:
     proc = subprocess.run([sys.executable, "-m", "harness.cli", "bench", "suite", "smoke"], cwd=ROOT,

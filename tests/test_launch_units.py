@@ -257,6 +257,32 @@ def test_bench_part_runs_on_a_cpu(capsys) -> None:
     assert out.count("session 1/1") == 2  # one session per mode on a CPU
 
 
+@pytest.mark.timeout(300)
+def test_bench_part_takes_one_graph_mode_and_lists_flagged_problems(capsys) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("the CPU path of the bench part")
+    from harness.bench import eval_bench, launch_bound
+
+    assert eval_bench.main("launch-bound", sessions=1, problems="L1/01_square_matmul", graph_modes=("off",)) == 0
+    out = capsys.readouterr().out
+    assert out.count("session 1/1") == 1 and "cuda_graphs=off" in out and "cuda_graphs=auto" not in out
+    assert "flagged host-bound in any session: 0 of 1 problems []" in out  # nothing is timed on a CPU
+    with pytest.raises(ValueError, match="choose from off, auto"):
+        launch_bound.measure("L1/01_square_matmul", 1, ("eager",))
+
+
+def test_bench_cli_refuses_an_unknown_graph_mode(capsys) -> None:
+    from harness.commands import bench_cmd
+
+    parser = argparse.ArgumentParser()
+    bench_cmd.add_arguments(parser)
+    args = parser.parse_args(["eval", "--part", "launch-bound", "--graph-modes", "off,sometimes"])
+    assert bench_cmd.run(args) == 2
+    assert "--graph-modes: choose from off, auto (got 'off,sometimes')" in capsys.readouterr().out
+
+
 def test_reference_as_candidate_defines_model_new() -> None:
     from eval.static_checks import analyze
     from harness.bench.launch_bound import reference_as_candidate

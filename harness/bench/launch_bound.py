@@ -57,23 +57,29 @@ def _session(problems: list[Problem], mode: str, gpu: bool) -> list[EvalResult]:
         return ev.evaluate_many([Job(pr, reference_as_candidate(pr)) for pr in problems])
 
 
-def measure(selection: str = DEFAULT_SELECTION, sessions: int = 5) -> dict[str, Any]:
-    """Every problem's reference, `sessions` fresh evaluators per mode; one row per (problem, mode)."""
+def measure(selection: str = DEFAULT_SELECTION, sessions: int = 5, modes: tuple[str, ...] = MODES) -> dict[str, Any]:
+    """Every problem's reference, `sessions` fresh evaluators per mode; one row per (problem, mode).
+
+    `modes=("off",)` alone is a survey of the host-bound flag over many references (half the time)."""
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown or not modes:
+        raise ValueError(f"graph modes: choose from {', '.join(MODES)} (got {', '.join(modes) or 'none'})")
     gpu = torch.cuda.is_available()
     problems = select_problems(selection)
     sessions = sessions if gpu else 1
-    runs: dict[tuple[str, str], list[EvalResult]] = {(pr.id, m): [] for pr in problems for m in MODES}
+    runs: dict[tuple[str, str], list[EvalResult]] = {(pr.id, m): [] for pr in problems for m in modes}
     t0 = time.perf_counter()
     for s in range(sessions):
-        for mode in MODES:
+        for mode in modes:
             for pr, r in zip(problems, _session(problems, mode, gpu)):
                 runs[(pr.id, mode)].append(r)
                 ref = f"{r.reference_timing.median_ms:.4f} ms" if r.reference_timing else "n/t"
                 print(f"session {s + 1}/{sessions} cuda_graphs={mode} {pr.id}: {r.status.value}, reference {ref}, "
                       f"mode {r.timing_mode}, busy {json.dumps(r.gpu_busy)}, host/GPU {json.dumps(r.host_share)}, "
-                      f"host-bound {r.host_bound}", flush=True)
+                      f"host ms {json.dumps(r.host_ms)}, host-bound {r.host_bound}", flush=True)
     rows = [_row(pid, mode, results) for (pid, mode), results in runs.items()]
-    return {"selection": selection, "sessions": sessions, "timed": gpu, "rows": rows,
+    flagged = sorted({pid for (pid, _), results in runs.items() if any(r.host_bound for r in results)})
+    return {"selection": selection, "sessions": sessions, "timed": gpu, "rows": rows, "flagged": flagged,
             "wall_s": round(time.perf_counter() - t0, 1)}
 
 
@@ -110,10 +116,14 @@ def table(report: dict[str, Any]) -> str:
         lines.append(f"{row['problem']:<24}{row['cuda_graphs']:>7}{ran:>12}{spread:>38}{ratio:>9}{busy:>10}{host:>10}{flagged:>12}")
     for row in report["rows"]:
         lines += [f"  {row['problem']} cuda_graphs={row['cuda_graphs']}: {note}" for note in row["notes"]]
+    if "flagged" in report:
+        lines.append(f"flagged host-bound in any session: {len(report['flagged'])} of "
+                     f"{len({row['problem'] for row in report['rows']})} problems {report['flagged']}")
     return "\n".join(lines)
 
 
-def main(sessions: int = 5, selection: str = DEFAULT_SELECTION) -> dict[str, Any]:
-    report = measure(selection, sessions)
+def main(sessions: int = 5, selection: str = DEFAULT_SELECTION, modes: tuple[str, ...] = MODES) -> dict[str, Any]:
+    """Measure, print the table, return the report."""
+    report = measure(selection, sessions, modes)
     print(table(report), flush=True)
     return report

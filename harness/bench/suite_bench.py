@@ -52,7 +52,9 @@ def _solution_fields(result: EvalResult) -> dict[str, Any]:
     return {"solution_status": result.status.value, "solution_speedup": result.speedup,
             "solution_sol": result.sol_fraction, "solution_flags": list(result.flags),
             "solution_reason": result.reason[:300] if result.status is not Status.CORRECT else "",
-            "solution_us": result.candidate_timing.median_ms * 1000 if result.candidate_timing else None}
+            "solution_us": result.candidate_timing.median_ms * 1000 if result.candidate_timing else None,
+            "host_ms": dict(result.host_ms), "host_share": dict(result.host_share),
+            "host_bound": list(result.host_bound)}
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -83,6 +85,10 @@ def markdown_tables(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def _sides(row: dict[str, Any]) -> str:
+    return ", ".join(f"{side} {row['host_share'].get(side, 0.0):.2f}" for side in row["host_bound"])
+
+
 def summary(rows: list[dict[str, Any]]) -> list[str]:
     """Plain findings: failures, solutions that are not faster than eager, too-small problems."""
     lines = []
@@ -95,10 +101,13 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
     lines.append(f"reference solutions: {len(solved)}; correct: {len(solved) - len(wrong)}; "
                  f"not faster than eager: {slow or 'none'}; not correct: {wrong or 'none'}")
     lines.append(f"eager under {SMALL_EAGER_US:.0f} µs: {small or 'none'}")
+    if any("host_bound" in r for r in rows):
+        bound = [f"{r['id']} ({_sides(r)})" for r in rows if r.get("host_bound")]
+        lines.append(f"flagged host-bound (side, host/GPU): {bound or 'none'}")
     return lines
 
 
-def main(selection: str = "all", out: str | None = None, solutions: bool = True) -> int:
+def main(selection: str = "all", out: str | None = None, solutions: bool = True, baselines: bool = True) -> int:
     """Run the suite benchmark and print its tables; returns a process exit code."""
     if not torch.cuda.is_available():
         print("harness bench suite: no CUDA GPU is visible; this benchmark times the suite on a GPU")
@@ -118,9 +127,14 @@ def main(selection: str = "all", out: str | None = None, solutions: bool = True)
                 fields = rows[job.problem.id] = _solution_fields(result)
                 print(f"solution {job.problem.id:42s} {result.status.value:10s} speedup "
                       f"{_fmt(result.speedup, '.2f')}  SOL {_fmt(result.sol_fraction, '.0%')}  "
-                      f"{result.eval_seconds:.0f}s {fields['solution_reason'][:120]}", flush=True)
+                      f"{result.eval_seconds:.0f}s host/GPU {json.dumps(result.host_share)} host ms "
+                      f"{json.dumps(result.host_ms)} {fields['solution_reason'][:120]}", flush=True)
         ordered = []
         for problem in problems:
+            if not baselines:
+                ordered.append({"id": problem.id, "level": problem.level, "dtype": problem.dtype,
+                                **rows.get(problem.id, {})})
+                continue
             row = {**baseline_row(ev, problem, ceilings), **rows.get(problem.id, {})}
             ordered.append(row)
             print(f"baseline {problem.id:42s} eager {_fmt(row.get('eager_us'), '10.1f')} us  compile "

@@ -29,12 +29,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                          "evaluators take one)")
     ev.add_argument("--evaluators", default="pool,single,process",
                     help="--part throughput: which of pool, single, process (per candidate) to run, in this order")
+    ev.add_argument("--graph-modes", default="off,auto",
+                    help="launch-bound: eval.cuda_graphs modes to run, in this order (off alone: a survey of the "
+                         "host-bound flag over many references)")
     ev.add_argument("--rounds", type=int, default=20, help="flips (not part of all): verdicts per candidate, spread over 5 "
                                                            "fresh pools; own-share (not part of all) takes no options")
     ev.add_argument("--out", help="write the full JSON report here")
     suite = sub.add_parser("suite", help="baselines, roofline floors and reference solutions per level (GPU)")
     suite.add_argument("selection", nargs="?", default="all", help="problem selection (all, level1, L1/*softmax*, ...)")
     suite.add_argument("--no-solutions", action="store_true", help="baselines and floors only")
+    suite.add_argument("--no-baselines", action="store_true",
+                       help="reference solutions only (verdicts, speedups, host-bound flags), no eager/compile baselines")
     suite.add_argument("--out", help="write the rows as JSON here")
     loop = sub.add_parser("loop", help="per-attempt overhead of the run loop")
     loop.add_argument("--attempts", type=int, default=200)
@@ -53,11 +58,16 @@ def run(args: argparse.Namespace) -> int:
         if unknown or not evaluators:
             print(f"--evaluators: choose from {', '.join(eval_bench.EVALUATORS)} (got {args.evaluators!r})")
             return 2
+        graph_modes = tuple(m.strip() for m in args.graph_modes.split(",") if m.strip())
+        if not graph_modes or set(graph_modes) - {"off", "auto"}:
+            print(f"--graph-modes: choose from off, auto (got {args.graph_modes!r})")
+            return 2
         return eval_bench.main(args.part, args.sessions, args.out, problems=args.problems, copies=args.copies,
-                               evaluators=evaluators)
+                               evaluators=evaluators, graph_modes=graph_modes)
     if args.bench == "suite":
         from harness.bench import suite_bench
 
-        return suite_bench.main(args.selection, args.out, solutions=not args.no_solutions)
+        return suite_bench.main(args.selection, args.out, solutions=not args.no_solutions,
+                               baselines=not args.no_baselines)
     bench_loop = importlib.import_module("harness.bench_loop")
     return int(bench_loop.main(args.attempts) or 0)
