@@ -51,10 +51,18 @@ def _config(mode: str, gpu: bool) -> EvalConfig:
                       cuda_graphs=mode, **settings)
 
 
-def _session(problems: list[Problem], mode: str, gpu: bool) -> list[EvalResult]:
-    """One fresh evaluator (fresh worker processes) evaluates every problem's reference against itself."""
+def _session(problems: list[Problem], mode: str, gpu: bool, label: str) -> list[EvalResult]:
+    """One fresh evaluator (fresh worker processes) evaluates every problem's reference against itself.
+
+    Each result is printed as it finishes, so a run cut short still shows what it measured."""
+    def show(i: int, r: EvalResult) -> None:
+        ref = f"{r.reference_timing.median_ms:.4f} ms" if r.reference_timing else "n/t"
+        print(f"{label} cuda_graphs={mode} {problems[i].id}: {r.status.value}, reference {ref}, "
+              f"mode {r.timing_mode}, busy {json.dumps(r.gpu_busy)}, host/GPU {json.dumps(r.host_share)}, "
+              f"host ms {json.dumps(r.host_ms)}, host-bound {r.host_bound}", flush=True)
+
     with Evaluator(_config(mode, gpu)) as ev:
-        return ev.evaluate_many([Job(pr, reference_as_candidate(pr)) for pr in problems])
+        return ev.evaluate_many([Job(pr, reference_as_candidate(pr)) for pr in problems], on_result=show)
 
 
 def measure(selection: str = DEFAULT_SELECTION, sessions: int = 5, modes: tuple[str, ...] = MODES) -> dict[str, Any]:
@@ -71,12 +79,8 @@ def measure(selection: str = DEFAULT_SELECTION, sessions: int = 5, modes: tuple[
     t0 = time.perf_counter()
     for s in range(sessions):
         for mode in modes:
-            for pr, r in zip(problems, _session(problems, mode, gpu)):
+            for pr, r in zip(problems, _session(problems, mode, gpu, f"session {s + 1}/{sessions}")):
                 runs[(pr.id, mode)].append(r)
-                ref = f"{r.reference_timing.median_ms:.4f} ms" if r.reference_timing else "n/t"
-                print(f"session {s + 1}/{sessions} cuda_graphs={mode} {pr.id}: {r.status.value}, reference {ref}, "
-                      f"mode {r.timing_mode}, busy {json.dumps(r.gpu_busy)}, host/GPU {json.dumps(r.host_share)}, "
-                      f"host ms {json.dumps(r.host_ms)}, host-bound {r.host_bound}", flush=True)
     rows = [_row(pid, mode, results) for (pid, mode), results in runs.items()]
     flagged = sorted({pid for (pid, _), results in runs.items() if any(r.host_bound for r in results)})
     return {"selection": selection, "sessions": sessions, "timed": gpu, "rows": rows, "flagged": flagged,
