@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from eval import checks, static_checks
+from eval import checks, reaper, static_checks
 from eval import protocol as p
 from eval.builds import Build, Builder
 from eval.cache import JsonCache, cache_key
@@ -33,7 +33,7 @@ from eval.pool import Lease, WorkerPool
 from eval.reference import Reference, encode_args, use_small_sizes
 from eval.result import EvalResult, Status, Timing
 from eval.roofline import cached_ceilings
-from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout, protect_parent, sweep_stale_folders
+from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout, protect_parent
 from problems.problem import Problem
 from problems.runtime import derive_seed, strict_precision
 
@@ -96,7 +96,8 @@ class Evaluator:
         self.config = config or EvalConfig()
         protect_parent()
         strict_precision()
-        sweep_stale_folders()
+        reaper.sweep_stale()
+        reaper.watch_this_process()  # this process's folders go with it, even on `kill -9`
         self.gpu_indices = _gpu_indices(self.config)
         use_cuda = self.gpu_indices != [None]
         self.device = torch.device(f"cuda:{self.gpu_indices[0]}") if use_cuda else torch.device("cpu")

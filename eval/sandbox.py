@@ -18,9 +18,9 @@ no capability anywhere and can neither remount nor unmount anything. Which of th
 probed once (`sandbox_plan`) and reported per worker; the worker also probes for itself
 (`filesystem_isolated`: it tries to create files outside its folder).
 
-Every temporary folder the evaluator makes is named `kh-<kind>-<owner pid>-...`, so that
-`sweep_stale_folders` can remove (and stop the processes of) folders whose owner died,
-even by `kill -9`.
+Every temporary folder the evaluator makes is named `kh-<kind>-<owner pid>-...` (`eval.reaper`), so
+that the owner's reaper, or the next start-up's sweep, removes it (and stops the processes in it)
+however the owner ended, `kill -9` included.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from typing import Any
 import torch
 
 from eval import protocol
+from eval.reaper import owned_tempdir
 from eval.wire import Channel, ChannelClosed, ChannelTimeout, ProtocolError, new_region_fd
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +54,6 @@ _ALLOWED = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH
             "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
             "PYTHONPATH", "VIRTUAL_ENV", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 UNPRIVILEGED_UID = 65534
-_FOLDER_KINDS = ("worker", "build", "extensions")
 
 # Runs as `python -I -S -c _CONFINE SPEC CMD...` inside fresh mount (and network) namespaces, as root of
 # them: remounts everything read-only except SPEC's writable folders and /proc (minus /proc/sys & co.), hides SPEC's masked folders behind
@@ -256,7 +256,7 @@ def sandbox_plan() -> SandboxPlan:
 def _confinement_works(plan: SandboxPlan, gpu: bool) -> bool:
     """Run a probe confined by `plan` in a fresh folder where workers' folders go (the temporary folder): it must
     import what a worker imports, start CUDA when there is a GPU, and write there."""
-    probe_dir = Path(tempfile.mkdtemp(prefix="kh-probe-"))  # a fresh one: an earlier attempt may have chowned its own
+    probe_dir = owned_tempdir("probe")  # a fresh one: an earlier attempt may have chowned its own
     try:
         if plan.uid is not None:
             os.chown(probe_dir, plan.uid, plan.uid)
@@ -300,7 +300,7 @@ def can_drop_privileges() -> bool:
 def _runs_as_nobody() -> bool:
     """Without a sandbox: can uid 65534 run this interpreter with torch as it is installed, and reach and write a
     folder where workers' folders go (a temporary folder inside a private one is out of its reach)?"""
-    probe_dir = Path(tempfile.mkdtemp(prefix="kh-probe-"))
+    probe_dir = owned_tempdir("probe")
     try:
         os.chown(probe_dir, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
         check = f"import statistics, torch, triton; open({str(probe_dir / 'ok')!r}, 'w').write('1')"
@@ -322,51 +322,6 @@ def protect_parent() -> None:
             libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
         except (OSError, AttributeError):
             pass
-
-
-def owned_tempdir(kind: str) -> Path:
-    """A fresh temporary folder tagged with this process's pid (see `sweep_stale_folders`)."""
-    assert kind in _FOLDER_KINDS
-    return Path(tempfile.mkdtemp(prefix=f"kh-{kind}-{os.getpid()}-"))
-
-
-def _owner_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def sweep_stale_folders(root: str | None = None) -> list[Path]:
-    """Remove `kh-*` folders whose owner process is gone, first killing processes still working in them."""
-    base = Path(root or tempfile.gettempdir())
-    removed = []
-    for folder in base.glob("kh-*-*-*"):
-        parts = folder.name.split("-")
-        if len(parts) < 4 or parts[1] not in _FOLDER_KINDS or not parts[2].isdigit() or _owner_alive(int(parts[2])):
-            continue
-        _kill_processes_in(folder)
-        shutil.rmtree(folder, ignore_errors=True)
-        removed.append(folder)
-    return removed
-
-
-def _kill_processes_in(folder: Path) -> None:
-    """SIGKILL every process whose working directory is `folder` or below (orphaned workers)."""
-    target = str(folder.resolve())
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            cwd = os.readlink(proc / "cwd")
-        except OSError:
-            continue
-        if cwd == target or cwd.startswith(target + os.sep):
-            try:
-                os.kill(int(proc.name), signal.SIGKILL)
-            except OSError:
-                pass
 
 
 class _CappedOutput:

@@ -17,7 +17,7 @@ import pytest
 from eval import EvalConfig, EvalResult, Evaluator, Job, Status
 from eval import protocol
 from eval.pool import GpuGate
-from eval.sandbox import sweep_stale_folders
+from eval.reaper import sweep_stale
 from eval.wire import ProtocolError
 from harness.bench import candidates
 
@@ -167,12 +167,13 @@ def test_stale_folders_of_a_dead_owner_are_swept(tmp_path):
     orphan = subprocess.Popen(["sleep", "60"], cwd=folder)
     live = tmp_path / f"kh-worker-{os.getpid()}-mine"
     live.mkdir()
-    removed = sweep_stale_folders(str(tmp_path))
+    removed = sweep_stale(str(tmp_path))
     assert removed == [folder] and not folder.exists() and live.exists()
     assert orphan.wait(timeout=10) == -signal.SIGKILL
 
 
-def test_kill_9_of_the_harness_leaves_nothing_after_the_next_start(tmp_path):
+def _harness_holding_folders(tmp_path) -> subprocess.Popen:
+    """A process that evaluates one candidate, keeps its evaluator (workers and folders) open, and waits."""
     script = f"""
 import sys, time
 sys.path.insert(0, {str(ROOT)!r})
@@ -186,15 +187,47 @@ time.sleep(600)
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout.readline().strip() == "correct"
-    assert list(tmp_path.glob(f"kh-*-{proc.pid}-*")), "the evaluator made no folders to leave behind"
-    proc.kill()
+    assert list(tmp_path.glob(f"kh-worker-{proc.pid}-*")), "the evaluator made no worker folder to leave behind"
+    return proc
+
+
+def _worker_pids(folders: list[Path]) -> set[int]:
+    targets = [str(f.resolve()) for f in folders]
+    pids = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if any(cwd == t or cwd.startswith(t + os.sep) for t in targets):
+            pids.add(int(proc.name))
+    return pids
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_killed_harness_leaves_no_folder_or_worker_behind(tmp_path, sig):
+    """No next start needed: the process's reaper removes its folders and stops its workers once it is gone."""
+    proc = _harness_holding_folders(tmp_path)
+    workers = _worker_pids(list(tmp_path.glob(f"kh-worker-{proc.pid}-*")))
+    assert workers, "no worker process found working in the worker folders"
+    proc.send_signal(sig)
     proc.wait()
     deadline = time.monotonic() + 30
-    sweep_stale_folders(str(tmp_path))
-    while list(tmp_path.glob("kh-*")) and time.monotonic() < deadline:
-        time.sleep(0.5)
-        sweep_stale_folders(str(tmp_path))
+    while (list(tmp_path.glob("kh-*")) or any(_alive(w) for w in workers)) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert not list(tmp_path.glob("kh-*"))
+    assert not any(_alive(w) for w in workers)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()  # a zombie has already ended
+    except OSError:
+        return False
 
 
 _SLOW_CALL_S = 0.4
