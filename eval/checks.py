@@ -507,15 +507,17 @@ def timing_rule(config: EvalConfig) -> dict[str, Any]:
 
 
 def timing_note(config: EvalConfig, reference: dict[str, float], candidate: dict[str, float]) -> str:
-    """How a non-default timing was taken, with both sides' mean and median (Timing keeps only the median)."""
+    """How a non-default timing was taken, with both sides' mean and median (Timing keeps only the median).
+
+    Times are printed to the nanosecond, so the speedup can be recomputed from the note even at a few µs."""
     if config.timing_method == "fixed":
         method = f"{config.fixed_reps} calls after {config.fixed_warmup_calls} warm-up calls, each synchronised"
     else:
         method = "adaptive, interleaved"
     return (f"timing ({config.preset}): {method}, L2 {'flushed' if config.l2_flush else 'not flushed'}, speedup from "
-            f"the {config.timing_statistic}; reference mean {reference.get('mean_ms', float('nan')):.4f} ms, "
-            f"median {reference['median_ms']:.4f} ms; candidate mean {candidate.get('mean_ms', float('nan')):.4f} ms, "
-            f"median {candidate['median_ms']:.4f} ms")
+            f"the {config.timing_statistic}; reference mean {reference.get('mean_ms', float('nan')):.6f} ms, "
+            f"median {reference['median_ms']:.6f} ms; candidate mean {candidate.get('mean_ms', float('nan')):.6f} ms, "
+            f"median {candidate['median_ms']:.6f} ms")
 
 
 # Kernels of the libraries a candidate calls: PyTorch (incl. its FlashAttention copy), CUB/Thrust, CUTLASS, cuBLAS,

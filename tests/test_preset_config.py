@@ -155,3 +155,14 @@ def test_fixed_count_timing_follows_kernelbench_call_pattern(monkeypatch: pytest
     assert seen == [("reference", 0)] * 4 + [("candidate", 0)] * 4
     s = timing.summarize([1.0, 2.0, 3.0, 10.0])
     assert s["mean_ms"] == 4.0 and s["median_ms"] == 2.5 and s["max_ms"] == 10.0 and s["min_ms"] == 1.0
+
+
+def test_timing_note_gives_both_means_precisely_enough_to_recompute_the_speedup() -> None:
+    import re
+
+    config = preset_config("kernelbench", device="cpu", cache_dir=None)
+    reference, candidate = {"mean_ms": 0.0181234, "median_ms": 0.0180011}, {"mean_ms": 0.0222468, "median_ms": 0.022}
+    note = checks.timing_note(config, reference, candidate)
+    ref_mean, cand_mean = (float(x) for x in re.findall(r"mean ([0-9.]+) ms", note))
+    assert ref_mean / cand_mean == pytest.approx(reference["mean_ms"] / candidate["mean_ms"], rel=1e-4)
+    assert "median 0.018001 ms" in note and "100 calls after 3 warm-up calls" in note
