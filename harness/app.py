@@ -9,6 +9,7 @@ not be reached (attempts left unfinished, resumable), 1 anything else.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from contextlib import ExitStack, contextmanager
@@ -30,7 +31,7 @@ from eval import EvalConfig
 from harness import overrides as ov
 from harness.cli import VERSION, stdout_closed
 from harness.executors import make_evaluator
-from harness.loop import UNREACHABLE, LoopOutcome, LoopSettings, RunLoop
+from harness.loop import MIN_CONCURRENCY, UNREACHABLE, LoopOutcome, LoopSettings, RunLoop, concurrency_for
 from harness.progress import QuietDisplay, RichDisplay
 from harness.response_cache import ResponseCache
 from harness.store import VOLATILE_KEYS, RunStore, StoreError, safe_name
@@ -101,6 +102,10 @@ def _run(cfg: DictConfig) -> int:
     with ExitStack() as stack:
         try:
             evaluator = stack.enter_context(make_evaluator(config["executor"], eval_config, log=_say))
+            if config["max_concurrency"] is None:  # every GPU's workers busy (the evaluator knows how many)
+                settings = dataclasses.replace(settings, max_concurrency=concurrency_for(evaluator.workers))
+            if not quiet:
+                _say(f"{evaluator.workers} evaluator worker(s); up to {settings.max_concurrency} trajectories in flight")
             store = stack.enter_context(
                 RunStore.open(run_dir, config, harness_version=VERSION, volatile=(*VOLATILE_KEYS, "executor"))
             )
@@ -216,13 +221,19 @@ def _settings(config: dict[str, Any]) -> LoopSettings:
             turns=_number(config, "turns", int),
             samples=_number(config, "samples", int),
             backend=str(config["backend"]),
-            max_concurrency=_number(config, "max_concurrency", int),
+            max_concurrency=_concurrency(config),
             target_speedup=_number(config, "target_speedup", float, optional=True),
             max_tokens=_number(budget, "max_tokens", int, optional=True, prefix="budget."),
             max_cost_usd=_number(budget, "max_cost_usd", float, optional=True, prefix="budget."),
         )
     except ValueError as exc:
         raise BadInput(str(exc)) from None
+
+
+def _concurrency(config: dict[str, Any]) -> int:
+    """`max_concurrency`, or while the evaluator is not yet made (null: its worker count), the least it will be."""
+    value = _number(config, "max_concurrency", int, optional=True)
+    return MIN_CONCURRENCY if value is None else value
 
 
 def _number(cfg: dict[str, Any], key: str, kind: type, *, optional: bool = False, prefix: str = "") -> Any:

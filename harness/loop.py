@@ -56,6 +56,14 @@ class Responds(Protocol):
     def respond(self, messages: list[Message], *, problem_id: str, sample: int, turn: int) -> AgentResponse: ...
 
 
+MIN_CONCURRENCY = 4  # trajectories in flight when `max_concurrency` is left to the evaluator's size (at least)
+
+
+def concurrency_for(workers: int) -> int:
+    """Trajectories to keep in flight for an evaluator of `workers` workers: enough to keep every GPU's pool full."""
+    return max(MIN_CONCURRENCY, workers)
+
+
 @dataclass(frozen=True)
 class LoopSettings:
     """How many attempts, on which backend, how concurrently, and when to stop early."""
@@ -63,7 +71,7 @@ class LoopSettings:
     turns: int = 1
     samples: int = 1
     backend: str = "triton"
-    max_concurrency: int = 4
+    max_concurrency: int = MIN_CONCURRENCY
     target_speedup: float | None = None  # a sample stops once a correct attempt reaches it (measured only)
     max_tokens: int | None = None  # input + output tokens over the whole run
     max_cost_usd: float | None = None

@@ -141,6 +141,17 @@ def test_a_closed_pipe_ends_the_command_quietly(args) -> None:
 
 
 # --- defect 10: a version ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(("workers", "cap", "in_flight"), [(5, None, 5), (1, None, 4), (5, 2, 2)])
+def test_trajectories_in_flight_default_to_the_evaluators_worker_count(base, tmp_path, capsys, workers, cap,
+                                                                       in_flight) -> None:
+    """Left null, `max_concurrency` keeps every worker busy (all GPUs' pools), and at least 4; a number caps it."""
+    args = [*base, "agent=reference", f"eval.workers_per_gpu={workers}", "quiet=false", f"name=conc-{workers}-{cap}"]
+    if cap is not None:
+        args.append(f"max_concurrency={cap}")
+    assert main(["run", *args]) == 0
+    assert f"{workers} evaluator worker(s); up to {in_flight} trajectories in flight" in capsys.readouterr().err
+
+
 def test_version(capsys) -> None:
     with pytest.raises(SystemExit) as info:
         main(["--version"])
