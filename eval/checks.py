@@ -111,6 +111,7 @@ class Context:
     timing_nonce: int = 0  # seeds the fresh inputs of every timed repetition (strict adaptive timing)
     sampled_reps: list[int] = field(default_factory=list)  # repetitions whose outputs came back, when fresh
     worker_draws: bool = True  # the worker draws inputs from seeds (false once its draw did not match ours)
+    output_bytes: int = 0  # the largest reference output of this evaluation (bytes per forward), once trials start
 
     @property
     def on_gpu(self) -> bool:
@@ -142,6 +143,12 @@ class Context:
     @property
     def kernelbench_seeding(self) -> bool:
         return self.config.seeding == "kernelbench"
+
+    def allow_outputs(self, expected: list[torch.Tensor]) -> None:
+        """Let replies carry the reference's own output size per forward, however large: an honest candidate returns
+        exactly those bytes, so `eval.max_output_bytes` bounds only what the reference does not justify."""
+        self.output_bytes = max(self.output_bytes, sum(t.nbytes for t in expected if isinstance(t, torch.Tensor)))
+        self.lease.worker.cap_replies(reply_cap(self.config, self.output_bytes))
 
     def expected(self, inputs: list[Any]) -> list[torch.Tensor]:
         """Reference outputs under the preset's precision (the parent is strict unless told otherwise)."""
@@ -181,6 +188,12 @@ def load(ctx: Context) -> None:
     raise Verdict(status, trim(reason, 600), reply.error)
 
 
+def reply_cap(config: EvalConfig, reference_output_bytes: int = 0) -> int:
+    """The most tensor bytes one worker reply may carry: the outputs of up to max(3, timed_input_sets) forwards, each
+    at most `eval.max_output_bytes` or, when larger, the reference's own output size."""
+    return max(config.max_output_bytes, reference_output_bytes) * max(p.SAMPLED_REPS, config.timed_input_sets)
+
+
 def trials(ctx: Context) -> None:
     """Fresh inputs per trial (and every hidden shape set, unless off), outputs compared here, inputs
     must stay unchanged. Each trial holds the GPU gate shared on its own (the step is "per_trial")."""
@@ -196,6 +209,7 @@ def trials(ctx: Context) -> None:
             inputs = runtime.draw_inputs(ref.module, seed, ctx.lease.device, extra, on_cpu=bool(public))
             fingerprint = runtime.input_fingerprint(inputs) if ctx.worker_draws else []
             expected = ctx.expected(inputs)
+            ctx.allow_outputs(expected)
             reply, outputs = _run_trial(ctx, inputs, fingerprint, p.Run(seed=seed, extra=-1 if extra is None else extra,
                                                                          on_cpu=bool(public)))
             ctx.result.trials = trial + 1

@@ -55,7 +55,8 @@ class EvalConfig:
       take less than this share of forward's GPU time (a decoy kernel beside PyTorch doing the work);
       in [0, 1), 0 turns it off. Not measurable on a CPU (no profile), so never applied there.
     problem_scale: "auto" uses a problem's reduced sizes (META["small"]) on CPU and full sizes on a GPU.
-    max_output_bytes: the most bytes one forward's outputs may take; a worker reply carries at most
+    max_output_bytes: the most bytes one forward's outputs may take, or the reference's own outputs where
+      they take more (an honest candidate returns exactly those); a worker reply carries at most
       max(3, timed_input_sets) forwards' outputs, and more than that is a verdict on the candidate.
 
     Rules a preset may relax (defaults are the strict ones; `eval=kernelbench` sets the others):

@@ -280,6 +280,7 @@ class Evaluator:
         result.problem_scale = "small" if small else "full"
         ctx = Context(problem=job.problem, source=job.source, report=report, config=self.config, lease=lease,
                       result=result, small=small, build=built, ceilings=self._ceilings, alone=alone, graphs=graphs)
+        lease.worker.cap_replies(checks.reply_cap(self.config))  # until this problem's trials say more
         reusable = False
         try:
             with lease.gate.hold("exclusive" if alone else "none"):
@@ -349,8 +350,7 @@ class Evaluator:
         env = {"TORCH_CUDA_ARCH_LIST": self._arch, **self.config.extra_env}
         worker = WorkerProcess(device="cuda" if gpu_index is not None else "cpu", gpu_index=gpu_index,
                                log_cap_bytes=self.config.log_cap_bytes, isolate_network=self.config.isolate_network,
-                               extra_env=env, max_reply_bytes=self.config.max_output_bytes
-                               * max(p.SAMPLED_REPS, self.config.timed_input_sets))
+                               extra_env=env, max_reply_bytes=checks.reply_cap(self.config))
         try:
             reply, _ = worker.request(p.Hello(device="cuda:0" if gpu_index is not None else "cpu"), timeout=300)
         except (WorkerDied, WorkerTimeout) as exc:

@@ -429,6 +429,10 @@ class WorkerProcess:
         folders += [str(p) for p in Path(tempfile.gettempdir()).glob(f"kh-extensions-{os.getpid()}-*")]
         return [f for f in dict.fromkeys(folders) if os.path.isdir(f)]
 
+    def cap_replies(self, max_bytes: int) -> None:
+        """The most tensor bytes one reply may carry from now on; more ends as `WorkerDied` (a verdict)."""
+        self.channel.max_payload_bytes = max_bytes
+
     def request(self, message: protocol.Request, tensors: list[torch.Tensor] | None = None,
                 timeout: float | None = None, device: torch.device | None = None) -> tuple[Any, list[torch.Tensor]]:
         """Send one command and wait for its typed reply (tensors land on `device`).

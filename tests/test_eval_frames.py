@@ -16,7 +16,7 @@ import pytest
 from eval import EvalConfig, Evaluator, Status
 from harness.cli import main
 from problems.problem import problem_from_source
-from tests.hostile import FORWARD, GOOD, PROBLEM, variant
+from tests.hostile import FORWARD, GOOD, PROBLEM, RETURN, variant
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -72,6 +72,18 @@ def evaluator():
 @pytest.fixture(scope="module")
 def problem():
     return problem_from_source(PROBLEM, name="add_relu")
+
+
+def test_the_output_cap_follows_the_references_own_size(problem):
+    """An honest candidate whose outputs, like the reference's, exceed `eval.max_output_bytes` is judged as usual
+    (KernelBench problems return up to 6.4 GB); a reply beyond the reference's size per forward is still refused."""
+    # the reference returns 4096 float32 (16 KB): more than a whole reply of three 4 KB forwards
+    with Evaluator(EvalConfig(device="cpu", cache_dir=None, max_output_bytes=4096, import_timeout_s=20,
+                              call_timeout_s=10)) as ev:
+        honest = ev.evaluate(problem, GOOD)
+        bloated = ev.evaluate(problem, variant(RETURN, "        return out, torch.zeros(1 << 16)\n"))
+    assert honest.status is Status.CORRECT, f"{honest.status}: {honest.reason}"
+    assert bloated.status is Status.CRASH and "exceeds the limit" in bloated.reason, bloated.reason
 
 
 @pytest.mark.parametrize("name", sorted(FORGED))
