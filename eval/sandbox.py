@@ -374,6 +374,7 @@ class WorkerProcess:
                  extra_env: dict[str, str] | None = None, max_reply_bytes: int = 1 << 30, kind: str = "worker",
                  isolate_filesystem: bool = True):
         self.workdir = owned_tempdir(kind)
+        self.kind = kind
         self.gpu_index = gpu_index
         env_extra = dict(extra_env or {})
         env_extra.update(HOME=str(self.workdir), TMPDIR=str(self.workdir),
@@ -421,12 +422,14 @@ class WorkerProcess:
         self.info: dict[str, Any] = {}
 
     def _writable(self, env: dict[str, str]) -> list[str]:
-        """The worker's own folder, its build folder, and this evaluator's build folders (extensions are
-        loaded from there, and loading takes a lock file in the extension's folder)."""
+        """The worker's own folder and its build folder. A build worker gets only its candidate's build folder;
+        a GPU worker also this evaluator's build folders, since it loads any candidate's extension from there
+        and loading takes a lock file in the extension's folder."""
         folders = [str(self.workdir)]
         if env.get("TORCH_EXTENSIONS_DIR"):
             folders.append(env["TORCH_EXTENSIONS_DIR"])
-        folders += [str(p) for p in Path(tempfile.gettempdir()).glob(f"kh-extensions-{os.getpid()}-*")]
+        if self.kind != "build":
+            folders += [str(p) for p in Path(tempfile.gettempdir()).glob(f"kh-extensions-{os.getpid()}-*")]
         return [f for f in dict.fromkeys(folders) if os.path.isdir(f)]
 
     def cap_replies(self, max_bytes: int) -> None:

@@ -31,3 +31,28 @@ def test_cuda_candidates_get_a_compile_only_check(tmp_path):
     assert bad.status is Status.COMPILE_ERROR, bad.reason
     assert "nvcc failed" in bad.error and "error" in bad.error
     assert fell_back == {"add_relu_scale_cpubad_kh_light"}, fell_back
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="the build runs only with nvcc")
+def test_a_build_writes_only_its_own_build_folder(tmp_path):
+    """A CUDA candidate's module code runs in its build worker, beside other candidates' builds: it may write its
+    own build folder (torch puts the extension there), and the evaluator's other build folders are mounted
+    read-only to it (not merely closed by file permissions, which a worker keeping the parent's uid would pass)."""
+    from eval.sandbox import sandbox_plan
+
+    if not sandbox_plan().filesystem:
+        pytest.skip("no mount namespace on this machine: the filesystem is not isolated")
+    plant = ("import os as _os, pathlib as _pl\n"
+             "_own = _pl.Path(_os.environ['TORCH_EXTENSIONS_DIR'])\n"
+             "try:\n"
+             "    (_own.parent / 'planted').write_text('into the evaluator build folders')\n"
+             "    _outcome = 'written'\n"
+             "except OSError as _exc:\n"
+             "    _outcome = _exc.strerror\n"
+             "(_own / 'outcome').write_text(_outcome)\n")
+    with Evaluator(EvalConfig(device="cpu", cache_dir=str(tmp_path))) as ev:
+        r = ev.evaluate(candidates.problem(4096), plant + candidates.cuda_candidate("planter", 256), "cuda")
+        planted = list(ev._builder.root.glob("**/planted"))
+        outcomes = [f.read_text() for f in ev._builder.root.glob("*/outcome")]
+    assert r.status is Status.SKIPPED and "compiled with nvcc" in r.reason, f"{r.status}: {r.reason}"
+    assert outcomes == ["Read-only file system"] and planted == [], (outcomes, planted)
