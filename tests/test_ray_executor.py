@@ -166,6 +166,39 @@ def test_an_actor_killed_mid_run_loses_and_duplicates_nothing(ray_module: Any, r
     assert {r["status"] for r in results(db.parent)} == {"correct"}
 
 
+def test_a_driver_killed_mid_run_resumes_with_nothing_lost_or_twice(ray_module: Any, ray_head: str, tmp_path: Path
+                                                                   ) -> None:
+    """`kill -9` of `harness run executor=ray` once an attempt is recorded: its actors end with its Ray job, and the
+    same command resumes the run to completion, each attempt recorded once."""
+    args = smoke_args(tmp_path, "ray-driver", "executor=ray", "executor.num_actors=2", f"executor.address={ray_head}")
+    run = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", *args], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, cwd=REPO)
+    db = tmp_path / "runs" / "ray-driver" / "attempts.sqlite"
+    deadline = time.monotonic() + 300
+    while not (db.exists() and attempt_keys(db.parent)):
+        assert run.poll() is None, "the run ended before any attempt was recorded"
+        assert time.monotonic() < deadline, "no attempt was recorded in time"
+        time.sleep(0.1)
+    run.kill()
+    run.wait()
+    before = attempt_keys(db.parent)
+    assert 1 <= len(before) < 6, before  # killed mid-run
+    ray_module.init(address=ray_head, logging_level="ERROR")
+    try:
+        deadline = time.monotonic() + 60
+        while [a for a in ray_module.util.list_named_actors(all_namespaces=True) if a["namespace"] == "kernel-harness"]:
+            assert time.monotonic() < deadline, "the killed driver's actors outlived it"
+            time.sleep(0.5)
+    finally:
+        ray_module.shutdown()
+    resumed = harness_run(*args)
+    assert resumed.returncode == 0, resumed.stderr
+    keys = attempt_keys(db.parent)
+    assert len(keys) == 6 and not [k for k, n in Counter(keys).items() if n > 1], keys
+    assert set(before) <= set(keys)
+    assert {r["status"] for r in results(db.parent)} == {"correct"} and len(results(db.parent)) == 6
+
+
 def test_ray_evaluator_retries_dedupes_and_gets_no_secrets(ray_module: Any, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KH_TEST_API_KEY", "sk-must-not-leave-the-driver")
