@@ -60,7 +60,8 @@ MIN_CONCURRENCY = 4  # trajectories in flight when `max_concurrency` is left to 
 
 
 def concurrency_for(workers: int) -> int:
-    """Trajectories to keep in flight for an evaluator of `workers` workers: enough to keep every GPU's pool full."""
+    """Trajectories in flight for an evaluator of `workers` workers when the run does not say: one per worker (so
+    every pool can fill when the agent answers at once), and at least `MIN_CONCURRENCY`."""
     return max(MIN_CONCURRENCY, workers)
 
 
