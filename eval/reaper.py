@@ -39,19 +39,27 @@ def owner_of(folder: Path) -> int | None:
     return int(parts[2])
 
 
-def remove_folder(folder: Path) -> None:
-    """SIGKILL every process working in `folder` (or below), then delete it."""
+def processes_in(folder: Path) -> list[int]:
+    """Pids of the processes whose working directory is `folder` or below (a worker works in its folder)."""
     target = str(folder.resolve())
+    pids = []
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             cwd = os.readlink(proc / "cwd")
         except OSError:
             continue
         if cwd == target or cwd.startswith(target + os.sep):
-            try:
-                os.kill(int(proc.name), signal.SIGKILL)
-            except OSError:
-                pass
+            pids.append(int(proc.name))
+    return pids
+
+
+def remove_folder(folder: Path) -> None:
+    """SIGKILL every process working in `folder` (or below), then delete it."""
+    for pid in processes_in(folder):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
     shutil.rmtree(folder, ignore_errors=True)
 
 

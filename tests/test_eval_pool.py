@@ -17,7 +17,7 @@ import pytest
 from eval import EvalConfig, EvalResult, Evaluator, Job, Status
 from eval import protocol
 from eval.pool import GpuGate
-from eval.reaper import sweep_stale
+from eval.reaper import processes_in, sweep_stale
 from eval.wire import ProtocolError
 from harness.bench import candidates
 
@@ -191,24 +191,11 @@ time.sleep(600)
     return proc
 
 
-def _worker_pids(folders: list[Path]) -> set[int]:
-    targets = [str(f.resolve()) for f in folders]
-    pids = set()
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            cwd = os.readlink(proc / "cwd")
-        except OSError:
-            continue
-        if any(cwd == t or cwd.startswith(t + os.sep) for t in targets):
-            pids.add(int(proc.name))
-    return pids
-
-
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_a_killed_harness_leaves_no_folder_or_worker_behind(tmp_path, sig):
     """No next start needed: the process's reaper removes its folders and stops its workers once it is gone."""
     proc = _harness_holding_folders(tmp_path)
-    workers = _worker_pids(list(tmp_path.glob(f"kh-worker-{proc.pid}-*")))
+    workers = {pid for folder in tmp_path.glob(f"kh-worker-{proc.pid}-*") for pid in processes_in(folder)}
     assert workers, "no worker process found working in the worker folders"
     proc.send_signal(sig)
     proc.wait()

@@ -401,7 +401,7 @@ def own_share_or_flips(which: str, rounds: int, out: str | None) -> int:
 
 
 def main(which: str = "all", sessions: int = 5, out: str | None = None, problems: str | None = None,
-         copies: int = 4, evaluators: tuple[str, ...] = EVALUATORS, graph_modes: tuple[str, ...] = ("off", "auto")) -> int:
+         copies: int = 4, evaluators: tuple[str, ...] = EVALUATORS, graph_modes: tuple[str, ...] | None = None) -> int:
     """Run the chosen parts, print tables, optionally write the JSON to `out`."""
     if which == "launch-bound":  # runs on a CPU too (nothing timed there): see harness/bench/launch_bound.py
         from harness.bench import launch_bound
@@ -409,7 +409,7 @@ def main(which: str = "all", sessions: int = 5, out: str | None = None, problems
         report = {"environment": environment()}
         print(json.dumps(report["environment"]))
         report["launch_bound"] = launch_bound.main(sessions, problems or launch_bound.DEFAULT_SELECTION,
-                                                    graph_modes)
+                                                    graph_modes or launch_bound.MODES)
         if out:
             with open(out, "w") as f:
                 json.dump(report, f, indent=1)

@@ -58,9 +58,11 @@ def run(args: argparse.Namespace) -> int:
         if unknown or not evaluators:
             print(f"--evaluators: choose from {', '.join(eval_bench.EVALUATORS)} (got {args.evaluators!r})")
             return 2
+        from harness.bench.launch_bound import MODES
+
         graph_modes = tuple(m.strip() for m in args.graph_modes.split(",") if m.strip())
-        if not graph_modes or set(graph_modes) - {"off", "auto"}:
-            print(f"--graph-modes: choose from off, auto (got {args.graph_modes!r})")
+        if not graph_modes or set(graph_modes) - set(MODES):
+            print(f"--graph-modes: choose from {', '.join(MODES)} (got {args.graph_modes!r})")
             return 2
         return eval_bench.main(args.part, args.sessions, args.out, problems=args.problems, copies=args.copies,
                                evaluators=evaluators, graph_modes=graph_modes)
