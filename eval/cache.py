@@ -33,15 +33,22 @@ KEY_FILE = "hmac.key"
 
 
 def _secret(root: Path) -> bytes:
-    """The cache's MAC key: created once, 0600, by the first process that needs it (never by a worker)."""
+    """The cache's MAC key: created once, 0600, by the first process that needs it (never by a worker).
+
+    The key is written to a private temporary file and then linked into place, so a process that finds the
+    key file (another actor starting at the same moment) always reads a whole key, never an empty file."""
     path = root / KEY_FILE
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(32))
+    if not path.exists():
+        fd, tmp = tempfile.mkstemp(dir=root, prefix=".hmac-", suffix=".tmp")  # mode 0600
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32))
+            try:
+                os.link(tmp, path)  # atomic and exclusive: of two racing processes, one key wins
+            except FileExistsError:
+                pass
+        finally:
+            os.unlink(tmp)
     key = bytes.fromhex(path.read_text().strip())
     if len(key) < 32:
         raise RuntimeError(f"{path} does not hold a usable key; remove it to start a fresh cache")

@@ -1,6 +1,8 @@
 """The evaluator's temporary folders, and their removal however the evaluating process ends.
 
-Every folder the evaluator makes is `kh-<kind>-<owner pid>-...` in the temporary folder; the worker
+Every folder the evaluator makes is `kh-<kind>-<owner>-...` in the temporary folder, where the owner is
+`<pid>.<start time>`: pids are reused (a long test suite wraps a 32768-pid space), so a pid alone would let a
+dead owner's reaper remove a newer process's folders, or keep a dead owner's folders as if it lived. The worker
 folders hold candidate sources. A process that ends normally removes its own. For every other end
 (SIGKILL, SIGTERM, a crash) each evaluating process starts one reaper (`watch_this_process`): a small
 process that holds the read end of a pipe whose write end only the owner holds. When the owner is gone,
@@ -22,21 +24,34 @@ import tempfile
 from pathlib import Path
 
 FOLDER_KINDS = ("worker", "build", "extensions", "probe")
-_watching: dict[int, int] = {}  # owner pid -> write end of its reaper's pipe (kept open for the owner's life)
+_watching: dict[int, int] = {}  # pid -> write end of its reaper's pipe (kept open for the owner's life)
 
 
 def owned_tempdir(kind: str) -> Path:
-    """A fresh temporary folder tagged with this process's pid, which the reaper and `sweep_stale` know."""
+    """A fresh temporary folder tagged with this process's identity, which the reaper and `sweep_stale` know."""
     assert kind in FOLDER_KINDS
-    return Path(tempfile.mkdtemp(prefix=f"kh-{kind}-{os.getpid()}-"))
+    return Path(tempfile.mkdtemp(prefix=f"kh-{kind}-{owner_token()}-"))
 
 
-def owner_of(folder: Path) -> int | None:
-    """The pid a `kh-<kind>-<pid>-...` folder belongs to, or None for any other name."""
+def owner_token(pid: int | None = None) -> str | None:
+    """`<pid>.<start time>` of a running process (this one by default), or None once it is gone.
+
+    The start time (clock ticks after boot, /proc/<pid>/stat) tells a pid's new holder from its old one."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # gone, or no /proc (not Linux: there `sweep_stale` and the reaper do nothing)
+        return f"{pid}.0" if pid == os.getpid() else None
+    return f"{pid}.{stat.rsplit(')', 1)[1].split()[19]}"  # field 22; the name in parentheses may hold spaces
+
+
+def owner_of(folder: Path) -> str | None:
+    """The owner token of a `kh-<kind>-<pid>.<start>-...` folder, or None for any other name."""
     parts = folder.name.split("-")
-    if len(parts) < 4 or parts[0] != "kh" or parts[1] not in FOLDER_KINDS or not parts[2].isdigit():
+    if len(parts) < 4 or parts[0] != "kh" or parts[1] not in FOLDER_KINDS:
         return None
-    return int(parts[2])
+    pid, _, start = parts[2].partition(".")
+    return parts[2] if pid.isdigit() and start.isdigit() else None
 
 
 def processes_in(folder: Path) -> list[int]:
@@ -65,10 +80,12 @@ def remove_folder(folder: Path) -> None:
 
 def sweep_stale(root: str | None = None) -> list[Path]:
     """Remove the `kh-*` folders of owners that are gone; returns what was removed."""
-    removed = []
+    removed: list[Path] = []
+    if not sys.platform.startswith("linux"):
+        return removed
     for folder in Path(root or tempfile.gettempdir()).glob("kh-*-*-*"):
         owner = owner_of(folder)
-        if owner is None or _alive(owner):
+        if owner is None or owner_token(int(owner.split(".")[0])) == owner:
             continue
         remove_folder(folder)
         removed.append(folder)
@@ -77,12 +94,12 @@ def sweep_stale(root: str | None = None) -> list[Path]:
 
 def watch_this_process() -> None:
     """Start this process's reaper, once per process (a forked child starts its own)."""
-    pid = os.getpid()
-    if pid in _watching or not sys.platform.startswith("linux"):
+    pid, token = os.getpid(), owner_token()
+    if pid in _watching or token is None or not sys.platform.startswith("linux"):
         return
     read_end, write_end = os.pipe()  # both non-inheritable: no other child of ours holds the write end
     try:
-        subprocess.Popen([sys.executable, "-I", "-S", os.path.abspath(__file__), str(read_end), str(pid),
+        subprocess.Popen([sys.executable, "-I", "-S", os.path.abspath(__file__), str(read_end), token,
                           tempfile.gettempdir()], pass_fds=(read_end,), start_new_session=True, close_fds=True,
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/")
     except OSError:
@@ -93,17 +110,7 @@ def watch_this_process() -> None:
     _watching[pid] = write_end
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _reap(read_end: int, owner: int, root: str) -> None:
+def _reap(read_end: int, owner: str, root: str) -> None:
     """Wait for the owner to go (end-of-file on the pipe), then remove its folders."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:
@@ -118,4 +125,4 @@ def _reap(read_end: int, owner: int, root: str) -> None:
 
 
 if __name__ == "__main__":
-    _reap(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+    _reap(int(sys.argv[1]), sys.argv[2], sys.argv[3])

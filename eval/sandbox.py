@@ -18,7 +18,7 @@ no capability anywhere and can neither remount nor unmount anything. Which of th
 probed once (`sandbox_plan`) and reported per worker; the worker also probes for itself
 (`filesystem_isolated`: it tries to create files outside its folder).
 
-Every temporary folder the evaluator makes is named `kh-<kind>-<owner pid>-...` (`eval.reaper`), so
+Every temporary folder the evaluator makes is named `kh-<kind>-<owner pid>.<start time>-...` (`eval.reaper`), so
 that the owner's reaper, or the next start-up's sweep, removes it (and stops the processes in it)
 however the owner ended, `kill -9` included.
 """
@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from eval import protocol
-from eval.reaper import owned_tempdir
+from eval.reaper import owned_tempdir, owner_token
 from eval.wire import Channel, ChannelClosed, ChannelTimeout, ProtocolError, new_region_fd
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -429,7 +429,7 @@ class WorkerProcess:
         if env.get("TORCH_EXTENSIONS_DIR"):
             folders.append(env["TORCH_EXTENSIONS_DIR"])
         if self.kind != "build":
-            folders += [str(p) for p in Path(tempfile.gettempdir()).glob(f"kh-extensions-{os.getpid()}-*")]
+            folders += [str(p) for p in Path(tempfile.gettempdir()).glob(f"kh-extensions-{owner_token()}-*")]
         return [f for f in dict.fromkeys(folders) if os.path.isdir(f)]
 
     def cap_replies(self, max_bytes: int) -> None:

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import itertools
 import os
+import re
 import socket
 import sys
 import threading
@@ -428,7 +429,7 @@ class RayEvaluator:
             try:
                 info = self._ray.get(ref)
             except self._ray.exceptions.RayError as exc:
-                raise ExecutorError(f"evaluator actor {name} failed to start: {_first_line(exc)}") from None
+                raise ExecutorError(f"evaluator actor {name} failed to start: {_summary(exc)}") from None
             self._add(name, handle, info)
 
     def _new_actor(self) -> tuple[str, Any]:
@@ -482,7 +483,7 @@ class RayEvaluator:
             self._starting += 1
         with contextlib.suppress(Exception):
             self._ray.kill(slot.handle, no_restart=True)
-        self._log(f"evaluator actor {slot.name} on {slot.info.get('node', '?')} died ({_first_line(exc)}); "
+        self._log(f"evaluator actor {slot.name} on {slot.info.get('node', '?')} died ({_summary(exc)}); "
                   f"its evaluations go to other actors; starting a replacement")
         threading.Thread(target=self._replace, name="kh-ray-replace", daemon=True).start()
 
@@ -492,13 +493,17 @@ class RayEvaluator:
             info = self._ray.get(handle.info.remote(), timeout=self.config.actor_start_timeout_s)
             self._add(name, handle, info)
         except Exception as exc:  # noqa: BLE001  the run goes on with the actors it has
-            self._log(f"a replacement evaluator actor did not start: {_first_line(exc)}")
+            self._log(f"a replacement evaluator actor did not start: {_summary(exc)}")
         finally:
             with self._cond:
                 self._starting -= 1
                 self._cond.notify_all()
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+def _summary(exc: BaseException) -> str:
+    """The error's first line and, for a remote traceback, its last (Ray puts the actor's own exception there)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # Ray colours the actor's name
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    return lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"

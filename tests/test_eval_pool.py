@@ -17,7 +17,7 @@ import pytest
 from eval import EvalConfig, EvalResult, Evaluator, Job, Status
 from eval import protocol
 from eval.pool import GpuGate
-from eval.reaper import processes_in, sweep_stale
+from eval.reaper import owner_token, processes_in, sweep_stale
 from eval.wire import ProtocolError
 from harness.bench import candidates
 
@@ -159,17 +159,37 @@ def test_config_validates_itself(bad, phrase):
 
 
 def test_stale_folders_of_a_dead_owner_are_swept(tmp_path):
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead = subprocess.Popen(["sleep", "60"])
+    dead_token = owner_token(dead.pid)
+    dead.kill()
     dead.wait()
-    folder = tmp_path / f"kh-worker-{dead.pid}-abc"
+    folder = tmp_path / f"kh-worker-{dead_token}-abc"
     folder.mkdir()
     (folder / "candidate_0.py").write_text("secret candidate source")
     orphan = subprocess.Popen(["sleep", "60"], cwd=folder)
-    live = tmp_path / f"kh-worker-{os.getpid()}-mine"
+    live = tmp_path / f"kh-worker-{owner_token()}-mine"
     live.mkdir()
     removed = sweep_stale(str(tmp_path))
     assert removed == [folder] and not folder.exists() and live.exists()
     assert orphan.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_a_reused_pid_neither_keeps_a_dead_owners_folders_nor_loses_its_own(tmp_path):
+    """Pids wrap (32768 of them on many hosts), so an owner is its pid and its start time: the sweep removes the
+    folder of this pid's former holder, and that holder's reaper leaves this process's folders alone."""
+    mine = tmp_path / f"kh-worker-{owner_token()}-mine"
+    former = tmp_path / f"kh-worker-{os.getpid()}.1-former"  # same pid, another start time: a process long gone
+    for folder in (mine, former):
+        folder.mkdir()
+    assert sweep_stale(str(tmp_path)) == [former] and mine.exists()
+
+    former.mkdir()
+    read_end, write_end = os.pipe()
+    os.close(write_end)  # the former holder is gone: its reaper reads end-of-file at once
+    reap = subprocess.run([sys.executable, "-I", "-S", str(ROOT / "eval" / "reaper.py"), str(read_end),
+                           f"{os.getpid()}.1", str(tmp_path)], pass_fds=(read_end,), timeout=60)
+    os.close(read_end)
+    assert reap.returncode == 0 and not former.exists() and mine.exists()
 
 
 def _harness_holding_folders(tmp_path) -> subprocess.Popen:
@@ -187,7 +207,7 @@ time.sleep(600)
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout.readline().strip() == "correct"
-    assert list(tmp_path.glob(f"kh-worker-{proc.pid}-*")), "the evaluator made no worker folder to leave behind"
+    assert list(tmp_path.glob(f"kh-worker-{proc.pid}.*")), "the evaluator made no worker folder to leave behind"
     return proc
 
 
@@ -195,7 +215,7 @@ time.sleep(600)
 def test_a_killed_harness_leaves_no_folder_or_worker_behind(tmp_path, sig):
     """No next start needed: the process's reaper removes its folders and stops its workers once it is gone."""
     proc = _harness_holding_folders(tmp_path)
-    workers = {pid for folder in tmp_path.glob(f"kh-worker-{proc.pid}-*") for pid in processes_in(folder)}
+    workers = {pid for folder in tmp_path.glob(f"kh-worker-{proc.pid}.*") for pid in processes_in(folder)}
     assert workers, "no worker process found working in the worker folders"
     proc.send_signal(sig)
     proc.wait()

@@ -190,6 +190,26 @@ def test_cache_roundtrip_and_key_file(tmp_path):
     assert JsonCache(tmp_path, "results").get("k") == {"status": "correct"}  # same key across sessions
 
 
+def _first_use(root: str, barrier) -> str:
+    barrier.wait()
+    return JsonCache(root, "results")._secret.hex()
+
+
+def test_processes_opening_a_fresh_cache_at_once_all_get_its_one_key(tmp_path):
+    """Ray actors (or harness processes) sharing one `cache_dir` start together: none may read a key file that
+    another has created but not yet written, and all must end up with the same key."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Manager() as manager, ctx.Pool(8) as pool:
+        for round_ in range(10):
+            root = tmp_path / f"cache{round_}"
+            barrier = manager.Barrier(8)
+            keys = pool.starmap(_first_use, [(str(root), barrier)] * 8)
+            assert len(set(keys)) == 1 and (root / "hmac.key").read_text().strip() == keys[0]
+            assert sorted(p.name for p in root.iterdir()) == ["hmac.key", "results"]  # no temporary file left
+
+
 @pytest.mark.parametrize("tamper", ["plain_json", "edited_value", "moved_to_other_key", "forged_mac", "garbage"])
 def test_planted_or_modified_cache_entries_are_ignored(tmp_path, tamper):
     cache = JsonCache(tmp_path, "results")

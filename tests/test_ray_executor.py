@@ -290,3 +290,17 @@ def test_a_cuda_evaluator_needs_a_gpu_in_the_cluster() -> None:
 
     with pytest.raises(ExecutorError, match="no GPU"):
         actor_resources({"CPU": 8.0}, "cuda", None)
+
+
+def test_an_actor_that_cannot_start_says_why(ray_module: Any, tmp_path: Path) -> None:
+    """The error names the actor's own exception (the last line of Ray's remote traceback), not only Ray's
+    generic first line: here the cache folder is a file on the actor's node."""
+    not_a_folder = tmp_path / "cache"
+    not_a_folder.write_text("a file where the cache folder should be")
+    config = EvalConfig(workers_per_gpu=1, cache_dir=str(not_a_folder))
+    with pytest.raises(ExecutorError) as caught:
+        RayEvaluator(config, ExecutorConfig(kind="ray", num_actors=1), log=lambda line: None)
+    message = str(caught.value)
+    assert "failed to start" in message and "Error:" in message.rsplit("...", 1)[-1], message
+    assert "cache" in message.rsplit("...", 1)[-1] and "\x1b" not in message and len(message.splitlines()) == 1, message
+    assert not ray_module.is_initialized()  # a failed start leaves no Ray instance behind
