@@ -2,7 +2,7 @@
 
 A build imports the candidate in a worker with no GPU so that its `load_inline` calls run
 (compile-only with nvcc when the evaluator has no GPU), into a build folder the GPU worker
-later loads from. Builds run in parallel, at a lower CPU priority than evaluation; an
+later loads from, read-only (`eval.worker.prebuilt`). Builds run in parallel, at a lower CPU priority than evaluation; an
 identical source submitted twice is built once.
 """
 

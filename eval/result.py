@@ -77,7 +77,7 @@ class EvalResult:
     trials: int = 0
     problem_scale: str = "full"  # "small" when the problem's reduced sizes (META["small"]) were used
     network_isolated: bool | None = None
-    filesystem_isolated: bool | None = None  # the worker could write nowhere but its own folder and build folders
+    filesystem_isolated: bool | None = None  # the worker could write nowhere but its own folder
     gpu_index: int | None = None  # which GPU of the host evaluated it
     node: str = ""  # hostname of the machine that evaluated it (executor=local or ray alike)
     unprivileged: bool | None = None  # worker ran as an unprivileged user (only possible when the harness is root)

@@ -33,7 +33,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +41,7 @@ from typing import Any
 import torch
 
 from eval import protocol
-from eval.reaper import owned_tempdir, owner_token
+from eval.reaper import owned_tempdir
 from eval.wire import Channel, ChannelClosed, ChannelTimeout, ProtocolError, new_region_fd
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -422,14 +421,12 @@ class WorkerProcess:
         self.info: dict[str, Any] = {}
 
     def _writable(self, env: dict[str, str]) -> list[str]:
-        """The worker's own folder and its build folder. A build worker gets only its candidate's build folder;
-        a GPU worker also this evaluator's build folders, since it loads any candidate's extension from there
-        and loading takes a lock file in the extension's folder."""
+        """The worker's own folder and its build folder, nothing else: a build worker builds into its candidate's
+        build folder; an evaluating worker loads prebuilt extensions read-only (`eval.worker.prebuilt`) and
+        builds anything else into its own folder, so no worker can alter another candidate's build."""
         folders = [str(self.workdir)]
         if env.get("TORCH_EXTENSIONS_DIR"):
             folders.append(env["TORCH_EXTENSIONS_DIR"])
-        if self.kind != "build":
-            folders += [str(p) for p in Path(tempfile.gettempdir()).glob(f"kh-extensions-{owner_token()}-*")]
         return [f for f in dict.fromkeys(folders) if os.path.isdir(f)]
 
     def cap_replies(self, max_bytes: int) -> None:

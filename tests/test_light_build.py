@@ -1,5 +1,6 @@
 """The light `.cu` of `load_inline` builds (`eval.worker.light_build`): which sources are lightened, the light
-build's own name, the fallback to the sources as written, and the marker that spares the GPU worker a retry."""
+build's own name, and the fallback to the sources as written (how the evaluating worker skips a light build that
+failed is `eval.worker.prebuilt`'s record: tests/test_eval_prebuilt.py)."""
 
 from __future__ import annotations
 
@@ -45,20 +46,16 @@ def extensions(tmp_path: Path, monkeypatch) -> Path:
 
 def test_the_light_build_has_its_own_name_and_is_what_the_candidate_gets(extensions: Path) -> None:
     fake = _FakeLoadInline(light_fails=False)
-    module = light_build.wrap(fake, record_failure=True)("ext_a", "decl;", HEAVY, functions=["k"])
+    module = light_build.wrap(fake)("ext_a", "decl;", HEAVY, functions=["k"])
     assert fake.calls == [("ext_a_kh_light", light_build.lightened(HEAVY))]
     assert module.name == "ext_a_kh_light" and sys.modules.pop("ext_a") is module
 
 
-def test_a_failed_light_build_falls_back_and_the_gpu_worker_does_not_retry_it(extensions: Path) -> None:
-    build_worker = _FakeLoadInline(light_fails=True)
-    module = light_build.wrap(build_worker, record_failure=True)("ext_b", "decl;", HEAVY)
-    assert [name for name, _ in build_worker.calls] == ["ext_b_kh_light", "ext_b"]
-    assert build_worker.calls[1][1] == [HEAVY] and module.name == "ext_b"  # the sources as written, under their name
-    assert (extensions / "ext_b_kh_light" / light_build.FAILED_MARKER).exists()
-    gpu_worker = _FakeLoadInline(light_fails=True)
-    light_build.wrap(gpu_worker, record_failure=False)("ext_b", "decl;", HEAVY)
-    assert gpu_worker.calls == [("ext_b", [HEAVY])]  # straight to the build made ahead, same name, same sources
+def test_a_failed_light_build_falls_back_to_the_sources_as_written(extensions: Path) -> None:
+    fake = _FakeLoadInline(light_fails=True)
+    module = light_build.wrap(fake)("ext_b", "decl;", HEAVY)
+    assert [name for name, _ in fake.calls] == ["ext_b_kh_light", "ext_b"]
+    assert fake.calls[1][1] == [HEAVY] and module.name == "ext_b"  # the sources as written, under their name
 
 
 def test_when_both_fail_the_error_of_the_sources_as_written_is_raised(extensions: Path) -> None:
@@ -66,7 +63,7 @@ def test_when_both_fail_the_error_of_the_sources_as_written_is_raised(extensions
         raise RuntimeError(f"nvcc failed for {name}")
 
     with pytest.raises(RuntimeError, match="nvcc failed for ext_c$"):
-        light_build.wrap(always_fails, record_failure=True)("ext_c", "decl;", HEAVY)
+        light_build.wrap(always_fails)("ext_c", "decl;", HEAVY)
 
 
 @pytest.mark.parametrize("kwargs", [{"build_directory": "/somewhere"}, {}])
@@ -76,5 +73,5 @@ def test_own_build_folders_and_unset_extension_dirs_are_built_as_written(kwargs,
     else:
         monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
     fake = _FakeLoadInline(light_fails=False)
-    light_build.wrap(fake, record_failure=True)("ext_d", "decl;", HEAVY, **kwargs)
+    light_build.wrap(fake)("ext_d", "decl;", HEAVY, **kwargs)
     assert fake.calls == [("ext_d", [HEAVY])]

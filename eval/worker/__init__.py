@@ -2,7 +2,8 @@
 
 `serve` is the worker's command loop, `integrity` its tamper watch, `timing` its GPU timing,
 `graphs` its CUDA-graph replays and busy shares, `tracing` its record of launched kernels and
-`light_build` its lighter `load_inline` builds. Nothing in this package decides a verdict:
+`light_build` its lighter `load_inline` builds, and `prebuilt` the record of what a build made,
+which the evaluating worker imports read-only. Nothing in this package decides a verdict:
 the worker reports facts and the trusted parent (the rest of `eval`) judges them. Start it
 with `python -m eval.worker`.
 """

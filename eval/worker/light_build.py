@@ -9,10 +9,10 @@ a build (the `.cpp` with the bindings compiles beside it), so a build takes abou
 
 So each `load_inline` call first builds the `.cu` with those includes replaced by `torch/types.h`,
 under its own extension name (`<name>_kh_light`, so torch's in-process versioner never renames the
-call as written), and falls back to the sources as written when that fails; the build worker leaves
-a marker in the light build's folder when it fell back. The GPU worker makes the same calls (it
-installs the same wrapper before importing the candidate), so torch finds the same build up to date
-and loads it, and skips the light attempt where the marker says it failed. Only builds into the
+call as written), and falls back to the sources as written when that fails. The evaluating worker makes
+the same calls (it installs the same wrapper before importing the candidate), and `eval.worker.prebuilt`
+answers each from the build's record: the light library where it was built, an immediate failure where
+it was not, so the fallback takes the library built from the sources as written. Only builds into the
 evaluator's build folders (`TORCH_EXTENSIONS_DIR`) are lightened; a candidate that passes its own
 `build_directory`, or positional arguments past `cuda_sources`, is built as written. Without a GPU the
 compile-only check (`nvcc -c` of the `.cu`) goes the same way, light first.
@@ -23,11 +23,9 @@ from __future__ import annotations
 import os
 import re
 import sys
-from pathlib import Path
 from typing import Any, Callable
 
 LIGHT_SUFFIX = "_kh_light"
-FAILED_MARKER = "kh_light_failed"
 _HEAVY_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<torch/(extension|torch)\.h>[ \t]*$", re.MULTILINE)
 
 
@@ -41,28 +39,18 @@ def lightened(cuda_sources: Any) -> list[str] | None:
     return [_HEAVY_INCLUDE.sub("#include <torch/types.h>", s) for s in sources]
 
 
-def wrap(load_inline: Callable[..., Any], *, record_failure: bool) -> Callable[..., Any]:
-    """`load_inline` that tries the light `.cu` first. `record_failure`: leave the marker on a light failure
-    (the build worker does; the GPU worker only reads it)."""
+def wrap(load_inline: Callable[..., Any]) -> Callable[..., Any]:
+    """`load_inline` that tries the light `.cu` first and falls back to the sources as written."""
 
     def light_first(name: str, cpp_sources: Any, cuda_sources: Any = None, *args: Any, **kwargs: Any) -> Any:
         light = lightened(cuda_sources)
-        root = os.environ.get("TORCH_EXTENSIONS_DIR")
-        if light is None or args or kwargs.get("build_directory") or not root:
+        if light is None or args or kwargs.get("build_directory") or not os.environ.get("TORCH_EXTENSIONS_DIR"):
             return load_inline(name, cpp_sources, cuda_sources, *args, **kwargs)
-        light_name = f"{name}{LIGHT_SUFFIX}"
-        marker = Path(root) / light_name / FAILED_MARKER
-        if not marker.exists():
-            try:
-                module = load_inline(light_name, cpp_sources, light, **kwargs)
-            except Exception:  # noqa: BLE001  the sources as written decide: their error is the one reported
-                if record_failure:
-                    marker.parent.mkdir(parents=True, exist_ok=True)
-                    marker.write_text("the light .cu did not build; the sources as written are built instead\n")
-            else:
-                sys.modules.setdefault(name, module)
-                return module
-        return load_inline(name, cpp_sources, cuda_sources, **kwargs)
+        try:
+            module = load_inline(f"{name}{LIGHT_SUFFIX}", cpp_sources, light, **kwargs)
+        except Exception:  # noqa: BLE001  the sources as written decide: their error is the one reported
+            return load_inline(name, cpp_sources, cuda_sources, **kwargs)
+        sys.modules.setdefault(name, module)
+        return module
 
-    light_first.kh_light_first = True  # type: ignore[attr-defined]  # installed once per worker
     return light_first

@@ -21,15 +21,17 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from torch.utils import cpp_extension
 
 from eval import protocol as p
 from eval.wire import Channel, ChannelClosed, ProtocolError
-from eval.worker import graphs, integrity, light_build, timing, tracing
+from eval.worker import graphs, integrity, light_build, prebuilt, timing, tracing
 from problems import runtime
 
 _TRACEBACK_CHARS = 4000
 _torch_equal = torch.equal  # captured before any candidate can patch them
 _torch_allclose = torch.allclose
+_load_inline = cpp_extension.load_inline
 Handled = tuple[p.Reply, list[torch.Tensor]]
 
 
@@ -150,12 +152,9 @@ class Worker:
             return _failure("problem", exc, p.LoadReply), []
         if msg.candidate_source is None:  # baseline timing: the reference alone
             return p.LoadReply(), []
-        if msg.extensions_dir:  # built ahead: make the build worker's calls, so torch finds them up to date
-            os.environ["TORCH_EXTENSIONS_DIR"] = msg.extensions_dir
-            from torch.utils import cpp_extension
-
-            if not getattr(cpp_extension.load_inline, "kh_light_first", False):
-                cpp_extension.load_inline = light_build.wrap(cpp_extension.load_inline, record_failure=False)
+        # built ahead: the build worker's calls, answered from its record in the (read-only) build folder
+        loader = prebuilt.loading(_load_inline, Path(msg.extensions_dir)) if msg.extensions_dir else _load_inline
+        cpp_extension.load_inline = light_build.wrap(loader)
         self.tracer.reset()
         self.snapshot = integrity.Snapshot()
         self.candidate_module_name = f"kh_candidate_{self._loaded}"
@@ -185,12 +184,11 @@ class Worker:
         return p.LoadReply(import_s=import_s, state_copied=copied), []
 
     def cmd_prepare(self, msg: p.Prepare, tensors: list[torch.Tensor]) -> Handled:
-        """Import a candidate only to build its extensions (no GPU needed); report build failures."""
-        from torch.utils import cpp_extension
-
+        """Import a candidate only to build its extensions (no GPU needed), each call recorded for the evaluating
+        worker (`eval.worker.prebuilt`); report build failures."""
         failures: list[str] = []
-        original = cpp_extension.load_inline
-        light_first = light_build.wrap(_compile_only if msg.compile_only else original, record_failure=True)
+        build = _compile_only if msg.compile_only else _load_inline
+        light_first = light_build.wrap(prebuilt.recording(build, Path(os.environ["TORCH_EXTENSIONS_DIR"])))
 
         def recording_load_inline(*args: Any, **kwargs: Any) -> Any:
             try:
@@ -209,7 +207,7 @@ class Worker:
         except BaseException:  # noqa: BLE001  non-build failures are judged later, on the GPU
             pass
         finally:
-            cpp_extension.load_inline = original
+            cpp_extension.load_inline = _load_inline
         if failures:
             return p.Reply(ok=False, stage="build", error=failures[0]), []
         return p.Reply(), []
@@ -572,8 +570,6 @@ def _compile_only(name: str, cpp_sources: Any = None, cuda_sources: Any = None, 
     """Compile `cuda_sources` with nvcc to an object file, as load_inline would, without linking."""
     import subprocess
     import sysconfig
-
-    from torch.utils import cpp_extension
 
     sources = [cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources or [])
     if not sources:

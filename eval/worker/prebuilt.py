@@ -1,0 +1,107 @@
+"""Extensions built ahead by the build worker, loaded read-only by the evaluating worker.
+
+The build worker runs each `load_inline` call of a candidate for real, in the candidate's own build
+folder, and records there, per call, a fingerprint of its arguments and the library it built (or that it
+failed). The evaluating worker makes the same calls: a call with a recorded library imports that file
+directly, without taking torch's lock file or running ninja in the build folder, which it sees
+read-only; a recorded failure fails at once (the light build's fallback then takes the sources as
+written, `eval.worker.light_build`); a call the build never made (its arguments depend on the GPU, say)
+is built into the evaluating worker's own folder. So no evaluating worker can write any build folder,
+its own candidate's included, and one candidate cannot alter what another loads.
+
+The record is written by candidate code's process and so is trusted only as far as the candidate is:
+a library outside the candidate's build folder is never imported from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+RECORD = "kh_builds.json"
+
+
+def fingerprint(name: str, cpp_sources: Any, cuda_sources: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """Identifies one `load_inline` call by everything that shapes its library (not `verbose`)."""
+    shaping = sorted((k, repr(v)) for k, v in kwargs.items() if k != "verbose")
+    return hashlib.sha256(repr((name, cpp_sources, cuda_sources, args, shaping)).encode()).hexdigest()
+
+
+def recording(load_inline: Callable[..., Any], folder: Path) -> Callable[..., Any]:
+    """`load_inline` that records, in `folder`, what each call built or that it failed (the build worker)."""
+
+    def record_call(name: str, cpp_sources: Any, cuda_sources: Any = None, *args: Any, **kwargs: Any) -> Any:
+        key = fingerprint(name, cpp_sources, cuda_sources, args, kwargs)
+        try:
+            module = load_inline(name, cpp_sources, cuda_sources, *args, **kwargs)
+        except Exception:
+            _add(folder, key, {"name": name, "failed": True})
+            raise
+        if isinstance(module, types.ModuleType) and getattr(module, "__file__", None):
+            _add(folder, key, {"name": name, "library": module.__file__})
+        elif _loads_ops(kwargs) and isinstance(module, str):  # torch.ops registrations: load_inline gives the path
+            _add(folder, key, {"name": name, "library": module, "ops": True})
+        return module
+
+    return record_call
+
+
+def loading(load_inline: Callable[..., Any], folder: Path) -> Callable[..., Any]:
+    """`load_inline` that imports what the build recorded in `folder`, and builds only what it did not."""
+    records = read_record(folder)
+    root = folder.resolve()
+
+    def load_or_build(name: str, cpp_sources: Any, cuda_sources: Any = None, *args: Any, **kwargs: Any) -> Any:
+        entry = records.get(fingerprint(name, cpp_sources, cuda_sources, args, kwargs), {})
+        if entry.get("failed"):
+            raise RuntimeError(f"load_inline({name!r}) failed when the candidate was built")
+        library = Path(str(entry.get("library", ""))).resolve() if entry.get("library") else None
+        if library is not None and library.is_relative_to(root) and library.is_file():
+            if entry.get("ops") and _loads_ops(kwargs):
+                import torch
+
+                torch.ops.load_library(str(library))
+                return str(library)
+            return _import_library(library)
+        return load_inline(name, cpp_sources, cuda_sources, *args, **kwargs)  # into this worker's own folder
+
+    return load_or_build
+
+
+def read_record(folder: Path) -> dict[str, dict[str, Any]]:
+    """The build's record in `folder`: fingerprint -> {"name", "library" or "failed"}; empty if none or unreadable."""
+    try:
+        record = json.loads((folder / RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(record, dict):
+        return {}
+    return {k: v for k, v in record.items() if isinstance(k, str) and isinstance(v, dict)}
+
+
+def _add(folder: Path, key: str, entry: dict[str, Any]) -> None:
+    record = read_record(folder)
+    record[key] = entry
+    try:
+        (folder / RECORD).write_text(json.dumps(record, indent=1))
+    except OSError:
+        pass  # no record: the evaluating worker builds the call itself (slower, same verdict)
+
+
+def _loads_ops(kwargs: dict[str, Any]) -> bool:
+    return kwargs.get("is_python_module", True) is False and not kwargs.get("is_standalone", False)
+
+
+def _import_library(library: Path) -> types.ModuleType:
+    """Import a built extension as torch does after a build: the module's name is the library's stem."""
+    name = library.name.split(".")[0]
+    spec = importlib.util.spec_from_file_location(name, library)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import the built extension {library}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

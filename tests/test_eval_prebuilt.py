@@ -1,0 +1,163 @@
+"""Extensions built ahead and loaded read-only (`eval.worker.prebuilt`): what the build worker records, what the
+evaluating worker imports from the record, and, end to end with real compilers and sandboxes, that the evaluating
+worker loads a candidate's C++ extension without writing any build folder (it sees them read-only)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from eval import protocol as p
+from eval.builds import Builder
+from eval.sandbox import WorkerProcess, sandbox_plan
+from eval.worker import light_build, prebuilt
+from tests.hostile import PROBLEM
+
+HEAVY = "#include <torch/extension.h>\n__global__ void k(float* x) {}\n"
+
+
+class _FakeBuild:
+    """A `load_inline` that "builds" a Python file standing in for the library (importable as the real one is),
+    and fails for light sources when told to, as nvcc does on a file that needs the full torch headers."""
+
+    def __init__(self, folder: Path, light_fails: bool = False):
+        self.folder, self.light_fails = folder, light_fails
+        self.calls: list[str] = []
+
+    def __call__(self, name, cpp_sources, cuda_sources=None, **kwargs):
+        self.calls.append(name)
+        sources = [cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources or [])
+        if self.light_fails and not any("extension.h" in s for s in sources):
+            raise RuntimeError("Error building extension: torch::nn is not a member of torch")
+        library = self.folder / name / f"{name}.py"
+        library.parent.mkdir(parents=True, exist_ok=True)
+        library.write_text(f"BUILT_AS = {name!r}\n")
+        module = types.ModuleType(name)
+        module.__file__, module.BUILT_AS = str(library), name
+        return module
+
+
+def _never(*args, **kwargs):
+    raise AssertionError("the evaluating worker built a call that the build recorded")
+
+
+@pytest.fixture
+def build_folder(tmp_path: Path, monkeypatch) -> Path:
+    folder = tmp_path / "ext"
+    folder.mkdir()
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "own"))  # the evaluating worker's own folder
+    return folder
+
+
+def test_a_recorded_call_imports_the_built_library_and_builds_nothing(build_folder: Path) -> None:
+    built = prebuilt.recording(_FakeBuild(build_folder), build_folder)("ext_a", "decl;", "int x;", functions=["k"])
+    loaded = prebuilt.loading(_never, build_folder)("ext_a", "decl;", "int x;", functions=["k"])
+    assert loaded.BUILT_AS == "ext_a" and Path(loaded.__file__) == Path(built.__file__)
+
+
+def test_a_failed_light_build_is_not_retried_and_the_sources_as_written_are_loaded(build_folder: Path) -> None:
+    build = _FakeBuild(build_folder, light_fails=True)
+    light_build.wrap(prebuilt.recording(build, build_folder))("ext_b", "decl;", HEAVY)
+    assert build.calls == ["ext_b_kh_light", "ext_b"]
+    record = prebuilt.read_record(build_folder)
+    assert sorted((e["name"], bool(e.get("failed"))) for e in record.values()) == [("ext_b", False),
+                                                                                   ("ext_b_kh_light", True)]
+    module = light_build.wrap(prebuilt.loading(_never, build_folder))("ext_b", "decl;", HEAVY)
+    assert module.BUILT_AS == "ext_b"
+
+
+def test_a_successful_light_build_is_what_the_evaluating_worker_loads(build_folder: Path) -> None:
+    light_build.wrap(prebuilt.recording(_FakeBuild(build_folder), build_folder))("ext_c", "decl;", HEAVY)
+    sys.modules.pop("ext_c")  # the build worker's, in this one test process
+    module = light_build.wrap(prebuilt.loading(_never, build_folder))("ext_c", "decl;", HEAVY)
+    assert module.BUILT_AS == "ext_c_kh_light" and sys.modules.pop("ext_c") is module
+
+
+def test_unrecorded_calls_and_libraries_outside_the_build_folder_are_built_in_the_workers_own(build_folder: Path,
+                                                                                              tmp_path: Path) -> None:
+    prebuilt.recording(_FakeBuild(build_folder), build_folder)("ext_d", "decl;", "int x;")
+    own = _FakeBuild(tmp_path / "own")
+    assert prebuilt.loading(own, build_folder)("ext_d", "decl;", "int y;").BUILT_AS == "ext_d"  # other sources
+    assert own.calls == ["ext_d"]
+    # a record (written by candidate code in its build worker) naming a library elsewhere is not followed
+    elsewhere = tmp_path / "elsewhere.py"
+    elsewhere.write_text("BUILT_AS = 'elsewhere'\n")
+    record = prebuilt.read_record(build_folder)
+    for entry in record.values():
+        entry["library"] = str(build_folder / ".." / "elsewhere.py")
+    (build_folder / prebuilt.RECORD).write_text(json.dumps(record))
+    assert prebuilt.loading(own, build_folder)("ext_d", "decl;", "int x;").BUILT_AS == "ext_d"
+    assert own.calls == ["ext_d", "ext_d"]
+
+
+# -- end to end: a real C++ build, then a sandboxed evaluating worker --------------------------------------------
+CPP_CANDIDATE = r'''
+import os, pathlib
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+_CPP = """
+torch::Tensor add_relu(torch::Tensor a, torch::Tensor b) { return torch::relu(a + b); }
+"""
+_ext = load_inline("kh_test_add_relu", cpp_sources=_CPP, functions=["add_relu"])
+
+# hostile: alter the build (this candidate's and any other's) that evaluating workers load
+_outcomes = []
+for _folder in pathlib.Path(os.path.dirname(os.path.dirname(_ext.__file__))).parent.glob("*"):
+    try:
+        (_folder / "planted").write_text("altered")
+        _outcomes.append("written")
+    except OSError as _exc:
+        _outcomes.append(_exc.strerror)
+pathlib.Path("outcome").write_text(";".join(sorted(set(_outcomes))))
+
+
+class ModelNew(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return _ext.add_relu(a, b)
+'''
+
+
+def _tree(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(f.relative_to(folder)): (f.stat().st_size, f.stat().st_mtime_ns) for f in folder.rglob("*")}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.skipif(not (shutil.which("g++") and shutil.which("ninja")), reason="a C++ build needs g++ and ninja")
+def test_the_evaluating_worker_loads_the_build_read_only_and_compiles_nothing() -> None:
+    if not sandbox_plan().filesystem:
+        pytest.skip("no mount namespace on this machine: the filesystem is not isolated")
+    builder = Builder(parallel=1, arch="9.0", gpu_available=True, timeout_s=600, log_cap_bytes=1 << 16,
+                      isolate_network=True, extra_env={}, versions={})
+    worker = None
+    try:
+        build = builder.submit(CPP_CANDIDATE).result()
+        assert build.ok, build.error
+        folder = Path(build.extensions_dir)
+        assert [e["name"] for e in prebuilt.read_record(folder).values()] == ["kh_test_add_relu"]
+        before = _tree(builder.root)
+        worker = WorkerProcess(device="cpu", gpu_index=None, log_cap_bytes=1 << 16, isolate_network=True)
+        hello, _ = worker.request(p.Hello(device="cpu"), timeout=120)
+        assert hello.info["filesystem_isolated"] is True
+        load, _ = worker.request(p.Load(problem_source=PROBLEM, candidate_source=CPP_CANDIDATE, weight_seed=1,
+                                        extensions_dir=str(folder)), timeout=600)
+        assert load.ok, load.error
+        a, b = torch.randn(1, 4096), torch.randn(1, 4096)
+        run, out = worker.request(p.Run(args=[{"t": 0}, {"t": 1}]), [a, b], timeout=120)
+        assert run.ok, run.error
+        assert torch.equal(out[0], torch.relu(a + b))
+        assert (worker.workdir / "outcome").read_text() == "Read-only file system"
+        assert _tree(builder.root) == before  # no lock file, no ninja log, nothing planted
+        assert not (worker.workdir / "torch-extensions").exists()  # imported, not compiled again
+    finally:
+        if worker is not None:
+            worker.close()
+        builder.close()
