@@ -180,6 +180,22 @@ def test_writes_outside_the_worker_folder_fail_on_the_gpu(evaluator, problem, ba
     assert not os.path.exists(target)
 
 
+def test_the_gpu_worker_sees_every_build_folder_read_only(evaluator, problem):
+    """It imports its extension from the build made ahead (`eval.worker.prebuilt`) and cannot alter that build,
+    nor any other candidate's: the first write, into its own candidate's build folder, fails."""
+    base = candidates.cuda_candidate("robuild", 256)
+    head = next(line for line in base.splitlines(keepends=True) if line.startswith("    def forward("))
+    plant = ("        import pathlib\n"
+             "        for folder in sorted(pathlib.Path(ext.__file__).parents[2].iterdir(),\n"
+             "                             key=lambda f: f != pathlib.Path(ext.__file__).parents[1]):\n"
+             "            (folder / 'planted').write_text('altered')\n")
+    r = evaluator.evaluate(problem, edit(base, head, head + plant), backend="cuda")
+    assert r.status is Status.RUNTIME_ERROR, f"{r.status}: {r.reason} {r.error}"
+    assert "Read-only file system" in r.error, r.error
+    assert not list(evaluator._builder.root.glob("**/planted"))
+    assert _built(evaluator, "robuild") == ["add_relu_scale_robuild_kh_light"]
+
+
 def test_fp8_outputs_are_compared_on_the_gpu(evaluator):
     """fp8 tensors have no CUDA isnan/nan_to_num: the worker's exact comparisons must upcast them."""
     from problems.suite import solution_path, suite_problem
