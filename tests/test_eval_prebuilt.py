@@ -103,14 +103,21 @@ import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
-_CPP = """
-torch::Tensor add_relu(torch::Tensor a, torch::Tensor b) { return torch::relu(a + b); }
-"""
-_ext = load_inline("kh_test_add_relu", cpp_sources=_CPP, functions=["add_relu"])
+# three forms: a Python module, the same name again with other sources (torch names it kh_test_add_v1), and a
+# torch.ops registration (load_inline gives the library's path)
+_plain = load_inline("kh_test_add", cpp_sources="torch::Tensor f(torch::Tensor a, torch::Tensor b) { return a + b; }",
+                     functions=["f"])
+_ext = load_inline("kh_test_add", functions=["f"],
+                   cpp_sources="torch::Tensor f(torch::Tensor a, torch::Tensor b) { return torch::relu(a + b); }")
+load_inline("kh_test_ops", is_python_module=False, cpp_sources="""
+#include <torch/library.h>
+torch::Tensor g(torch::Tensor a, torch::Tensor b) { return torch::relu(a) + b; }
+TORCH_LIBRARY(kh_test_ops, m) { m.def("g", g); }
+""")
 
 # hostile: alter the build (this candidate's and any other's) that evaluating workers load
 _outcomes = []
-for _folder in pathlib.Path(os.path.dirname(os.path.dirname(_ext.__file__))).parent.glob("*"):
+for _folder in pathlib.Path(_ext.__file__).parents[2].iterdir():
     try:
         (_folder / "planted").write_text("altered")
         _outcomes.append("written")
@@ -121,7 +128,10 @@ pathlib.Path("outcome").write_text(";".join(sorted(set(_outcomes))))
 
 class ModelNew(nn.Module):
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return _ext.add_relu(a, b)
+        out = _ext.f(a, b)
+        others_work = torch.equal(_plain.f(a, b), a + b) and \
+            torch.equal(torch.ops.kh_test_ops.g(torch.zeros_like(a), b), b)  # relu(0) + b is b, exactly
+        return out if others_work else torch.full_like(out, float("nan"))
 '''
 
 
@@ -142,7 +152,8 @@ def test_the_evaluating_worker_loads_the_build_read_only_and_compiles_nothing() 
         build = builder.submit(CPP_CANDIDATE).result()
         assert build.ok, build.error
         folder = Path(build.extensions_dir)
-        assert [e["name"] for e in prebuilt.read_record(folder).values()] == ["kh_test_add_relu"]
+        libraries = sorted((Path(e["library"]).name, bool(e.get("ops"))) for e in prebuilt.read_record(folder).values())
+        assert libraries == [("kh_test_add.so", False), ("kh_test_add_v1.so", False), ("kh_test_ops.so", True)]
         before = _tree(builder.root)
         worker = WorkerProcess(device="cpu", gpu_index=None, log_cap_bytes=1 << 16, isolate_network=True)
         hello, _ = worker.request(p.Hello(device="cpu"), timeout=120)
