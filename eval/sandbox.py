@@ -373,7 +373,6 @@ class WorkerProcess:
                  extra_env: dict[str, str] | None = None, max_reply_bytes: int = 1 << 30, kind: str = "worker",
                  isolate_filesystem: bool = True):
         self.workdir = owned_tempdir(kind)
-        self.kind = kind
         self.gpu_index = gpu_index
         env_extra = dict(extra_env or {})
         env_extra.update(HOME=str(self.workdir), TMPDIR=str(self.workdir),

@@ -33,18 +33,19 @@ def fingerprint(name: str, cpp_sources: Any, cuda_sources: Any, args: tuple[Any,
 
 def recording(load_inline: Callable[..., Any], folder: Path) -> Callable[..., Any]:
     """`load_inline` that records, in `folder`, what each call built or that it failed (the build worker)."""
+    record = read_record(folder)
 
     def record_call(name: str, cpp_sources: Any, cuda_sources: Any = None, *args: Any, **kwargs: Any) -> Any:
         key = fingerprint(name, cpp_sources, cuda_sources, args, kwargs)
         try:
             module = load_inline(name, cpp_sources, cuda_sources, *args, **kwargs)
         except Exception:
-            _add(folder, key, {"name": name, "failed": True})
+            _save(folder, record, key, {"name": name, "failed": True})
             raise
         if isinstance(module, types.ModuleType) and getattr(module, "__file__", None):
-            _add(folder, key, {"name": name, "library": module.__file__})
+            _save(folder, record, key, {"name": name, "library": module.__file__})
         elif _loads_ops(kwargs) and isinstance(module, str):  # torch.ops registrations: load_inline gives the path
-            _add(folder, key, {"name": name, "library": module, "ops": True})
+            _save(folder, record, key, {"name": name, "library": module, "ops": True})
         return module
 
     return record_call
@@ -59,8 +60,8 @@ def loading(load_inline: Callable[..., Any], folder: Path) -> Callable[..., Any]
         entry = records.get(fingerprint(name, cpp_sources, cuda_sources, args, kwargs), {})
         if entry.get("failed"):
             raise RuntimeError(f"load_inline({name!r}) failed when the candidate was built")
-        library = Path(str(entry.get("library", ""))).resolve() if entry.get("library") else None
-        if library is not None and library.is_relative_to(root) and library.is_file():
+        library = Path(str(entry["library"])).resolve() if entry.get("library") else None
+        if library and library.is_relative_to(root) and library.is_file():
             if entry.get("ops") and _loads_ops(kwargs):
                 import torch
 
@@ -83,8 +84,7 @@ def read_record(folder: Path) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in record.items() if isinstance(k, str) and isinstance(v, dict)}
 
 
-def _add(folder: Path, key: str, entry: dict[str, Any]) -> None:
-    record = read_record(folder)
+def _save(folder: Path, record: dict[str, dict[str, Any]], key: str, entry: dict[str, Any]) -> None:
     record[key] = entry
     try:
         (folder / RECORD).write_text(json.dumps(record, indent=1))
