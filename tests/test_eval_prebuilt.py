@@ -1,6 +1,6 @@
 """Extensions built ahead and loaded read-only (`eval.worker.prebuilt`): what the build worker records, what the
 evaluating worker imports from the record, and, end to end with real compilers and sandboxes, that the evaluating
-worker loads a candidate's C++ extension without writing any build folder (it sees them read-only)."""
+worker loads a candidate's C++ or CUDA extensions without writing any build folder (it sees them read-only)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import shutil
 import sys
 import types
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
+from torch.utils import cpp_extension
 
 from eval import protocol as p
 from eval.builds import Builder
@@ -135,36 +137,82 @@ class ModelNew(nn.Module):
 '''
 
 
+CUDA_CANDIDATE = r'''
+import pathlib
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CPP = "torch::Tensor f(torch::Tensor a, torch::Tensor b);"
+CU = """
+#include <torch/extension.h>
+template <int N> __global__ void add_k(const float* a, const float* b, float* o, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) o[i] = a[i] + b[i] * N; }
+torch::Tensor f(torch::Tensor a, torch::Tensor b) {
+  auto o = torch::empty_like(a); int n = a.numel();
+  add_k<1><<<(n + 255) / 256, 256>>>(a.data_ptr<float>(), b.data_ptr<float>(), o.data_ptr<float>(), n);
+  return o; }
+"""
+# four forms: the light build of a heavy include; the same name with other sources (torch's _v1); a light build that
+# fails (torch::nn needs the full headers), so the sources as written are loaded; a torch.ops registration
+_light = load_inline("kh_cu_add", cpp_sources=CPP, cuda_sources=CU, functions=["f"])
+_v1 = load_inline("kh_cu_add", cpp_sources=CPP, cuda_sources=CU.replace("add_k<1>", "add_k<2>"), functions=["f"])
+_heavy = load_inline("kh_cu_heavy", cpp_sources=CPP, functions=["f"], cuda_sources=CU.replace(
+    "auto o = torch::empty_like(a);", "auto o = torch::empty_like(a); (void)torch::nn::ReLU();"))
+load_inline("kh_cu_ops", is_python_module=False, cpp_sources="", cuda_sources="""
+#include <torch/library.h>
+#include <torch/types.h>
+__global__ void neg_k(float* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] = -x[i]; }
+torch::Tensor g(torch::Tensor a) { auto o = a.clone(); neg_k<<<1, 32>>>(o.data_ptr<float>(), o.numel()); return o; }
+TORCH_LIBRARY(kh_cu_ops, m) { m.def("g", g); }
+""")
+pathlib.Path("loaded").write_text(" ".join(pathlib.Path(m.__file__).name for m in (_light, _v1, _heavy))
+                                  + f" ops:{hasattr(torch.ops.kh_cu_ops, 'g')}")
+
+_outcomes = []
+for _folder in pathlib.Path(_light.__file__).parents[2].iterdir():
+    try:
+        (_folder / "planted").write_text("altered")
+        _outcomes.append("written")
+    except OSError as _exc:
+        _outcomes.append(_exc.strerror)
+pathlib.Path("outcome").write_text(";".join(sorted(set(_outcomes))))
+
+
+class ModelNew(nn.Module):  # loaded, not run: a CUDA build of torch builds and imports these without a GPU
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a + b
+'''
+
+
 def _tree(folder: Path) -> dict[str, tuple[int, int]]:
     return {str(f.relative_to(folder)): (f.stat().st_size, f.stat().st_mtime_ns) for f in folder.rglob("*")}
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-@pytest.mark.skipif(not (shutil.which("g++") and shutil.which("ninja")), reason="a C++ build needs g++ and ninja")
-def test_the_evaluating_worker_loads_the_build_read_only_and_compiles_nothing() -> None:
+def _build_then_load(candidate: str, libraries: list[tuple[str, bool]],
+                     check_loaded: Callable[[WorkerProcess], None]) -> None:
+    """Build `candidate` with the real Builder (as on a GPU machine), check that its record names `libraries`, load
+    it in a sandboxed evaluating worker, run `check_loaded`, and check that no build folder changed and that the
+    worker compiled nothing."""
     if not sandbox_plan().filesystem:
         pytest.skip("no mount namespace on this machine: the filesystem is not isolated")
-    builder = Builder(parallel=1, arch="9.0", gpu_available=True, timeout_s=600, log_cap_bytes=1 << 16,
+    builder = Builder(parallel=1, arch="9.0", gpu_available=True, timeout_s=1200, log_cap_bytes=1 << 16,
                       isolate_network=True, extra_env={}, versions={})
     worker = None
     try:
-        build = builder.submit(CPP_CANDIDATE).result()
+        build = builder.submit(candidate).result()
         assert build.ok, build.error
         folder = Path(build.extensions_dir)
-        libraries = sorted((Path(e["library"]).name, bool(e.get("ops"))) for e in prebuilt.read_record(folder).values())
-        assert libraries == [("kh_test_add.so", False), ("kh_test_add_v1.so", False), ("kh_test_ops.so", True)]
+        record = prebuilt.read_record(folder).values()
+        assert sorted((Path(e["library"]).name, bool(e.get("ops"))) for e in record if "library" in e) == libraries
         before = _tree(builder.root)
         worker = WorkerProcess(device="cpu", gpu_index=None, log_cap_bytes=1 << 16, isolate_network=True)
         hello, _ = worker.request(p.Hello(device="cpu"), timeout=120)
         assert hello.info["filesystem_isolated"] is True
-        load, _ = worker.request(p.Load(problem_source=PROBLEM, candidate_source=CPP_CANDIDATE, weight_seed=1,
+        load, _ = worker.request(p.Load(problem_source=PROBLEM, candidate_source=candidate, weight_seed=1,
                                         extensions_dir=str(folder)), timeout=600)
         assert load.ok, load.error
-        a, b = torch.randn(1, 4096), torch.randn(1, 4096)
-        run, out = worker.request(p.Run(args=[{"t": 0}, {"t": 1}]), [a, b], timeout=120)
-        assert run.ok, run.error
-        assert torch.equal(out[0], torch.relu(a + b))
+        check_loaded(worker)
         assert (worker.workdir / "outcome").read_text() == "Read-only file system"
         assert _tree(builder.root) == before  # no lock file, no ninja log, nothing planted
         assert not (worker.workdir / "torch-extensions").exists()  # imported, not compiled again
@@ -172,3 +220,30 @@ def test_the_evaluating_worker_loads_the_build_read_only_and_compiles_nothing() 
         if worker is not None:
             worker.close()
         builder.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.skipif(not (shutil.which("g++") and shutil.which("ninja")), reason="a C++ build needs g++ and ninja")
+def test_the_evaluating_worker_loads_the_build_read_only_and_compiles_nothing() -> None:
+    def runs_all_three_forms(worker: WorkerProcess) -> None:
+        a, b = torch.randn(1, 4096), torch.randn(1, 4096)
+        run, out = worker.request(p.Run(args=[{"t": 0}, {"t": 1}]), [a, b], timeout=120)
+        assert run.ok, run.error
+        assert torch.equal(out[0], torch.relu(a + b))
+
+    _build_then_load(CPP_CANDIDATE, [("kh_test_add.so", False), ("kh_test_add_v1.so", False),
+                                     ("kh_test_ops.so", True)], runs_all_three_forms)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@pytest.mark.skipif(not (torch.version.cuda and cpp_extension.CUDA_HOME and shutil.which("ninja")),
+                    reason="needs a CUDA build of torch, nvcc (CUDA_HOME) and ninja; not a GPU")
+def test_cuda_extensions_load_read_only_in_every_form() -> None:
+    def imported_every_form(worker: WorkerProcess) -> None:
+        assert (worker.workdir / "loaded").read_text() == \
+            "kh_cu_add_kh_light.so kh_cu_add_kh_light_v1.so kh_cu_heavy.so ops:True"
+
+    _build_then_load(CUDA_CANDIDATE, [("kh_cu_add_kh_light.so", False), ("kh_cu_add_kh_light_v1.so", False),
+                                      ("kh_cu_heavy.so", False), ("kh_cu_ops.so", True)], imported_every_form)
