@@ -31,7 +31,7 @@ def test_cuda_candidates_get_a_compile_only_check(tmp_path):
     assert ok.status is Status.SKIPPED, ok.reason + ok.error
     assert "compiled with nvcc" in ok.reason
     assert bad.status is Status.COMPILE_ERROR, bad.reason
-    assert "nvcc failed" in bad.error and "error" in bad.error
+    assert "Error building extension 'add_relu_scale_cpubad'" in bad.error and "this is not C++" in bad.error
     assert failed == {"add_relu_scale_cpubad_kh_light", "add_relu_scale_cpubad"}, failed  # light, then as written
 
 
@@ -58,3 +58,19 @@ def test_a_build_writes_only_its_own_build_folder(tmp_path):
         outcomes = [f.read_text() for f in ev._builder.root.glob("*/outcome")]
     assert r.status is Status.SKIPPED and "compiled with nvcc" in r.reason, f"{r.status}: {r.reason}"
     assert outcomes == ["Read-only file system"] and planted == [], (outcomes, planted)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="the build runs only with nvcc")
+def test_the_compile_check_builds_with_torchs_own_flags(tmp_path):
+    """The check is torch's own build, so it agrees with a GPU machine's build both ways: C++20 code (torch builds
+    extensions with -std=c++20) passes, and `__half` arithmetic, which torch's `-D__CUDA_NO_HALF_OPERATORS__` and
+    `-D__CUDA_NO_HALF_CONVERSIONS__` turn off, fails. A hand-written nvcc command with -std=c++17 and no defines
+    got both wrong."""
+    cxx20 = 'static_assert(requires { n + 1; }, "a requires-expression: C++20");'
+    half_ops = "__half kh_h = __float2half(1.f); kh_h = kh_h * kh_h;"
+    with Evaluator(EvalConfig(device="cpu", cache_dir=str(tmp_path))) as ev:
+        honest, halves = ev.evaluate_many([Job(candidates.problem(4096), candidates.cuda_candidate(t, 256, e), "cuda")
+                                           for t, e in (("cxx20", cxx20), ("halves", half_ops))])
+    assert honest.status is Status.SKIPPED and "compiled with nvcc" in honest.reason, honest.reason + honest.error
+    assert halves.status is Status.COMPILE_ERROR, halves.reason
+    assert "kh_h * kh_h" in halves.error and "error" in halves.error

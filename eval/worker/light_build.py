@@ -15,7 +15,7 @@ answers each from the build's record: the light library where it was built, an i
 it was not, so the fallback takes the library built from the sources as written. Only builds into the
 evaluator's build folders (`TORCH_EXTENSIONS_DIR`) are lightened; a candidate that passes its own
 `build_directory`, or positional arguments past `cuda_sources`, is built as written. Without a GPU the
-compile-only check (`nvcc -c` of the `.cu`) goes the same way, light first.
+compile-only check (`eval.worker.compile_only`) goes the same way, light first.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from torch.utils import cpp_extension
 from eval import protocol as p
 from eval.wire import Channel, ChannelClosed, ProtocolError
 from eval.worker import graphs, integrity, light_build, prebuilt, timing, tracing
+from eval.worker.compile_only import CompileOnlyDone, compile_only
 from problems import runtime
 
 _TRACEBACK_CHARS = 4000
@@ -187,13 +188,13 @@ class Worker:
         """Import a candidate only to build its extensions (no GPU needed), each call recorded for the evaluating
         worker (`eval.worker.prebuilt`); report build failures."""
         failures: list[str] = []
-        build = _compile_only if msg.compile_only else _load_inline
+        build = compile_only(_load_inline) if msg.compile_only else _load_inline
         light_first = light_build.wrap(prebuilt.recording(build, Path(os.environ["TORCH_EXTENSIONS_DIR"])))
 
         def recording_load_inline(*args: Any, **kwargs: Any) -> Any:
             try:
                 return light_first(*args, **kwargs)
-            except _CompileOnlyDone:
+            except CompileOnlyDone:
                 raise
             except BaseException as exc:  # noqa: BLE001
                 failures.append(_tail(str(exc) or traceback.format_exc()))
@@ -559,32 +560,6 @@ def _copy_matching_state(reference: torch.nn.Module, candidate: torch.nn.Module)
     if matching:
         candidate.load_state_dict(matching, strict=False)
     return len(matching)
-
-
-class _CompileOnlyDone(BaseException):
-    """Raised after a compile-only build succeeded: there is nothing to load without a GPU. A BaseException, so
-    that the light build's fallback (which catches a failed build's Exception) lets a success through."""
-
-
-def _compile_only(name: str, cpp_sources: Any = None, cuda_sources: Any = None, **kwargs: Any) -> Any:
-    """Compile `cuda_sources` with nvcc to an object file, as load_inline would, without linking."""
-    import subprocess
-    import sysconfig
-
-    sources = [cuda_sources] if isinstance(cuda_sources, str) else list(cuda_sources or [])
-    if not sources:
-        raise _CompileOnlyDone()
-    body = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n" + "\n".join(sources)
-    src = Path.cwd() / f"{name}_compile_only.cu"
-    src.write_text(body)
-    includes = [f"-I{p}" for p in cpp_extension.include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
-    arch = os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0").split(";")[0].replace(".", "")
-    flags = [str(f) for f in (kwargs.get("extra_cuda_cflags") or [])]
-    cmd = ["nvcc", "-c", "-std=c++17", f"-arch=sm_{arch}", "-o", str(src.with_suffix(".o")), *includes, *flags, str(src)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError("nvcc failed:\n" + _tail(proc.stderr + proc.stdout))
-    raise _CompileOnlyDone()
 
 
 def _network_isolated() -> bool:
