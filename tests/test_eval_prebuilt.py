@@ -99,6 +99,18 @@ def test_unrecorded_calls_and_libraries_outside_the_build_folder_are_built_in_th
 
 
 # -- end to end: a real C++ build, then a sandboxed evaluating worker --------------------------------------------
+PLANT = '''
+# hostile: alter the build (this candidate's and any other's) that evaluating workers load
+_outcomes = []
+for _folder in pathlib.Path(_built.__file__).parents[2].iterdir():
+    try:
+        (_folder / "planted").write_text("altered")
+        _outcomes.append("written")
+    except OSError as _exc:
+        _outcomes.append(_exc.strerror)
+pathlib.Path("outcome").write_text(";".join(sorted(set(_outcomes))))
+'''
+
 CPP_CANDIDATE = r'''
 import os, pathlib
 import torch
@@ -117,16 +129,8 @@ torch::Tensor g(torch::Tensor a, torch::Tensor b) { return torch::relu(a) + b; }
 TORCH_LIBRARY(kh_test_ops, m) { m.def("g", g); }
 """)
 
-# hostile: alter the build (this candidate's and any other's) that evaluating workers load
-_outcomes = []
-for _folder in pathlib.Path(_ext.__file__).parents[2].iterdir():
-    try:
-        (_folder / "planted").write_text("altered")
-        _outcomes.append("written")
-    except OSError as _exc:
-        _outcomes.append(_exc.strerror)
-pathlib.Path("outcome").write_text(";".join(sorted(set(_outcomes))))
-
+_built = _ext
+''' + PLANT + r'''
 
 class ModelNew(nn.Module):
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -169,15 +173,8 @@ TORCH_LIBRARY(kh_cu_ops, m) { m.def("g", g); }
 pathlib.Path("loaded").write_text(" ".join(pathlib.Path(m.__file__).name for m in (_light, _v1, _heavy))
                                   + f" ops:{hasattr(torch.ops.kh_cu_ops, 'g')}")
 
-_outcomes = []
-for _folder in pathlib.Path(_light.__file__).parents[2].iterdir():
-    try:
-        (_folder / "planted").write_text("altered")
-        _outcomes.append("written")
-    except OSError as _exc:
-        _outcomes.append(_exc.strerror)
-pathlib.Path("outcome").write_text(";".join(sorted(set(_outcomes))))
-
+_built = _light
+''' + PLANT + r'''
 
 class ModelNew(nn.Module):  # loaded, not run: a CUDA build of torch builds and imports these without a GPU
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
