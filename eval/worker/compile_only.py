@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any, Callable
@@ -30,10 +29,10 @@ class CompileOnlyDone(BaseException):
 
 def compile_only(load_inline: Callable[..., Any]) -> Callable[..., Any]:
     """`load_inline` that builds as torch does and raises `CompileOnlyDone` once every object compiled."""
+    if cpp_extension.CUDA_HOME is None:  # a CPU build of torch: the toolkit torch itself would find (nvcc's)
+        cpp_extension.CUDA_HOME = cpp_extension._find_cuda_home()
 
     def check(name: str, cpp_sources: Any = None, cuda_sources: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if cpp_extension.CUDA_HOME is None:  # a CPU build of torch: use the toolkit nvcc belongs to
-            cpp_extension.CUDA_HOME = _toolkit()
         try:
             load_inline(name, cpp_sources, cuda_sources, *args, **kwargs)
         except Exception:
@@ -42,13 +41,6 @@ def compile_only(load_inline: Callable[..., Any]) -> Callable[..., Any]:
         raise CompileOnlyDone()
 
     return check
-
-
-def _toolkit() -> str | None:
-    """The CUDA toolkit folder, found as torch finds it on a CUDA build: CUDA_HOME, CUDA_PATH, or nvcc's."""
-    nvcc = shutil.which("nvcc")
-    found = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    return found or (str(Path(nvcc).parent.parent) if nvcc else None)
 
 
 def _build_folder(name: str, kwargs: dict[str, Any]) -> Path | None:
