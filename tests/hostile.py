@@ -109,6 +109,12 @@ HOSTILE: dict[str, tuple[str, str, str]] = {
     "cached_first_output": (variant(FORWARD, """        if hasattr(self, '_cache'):
             return self._cache.clone()
 """ + edit(FORWARD, RETURN, "        self._cache = out\n" + RETURN)), "incorrect", "values differ"),
+    # the inputs of every trial sit at the same addresses with new values: the memo hits at trial 1, always
+    "pointer_keyed_memo": (variant(FORWARD, """        key = (a.data_ptr(), b.data_ptr())
+        memo = self.__dict__.setdefault('memo', {})
+        if key in memo:
+            return memo[key].clone()
+""" + edit(FORWARD, RETURN, "        memo[key] = out\n" + RETURN)), "incorrect", "(trial 1)"),
     "zero_inputs": (variant(FORWARD, """        a.zero_()
         b.zero_()
 """ + FORWARD), "incorrect", "values differ"),  # the reference ran on its own copies
