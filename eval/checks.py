@@ -106,7 +106,8 @@ class Context:
     graphs: bool = False  # time both sides as CUDA-graph replays (eval.cuda_graphs=auto, unless a capture failed)
     secret: int = field(default_factory=lambda: secrets.randbits(62))
     reference: Reference | None = None
-    timed_sets: list[list[Any]] = field(default_factory=list)  # the candidate's timing inputs, kept by the parent
+    timed_sets: list[list[Any]] = field(default_factory=list)  # the candidate's timing inputs, when carried over
+    timed_seeds: list[int] = field(default_factory=list)  # their seeds, when the worker drew them (redrawn to check)
     timed_outputs: list[torch.Tensor] = field(default_factory=list)
     timing_nonce: int = 0  # seeds the fresh inputs of every timed repetition (strict adaptive timing)
     sampled_reps: list[int] = field(default_factory=list)  # repetitions whose outputs came back, when fresh
@@ -118,9 +119,11 @@ class Context:
         return self.lease.device.type == "cuda"
 
     def request(self, message: p.Request, tensors: list[torch.Tensor] | None = None,
-                timeout: float | None = None) -> tuple[Any, list[torch.Tensor]]:
-        """Ask the worker; a failed reply becomes the verdict it implies."""
-        reply, out = self.lease.worker.request(message, tensors, timeout=timeout, device=self.lease.device)
+                timeout: float | None = None, on_host: bool = False) -> tuple[Any, list[torch.Tensor]]:
+        """Ask the worker; a failed reply becomes the verdict it implies. Reply tensors land on the evaluation's
+        device, or stay in host memory (`on_host`)."""
+        device = torch.device("cpu") if on_host else self.lease.device
+        reply, out = self.lease.worker.request(message, tensors, timeout=timeout, device=device)
         if not reply.ok:
             self.fail_from_reply(reply)
         return reply, out
@@ -135,6 +138,9 @@ class Context:
         if reply.stage == "output":
             raise Verdict(Status.INCORRECT, trim(reply.error, 600))
         last = reply.error.strip().splitlines()[-1] if reply.error.strip() else "forward failed"
+        if reply.oom:  # alone on the GPU, so not another evaluation's doing
+            raise Verdict(Status.RUNTIME_ERROR, f"the device ran out of memory in the '{reply.stage}' step with this "
+                                                f"evaluation alone on it: {trim(last, 400)}", reply.error)
         raise Verdict(Status.RUNTIME_ERROR, f"forward raised: {trim(last, 400)}", reply.error)
 
     def tolerance(self) -> tuple[float, float]:
@@ -246,27 +252,87 @@ def stage_timing_inputs(ctx: Context) -> None:
     """Send the timing input sets ahead, so the exclusive window holds only GPU work.
 
     Secret seeding gives the two sides different values; KernelBench's times both on the inputs
-    of its public seed.
+    of its public seed. Where the worker draws the sets itself, the parent draws each once to
+    check its fingerprint and keeps only the seeds: it never holds every set at once.
     """
     assert ctx.reference is not None
-    pool = max(1, ctx.config.timed_input_sets)
     kb = ctx.kernelbench_seeding
-    if kb:
-        seeds = [ctx.config.public_seed] * (2 * pool)
-    else:
-        seeds = [derive_seed(ctx.secret, f"time-r{k}") for k in range(pool)] + \
-                [derive_seed(ctx.secret, f"time-c{k}") for k in range(pool)]
-    sets = [runtime.draw_inputs(ctx.reference.module, seed, ctx.lease.device, None, on_cpu=kb) for seed in seeds]
-    ctx.timed_sets = sets[pool:]
-    spec, first = encode_args(sets[0])
-    staged = p.Stage(args=spec, n_inputs=len(first), ref_sets=pool, cand_sets=pool)
+
+    def draw(seed: int) -> list[Any]:
+        return runtime.draw_inputs(ctx.reference.module, seed, ctx.lease.device, None, on_cpu=kb)
+
+    def seeds_for(side: str, n: int) -> list[int]:
+        return [ctx.config.public_seed if kb else derive_seed(ctx.secret, f"time-{side}{k}") for k in range(n)]
+
+    first = draw(seeds_for("r", 1)[0])
+    pool = staged_set_count(ctx, sum(t.nbytes for t in first if isinstance(t, torch.Tensor)))
+    seeds = seeds_for("r", pool) + seeds_for("c", pool)
+    spec, tensors = encode_args(first)
+    staged = p.Stage(args=spec, n_inputs=len(tensors), ref_sets=pool, cand_sets=pool)
     timeout = ctx.config.call_timeout_s
     if ctx.worker_draws:
+        fingerprints = [runtime.input_fingerprint(first)]
+        del first, tensors
+        fingerprints += [runtime.input_fingerprint(draw(seed)) for seed in seeds[1:]]
         reply, _ = ctx.request(replace(staged, seeds=seeds, on_cpu=kb), timeout=timeout)
-        if reply.fingerprints == [runtime.input_fingerprint(s) for s in sets]:
+        if reply.fingerprints == fingerprints:
+            ctx.timed_seeds = seeds[pool:]
             return
         _stop_worker_draws(ctx)
+        first = draw(seeds[0])
+    sets = [first] + [draw(seed) for seed in seeds[1:]]
+    ctx.timed_sets = sets[pool:]
     ctx.request(staged, [t for s in sets for t in encode_args(s)[1]], timeout=timeout)
+
+
+# Each worker's staged timing sets, and the timed outputs it keeps for the parent, take at most this share of
+# the device's memory (a GPU's 4 workers: a quarter together). Past it, a side gets fewer sets, down to one, and
+# the kept outputs wait in host memory. Sets that large are far bigger than L2, which is flushed before every
+# repetition anyway, and under the strict rules every candidate repetition gets fresh values: fewer sets change
+# no measurement, where holding 3 + 3 sets of a 6 GiB input (KernelBench's scaled level 1) ran the device out of
+# memory and failed an honest candidate.
+DEVICE_SHARE = 1 / 16
+
+
+def device_budget(device: torch.device) -> int | None:
+    """Bytes of device memory one worker's staged sets, or its kept outputs, may take (None: no device limit)."""
+    if device.type != "cuda":
+        return None
+    return int(torch.cuda.get_device_properties(device).total_memory * DEVICE_SHARE)
+
+
+def fitting_set_count(wanted: int, set_bytes: int, device: torch.device) -> int:
+    """Timing input sets per side: `wanted`, fewer (at least one) where two sides' sets would not fit the budget."""
+    budget = device_budget(device)
+    wanted = max(1, wanted)
+    if budget is None or set_bytes <= 0:
+        return wanted
+    return max(1, min(wanted, budget // (2 * set_bytes)))
+
+
+def staged_set_count(ctx: Context, set_bytes: int) -> int:
+    """`fitting_set_count` for this evaluation; a smaller count than `eval.timed_input_sets` is flagged."""
+    wanted = max(1, ctx.config.timed_input_sets)
+    pool = fitting_set_count(wanted, set_bytes, ctx.lease.device)
+    if pool < wanted:
+        ctx.result.flags.append(f"timed on {pool} input set(s) per side, not {wanted}: one set takes "
+                                f"{set_bytes / 2**30:.2f} GiB, and a worker's staged sets stay under "
+                                f"{DEVICE_SHARE:.2%} of the device's memory")
+    return pool
+
+
+def holds_large_tensors(ctx: Context) -> bool:
+    """Whether this evaluation's outputs were past the budget: then the parent hands its cached device memory back
+    when the evaluation ends, so the next evaluations' workers can have it."""
+    budget = device_budget(ctx.lease.device)
+    return budget is not None and ctx.output_bytes > budget
+
+
+def timed_outputs_on_host(ctx: Context) -> bool:
+    """Whether the timed outputs the worker keeps would take more of the device than the budget allows."""
+    budget = device_budget(ctx.lease.device)
+    kept = max(p.SAMPLED_REPS, ctx.config.timed_input_sets) * ctx.output_bytes
+    return budget is not None and kept > budget
 
 
 def own_kernels(ctx: Context) -> None:
@@ -355,9 +421,10 @@ def time_candidate(ctx: Context) -> None:
     """Timing of reference and candidate; under the strict rule every candidate repetition gets unseen inputs."""
     fresh = ctx.config.timing_method == "adaptive" and ctx.config.timed_output_checks
     ctx.timing_nonce = secrets.randbits(62) | 1 if fresh else 0
+    on_host = timed_outputs_on_host(ctx)
     reply, outputs = ctx.request(p.Time(**timing_rule(ctx.config), nonce=ctx.timing_nonce,
-                                        graphs=ctx.graphs),
-                                 timeout=ctx.config.timing_timeout_s)
+                                        graphs=ctx.graphs, host_outputs=on_host),
+                                 timeout=ctx.config.timing_timeout_s, on_host=on_host)
     if ctx.graphs and reply.timing_mode == "capture_failed":
         ctx.lease.worker.kill()
         raise RetryEager(reply.graph_note[:400] or "a CUDA-graph capture failed")
@@ -403,10 +470,12 @@ def timed_outputs(ctx: Context) -> None:
                 raise Verdict(Status.INCORRECT, f"the output of timed repetition {rep} (fresh inputs) is wrong: "
                                                 f"output {mismatch.output}: {mismatch.reason}")
         return
-    pool = len(ctx.timed_sets)
+    pool = len(ctx.timed_sets) or len(ctx.timed_seeds)
     per_set = len(ctx.timed_outputs) // pool if pool else 0
     for k in range(pool):
-        expected = ctx.expected(ctx.timed_sets[k])
+        inputs = ctx.timed_sets[k] if ctx.timed_sets else runtime.draw_inputs(
+            ctx.reference.module, ctx.timed_seeds[k], ctx.lease.device, None, on_cpu=ctx.kernelbench_seeding)
+        expected = ctx.expected(inputs)
         mismatch = compare(expected, ctx.timed_outputs[k * per_set:(k + 1) * per_set], *ctx.tolerance())
         if mismatch is not None:
             ctx.result.mismatch = mismatch

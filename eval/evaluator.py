@@ -262,8 +262,9 @@ class Evaluator:
                 retried.append(f"cuda_graphs: {exc.note}; evaluated again in a new worker, both sides timed as "
                                "eager calls")
                 continue
-            if attempt is not result:
-                result.__dict__.update(attempt.__dict__)
+            finally:  # the result is the last attempt's, verdict or not, with the retries' flags
+                if attempt is not result:
+                    result.__dict__.update(attempt.__dict__)
             return
 
     def _run_on_worker(self, job: Job, report: static_checks.SourceReport, built: Build | None, result: EvalResult,
@@ -284,8 +285,13 @@ class Evaluator:
         reusable = False
         try:
             with lease.gate.hold("exclusive" if alone else "none"):
+                if alone and lease.device.type == "cuda":
+                    torch.cuda.empty_cache()  # what the attempt that ran out of memory left cached here
                 checks.run_pipeline(ctx)
             reusable = True
+        except RetryAlone:
+            lease.worker.kill()  # its device memory is free before the retry starts, not later in the background
+            raise
         except WorkerTimeout as exc:
             result.status, result.reason = Status.TIMEOUT, f"timeout: {exc.detail}"
             result.stdout_tail = trim(exc.output)
@@ -294,6 +300,8 @@ class Evaluator:
             result.stdout_tail = result.error = trim(exc.output)
         finally:
             self._pool.release(lease, reusable and lease.worker.alive())
+            if checks.holds_large_tensors(ctx):  # the parent's cached blocks would crowd the next evaluations
+                torch.cuda.empty_cache()
 
     # -- baselines ---------------------------------------------------------------------------
     def _measure_baseline(self, problem: Problem) -> dict[str, Any]:
@@ -316,7 +324,10 @@ class Evaluator:
                                             weight_seed=weight_seed), timeout=self.config.import_timeout_s)
             if not load.ok:
                 raise RuntimeError(f"baseline load failed: {load.error}")
-            sets = [ref.inputs(derive_seed(secret, f"pool{k}")) for k in range(self.config.timed_input_sets)]
+            sets = [ref.inputs(derive_seed(secret, "pool0"))]
+            count = checks.fitting_set_count(self.config.timed_input_sets,
+                                             sum(t.nbytes for t in sets[0] if isinstance(t, torch.Tensor)), lease.device)
+            sets += [ref.inputs(derive_seed(secret, f"pool{k}")) for k in range(1, count)]
             spec, first = encode_args(sets[0])
             tensors = [t for s in sets for t in encode_args(s)[1]]
             staged, _ = worker.request(p.Stage(args=spec, n_inputs=len(first), ref_sets=len(sets)), tensors,

@@ -220,6 +220,7 @@ class Time(TimingRule):
     reply: ClassVar[type[Reply]] = TimeReply
     nonce: int = 0
     graphs: bool = False  # capture each side's forward in a CUDA graph and time its replays (`eval.cuda_graphs=auto`)
+    host_outputs: bool = False  # keep the timed outputs that come back in host memory, not on the device
 
 
 @dataclass

@@ -69,3 +69,16 @@ def test_large_output_is_capped(evaluator, problem):
     assert result.status is Status.CRASH
     assert len(result.stdout_tail) < 10_000
     assert "output dropped" in result.stdout_tail or "characters trimmed" in result.stdout_tail
+
+
+def test_running_out_of_memory_is_retried_alone_then_a_verdict_naming_the_step(evaluator, problem):
+    """Out of memory beside other evaluations is not the candidate's fault: it is evaluated again alone, in a new
+    worker; running out alone too is a runtime_error that says so (here the candidate raises it itself)."""
+    source = HOSTILE["raises"][0].replace("raise ValueError('boom')", "raise torch.OutOfMemoryError('kh-oom')")
+    result = evaluator.evaluate(problem, source)
+    assert result.status is Status.RUNTIME_ERROR, f"{result.status}: {result.reason}"
+    assert "ran out of memory in the 'run' step with this evaluation alone" in result.reason, result.reason
+    assert "kh-oom" in result.reason, result.reason
+    assert any("evaluated again alone" in f for f in result.flags), result.flags
+    after = evaluator.evaluate(problem, GOOD)
+    assert after.status is Status.CORRECT, f"{after.reason} {after.error}"

@@ -254,6 +254,7 @@ class Worker:
             groups = [sets[k * n:(k + 1) * n] for k in range(count)] if n * count == len(sets) else []
         if len(groups) != count or any(len(g) != n for g in groups):
             return p.StageReply(ok=False, stage="stage", error="staged tensor count does not match the set counts"), []
+        self.trial_buffers.clear()  # the trials are over: their buffers' memory goes to timing
         self.args, self.ref_sets, self.cand_sets = msg.args, groups[:msg.ref_sets], groups[msg.ref_sets:]
         return reply, []
 
@@ -301,10 +302,10 @@ class Worker:
         fresh = bool(msg.nonce) and msg.method == "adaptive" and msg.check_outputs and self._fresh_draws_fit(msg.nonce)
         first_out: dict[int, list[torch.Tensor]] = {}
         drift = {"count": 0}
-        sampled = _Reservoir(p.SAMPLED_REPS)
+        sampled = _Reservoir(p.SAMPLED_REPS, on_host=msg.host_outputs)
 
         def check_candidate(rep: int, out: Any) -> None:
-            outs = [o.detach().clone() for o in runtime.flatten_outputs(out) if isinstance(o, torch.Tensor)]
+            outs = _kept(out, msg.host_outputs)
             k = rep % len(self.cand_sets)
             if k not in first_out:
                 first_out[k] = outs
@@ -535,11 +536,18 @@ def _at_stable_addresses(inputs: list[Any], buffers: dict[tuple[Any, ...], torch
     return stable
 
 
+def _kept(out: Any, on_host: bool) -> list[torch.Tensor]:
+    """Copies of a timed call's output tensors, taken outside its interval: on the device, or in host memory
+    when the parent asked (kept outputs that large would crowd the device)."""
+    return [o.detach().to("cpu") if on_host else o.detach().clone()
+            for o in runtime.flatten_outputs(out) if isinstance(o, torch.Tensor)]
+
+
 class _Reservoir:
     """A uniform random sample of `size` timed repetitions' outputs, chosen as they run (OS randomness)."""
 
-    def __init__(self, size: int):
-        self.size, self.seen = size, 0
+    def __init__(self, size: int, on_host: bool = False):
+        self.size, self.seen, self.on_host = size, 0, on_host
         self.items: list[tuple[int, list[torch.Tensor]]] = []
         self._rng = random.SystemRandom()
 
@@ -547,7 +555,7 @@ class _Reservoir:
         self.seen += 1
         slot = len(self.items) if len(self.items) < self.size else self._rng.randrange(self.seen)
         if slot < self.size:
-            kept = (rep, [o.detach().clone() for o in runtime.flatten_outputs(out) if isinstance(o, torch.Tensor)])
+            kept = (rep, _kept(out, self.on_host))
             if slot == len(self.items):
                 self.items.append(kept)
             else:
