@@ -539,7 +539,7 @@ def _at_stable_addresses(inputs: list[Any], buffers: dict[tuple[Any, ...], torch
 def _kept(out: Any, on_host: bool) -> list[torch.Tensor]:
     """Copies of a timed call's output tensors, taken outside its interval: on the device, or in host memory
     when the parent asked (kept outputs that large would crowd the device)."""
-    return [o.detach().to("cpu") if on_host else o.detach().clone()
+    return [o.detach().to("cpu", copy=True) if on_host else o.detach().clone()
             for o in runtime.flatten_outputs(out) if isinstance(o, torch.Tensor)]
 
 
