@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 import pytest
+import torch
 
 from eval import launch
 from eval import protocol as p
@@ -309,12 +310,13 @@ def test_a_failed_capture_ends_the_worker_and_asks_for_an_eager_retry() -> None:
 
     killed, sent = [], []
 
-    def request(message, tensors=None, timeout=None):
+    def request(message, tensors=None, timeout=None, on_host=False):
         sent.append(message)
         return p.TimeReply(timing_mode="capture_failed", graph_note="the candidate's forward could not be captured"), []
 
     ctx = SimpleNamespace(config=EvalConfig(cuda_graphs="auto"), graphs=True, result=EvalResult(), request=request,
-                          lease=SimpleNamespace(worker=SimpleNamespace(kill=lambda: killed.append(True))))
+                          output_bytes=0, lease=SimpleNamespace(device=torch.device("cpu"),
+                                                                worker=SimpleNamespace(kill=lambda: killed.append(True))))
     with pytest.raises(checks.RetryEager) as caught:
         checks.time_candidate(ctx)
     assert sent[0].graphs is True and killed == [True]
