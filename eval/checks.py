@@ -153,8 +153,13 @@ class Context:
     def allow_outputs(self, expected: list[torch.Tensor]) -> None:
         """Let replies carry the reference's own output size per forward, however large: an honest candidate returns
         exactly those bytes, so `eval.max_output_bytes` bounds only what the reference does not justify."""
-        self.output_bytes = max(self.output_bytes, sum(t.nbytes for t in expected if isinstance(t, torch.Tensor)))
+        self.output_bytes = max(self.output_bytes, tensor_bytes(expected))
         self.lease.worker.cap_replies(reply_cap(self.config, self.output_bytes))
+
+    def draw_timing_inputs(self, seed: int) -> list[Any]:
+        """A timing input set as the worker draws it from `seed` (on the CPU and moved, under KernelBench's seeding)."""
+        assert self.reference is not None
+        return runtime.draw_inputs(self.reference.module, seed, self.lease.device, None, on_cpu=self.kernelbench_seeding)
 
     def expected(self, inputs: list[Any]) -> list[torch.Tensor]:
         """Reference outputs under the preset's precision (the parent is strict unless told otherwise)."""
@@ -255,17 +260,14 @@ def stage_timing_inputs(ctx: Context) -> None:
     of its public seed. Where the worker draws the sets itself, the parent draws each once to
     check its fingerprint and keeps only the seeds: it never holds every set at once.
     """
-    assert ctx.reference is not None
     kb = ctx.kernelbench_seeding
-
-    def draw(seed: int) -> list[Any]:
-        return runtime.draw_inputs(ctx.reference.module, seed, ctx.lease.device, None, on_cpu=kb)
+    draw = ctx.draw_timing_inputs
 
     def seeds_for(side: str, n: int) -> list[int]:
         return [ctx.config.public_seed if kb else derive_seed(ctx.secret, f"time-{side}{k}") for k in range(n)]
 
     first = draw(seeds_for("r", 1)[0])
-    pool = staged_set_count(ctx, sum(t.nbytes for t in first if isinstance(t, torch.Tensor)))
+    pool = staged_set_count(ctx, tensor_bytes(first))
     seeds = seeds_for("r", pool) + seeds_for("c", pool)
     spec, tensors = encode_args(first)
     staged = p.Stage(args=spec, n_inputs=len(tensors), ref_sets=pool, cand_sets=pool)
@@ -294,6 +296,11 @@ def stage_timing_inputs(ctx: Context) -> None:
 DEVICE_SHARE = 1 / 16
 
 
+def tensor_bytes(values: list[Any]) -> int:
+    """Bytes held by the tensors among `values` (inputs or outputs of one forward)."""
+    return sum(t.nbytes for t in values if isinstance(t, torch.Tensor))
+
+
 def device_budget(device: torch.device) -> int | None:
     """Bytes of device memory one worker's staged sets, or its kept outputs, may take (None: no device limit)."""
     if device.type != "cuda":
@@ -312,7 +319,7 @@ def fitting_set_count(wanted: int, set_bytes: int, device: torch.device) -> int:
 
 def staged_set_count(ctx: Context, set_bytes: int) -> int:
     """`fitting_set_count` for this evaluation; a smaller count than `eval.timed_input_sets` is flagged."""
-    wanted = max(1, ctx.config.timed_input_sets)
+    wanted = max(1, ctx.config.timed_input_sets)  # as fitting_set_count counts it
     pool = fitting_set_count(wanted, set_bytes, ctx.lease.device)
     if pool < wanted:
         ctx.result.flags.append(f"timed on {pool} input set(s) per side, not {wanted}: one set takes "
@@ -473,8 +480,7 @@ def timed_outputs(ctx: Context) -> None:
     pool = len(ctx.timed_sets) or len(ctx.timed_seeds)
     per_set = len(ctx.timed_outputs) // pool if pool else 0
     for k in range(pool):
-        inputs = ctx.timed_sets[k] if ctx.timed_sets else runtime.draw_inputs(
-            ctx.reference.module, ctx.timed_seeds[k], ctx.lease.device, None, on_cpu=ctx.kernelbench_seeding)
+        inputs = ctx.timed_sets[k] if ctx.timed_sets else ctx.draw_timing_inputs(ctx.timed_seeds[k])
         expected = ctx.expected(inputs)
         mismatch = compare(expected, ctx.timed_outputs[k * per_set:(k + 1) * per_set], *ctx.tolerance())
         if mismatch is not None:

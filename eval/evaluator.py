@@ -325,8 +325,7 @@ class Evaluator:
             if not load.ok:
                 raise RuntimeError(f"baseline load failed: {load.error}")
             sets = [ref.inputs(derive_seed(secret, "pool0"))]
-            count = checks.fitting_set_count(self.config.timed_input_sets,
-                                             sum(t.nbytes for t in sets[0] if isinstance(t, torch.Tensor)), lease.device)
+            count = checks.fitting_set_count(self.config.timed_input_sets, checks.tensor_bytes(sets[0]), lease.device)
             sets += [ref.inputs(derive_seed(secret, f"pool{k}")) for k in range(1, count)]
             spec, first = encode_args(sets[0])
             tensors = [t for s in sets for t in encode_args(s)[1]]
