@@ -23,15 +23,16 @@ import secrets
 import statistics
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import torch
 
 from eval import protocol as p
-from eval import launch, static_checks
+from eval import measure, static_checks
 from eval.builds import Build
 from eval.config import EvalConfig
 from eval.pool import Lease
+from eval.reference_process import Session
 from eval.reference import Reference, encode_args, problem_size
 from eval.result import EvalResult, KernelShare, Status, Timing
 from eval.roofline import IMPLAUSIBLE_BELOW_FLOOR, Ceilings
@@ -57,7 +58,8 @@ ERROR_CHARS = 3000
 _HIDDEN_WORK_SHARE = 0.5
 _HIDDEN_WORK_FLOOR_MS = 0.02
 _HIDDEN_WORK_BATCHES = 7
-_BACK_TO_BACK = 50  # calls per batch at most (fewer for long calls: a batch lasts about 20 ms)
+_BACK_TO_BACK = 50  # calls per batch at most (fewer for long calls: a batch lasts about _BATCH_MS)
+_BATCH_MS = 20.0
 
 
 class Verdict(Exception):
@@ -106,11 +108,7 @@ class Context:
     graphs: bool = False  # time both sides as CUDA-graph replays (eval.cuda_graphs=auto, unless a capture failed)
     secret: int = field(default_factory=lambda: secrets.randbits(62))
     reference: Reference | None = None
-    timed_sets: list[list[Any]] = field(default_factory=list)  # the candidate's timing inputs, when carried over
-    timed_seeds: list[int] = field(default_factory=list)  # their seeds, when the worker drew them (redrawn to check)
-    timed_outputs: list[torch.Tensor] = field(default_factory=list)
-    timing_nonce: int = 0  # seeds the fresh inputs of every timed repetition (strict adaptive timing)
-    sampled_reps: list[int] = field(default_factory=list)  # repetitions whose outputs came back, when fresh
+    session: Session | None = None  # this evaluation's reference in the clean reference process
     worker_draws: bool = True  # the worker draws inputs from seeds (false once its draw did not match ours)
     output_bytes: int = 0  # the largest reference output of this evaluation (bytes per forward), once trials start
 
@@ -118,12 +116,24 @@ class Context:
     def on_gpu(self) -> bool:
         return self.lease.device.type == "cuda"
 
+    @property
+    def timed(self) -> bool:
+        """Whether this evaluation times its candidate: on a GPU, or on the CPU when `eval.cpu_timing` asks (the
+        whole two-process pipeline then runs; its times mean nothing)."""
+        return self.on_gpu or self.config.cpu_timing
+
+    def sides(self) -> tuple[measure.Side, measure.Side]:
+        """The two processes of a timing: the clean reference process (re-keyed to the candidate worker's capture
+        key) and the candidate's own worker."""
+        assert self.session is not None
+        return (measure.Side("reference", self.session, self.session.label, key=self.lease.worker.capture_key),
+                measure.Side("candidate", self.lease.worker, "candidate"))
+
     def request(self, message: p.Request, tensors: list[torch.Tensor] | None = None,
-                timeout: float | None = None, on_host: bool = False) -> tuple[Any, list[torch.Tensor]]:
-        """Ask the worker; a failed reply becomes the verdict it implies. Reply tensors land on the evaluation's
-        device, or stay in host memory (`on_host`)."""
-        device = torch.device("cpu") if on_host else self.lease.device
-        reply, out = self.lease.worker.request(message, tensors, timeout=timeout, device=device)
+                timeout: float | None = None, worker: Any = None) -> tuple[Any, list[torch.Tensor]]:
+        """Ask the candidate's worker (or `worker`: the reference session); a failed reply becomes the verdict it
+        implies. Reply tensors land on the evaluation's device."""
+        reply, out = (worker or self.lease.worker).request(message, tensors, timeout=timeout, device=self.lease.device)
         if not reply.ok:
             self.fail_from_reply(reply)
         return reply, out
@@ -182,12 +192,17 @@ def load(ctx: Context) -> None:
     overrides = ctx.problem.meta["small"] if ctx.small else {}
     rules = {} if ctx.config.precision == "strict" and ctx.config.copy_reference_state else {
         "precision": ctx.config.precision, "copy_state": ctx.config.copy_reference_state}
+    label = ctx.problem.path or f"<{ctx.problem.id}>"
     reply, _ = ctx.lease.worker.request(
-        p.Load(problem_source=ctx.problem.source, problem_label=ctx.problem.path or f"<{ctx.problem.id}>",
-               candidate_source=ctx.source, weight_seed=weight_seed, size_overrides=overrides,
+        p.Load(problem_source=ctx.problem.source, problem_label=label, candidate_source=ctx.source,
+               weight_seed=weight_seed, size_overrides=overrides,
                extensions_dir=ctx.build.extensions_dir if ctx.build else None, **rules),
         timeout=ctx.config.import_timeout_s)
     if reply.ok:
+        if ctx.timed:
+            ctx.session = ctx.lease.reference.open(
+                p.Load(problem_source=ctx.problem.source, problem_label=label, weight_seed=weight_seed,
+                       size_overrides=overrides, **rules), timeout=ctx.config.import_timeout_s)
         return
     if reply.oom and not ctx.alone:
         raise RetryAlone()
@@ -200,9 +215,9 @@ def load(ctx: Context) -> None:
 
 
 def reply_cap(config: EvalConfig, reference_output_bytes: int = 0) -> int:
-    """The most tensor bytes one worker reply may carry: the outputs of up to max(3, timed_input_sets) forwards, each
-    at most `eval.max_output_bytes` or, when larger, the reference's own output size."""
-    return max(config.max_output_bytes, reference_output_bytes) * max(p.SAMPLED_REPS, config.timed_input_sets)
+    """The most tensor bytes one worker reply may carry: one forward's outputs, at most `eval.max_output_bytes` or,
+    when larger, the reference's own output size (a block's captures are far smaller than the default)."""
+    return max(config.max_output_bytes, reference_output_bytes)
 
 
 def trials(ctx: Context) -> None:
@@ -254,45 +269,46 @@ def _stop_worker_draws(ctx: Context) -> None:
 
 
 def stage_timing_inputs(ctx: Context) -> None:
-    """Send the timing input sets ahead, so the exclusive window holds only GPU work.
+    """Send the timing input sets ahead to both processes, so the exclusive window holds only GPU work.
 
-    Secret seeding gives the two sides different values; KernelBench's times both on the inputs
-    of its public seed. Where the worker draws the sets itself, the parent draws each once to
-    check its fingerprint and keeps only the seeds: it never holds every set at once.
+    Both get the same sets: repetition r runs on the same inputs on both sides. Where the worker
+    draws its sets itself, the parent draws each once to check its fingerprint and keeps only the
+    seeds (it never holds every set at once); the reference process draws as the parent does.
+    KernelBench's seeding times both on the inputs of its public seed.
     """
     kb = ctx.kernelbench_seeding
     draw = ctx.draw_timing_inputs
-
-    def seeds_for(side: str, n: int) -> list[int]:
-        return [ctx.config.public_seed if kb else derive_seed(ctx.secret, f"time-{side}{k}") for k in range(n)]
-
-    first = draw(seeds_for("r", 1)[0])
-    pool = staged_set_count(ctx, tensor_bytes(first))
-    seeds = seeds_for("r", pool) + seeds_for("c", pool)
+    first_seed = ctx.config.public_seed if kb else derive_seed(ctx.secret, "time0")
+    first = draw(first_seed)
+    count = staged_set_count(ctx, tensor_bytes(first))
+    seeds = [first_seed] + [derive_seed(ctx.secret, f"time{k}") for k in range(1, count)]
     spec, tensors = encode_args(first)
-    staged = p.Stage(args=spec, n_inputs=len(tensors), ref_sets=pool, cand_sets=pool)
+    n_tensors = len(tensors)
+    reference, candidate = ctx.sides()
     timeout = ctx.config.call_timeout_s
     if ctx.worker_draws:
         fingerprints = [runtime.input_fingerprint(first)]
         del first, tensors
         fingerprints += [runtime.input_fingerprint(draw(seed)) for seed in seeds[1:]]
-        reply, _ = ctx.request(replace(staged, seeds=seeds, on_cpu=kb), timeout=timeout)
-        if reply.fingerprints == fingerprints:
-            ctx.timed_seeds = seeds[pool:]
+        replies = [ctx.request(p.Stage(subject=side.subject, args=spec, n_inputs=n_tensors, sets=count, seeds=seeds,
+                                       on_cpu=kb), timeout=timeout, worker=side.worker)[0]
+                   for side in (candidate, reference)]
+        if all(r.fingerprints == fingerprints for r in replies):
             return
         _stop_worker_draws(ctx)
         first = draw(seeds[0])
     sets = [first] + [draw(seed) for seed in seeds[1:]]
-    ctx.timed_sets = sets[pool:]
-    ctx.request(staged, [t for s in sets for t in encode_args(s)[1]], timeout=timeout)
+    carried = [t for s in sets for t in encode_args(s)[1]]
+    for side in (candidate, reference):
+        ctx.request(p.Stage(subject=side.subject, args=spec, n_inputs=n_tensors, sets=count), carried,
+                    timeout=timeout, worker=side.worker)
 
 
-# Each worker's staged timing sets, and the timed outputs it keeps for the parent, take at most this share of
-# the device's memory (a GPU's 4 workers: a quarter together). Past it, a side gets fewer sets, down to one, and
-# the kept outputs wait in host memory. Sets that large are far bigger than L2, which is flushed before every
-# repetition anyway, and under the strict rules every candidate repetition gets fresh values: fewer sets change
-# no measurement, where holding 3 + 3 sets of a 6 GiB input (KernelBench's scaled level 1) ran the device out of
-# memory and failed an honest candidate.
+# Each process's staged timing sets take at most this share of the device's memory (a GPU's 4 evaluations: a
+# quarter together, the reference process's copies included). Past it, the sides get fewer sets, down to one.
+# Sets that large are far bigger than L2, which is flushed before every repetition anyway, and under the strict
+# rules every repetition gets fresh values: fewer sets change no measurement, where holding 3 + 3 sets of a
+# 6 GiB input (KernelBench's scaled level 1) ran the device out of memory and failed an honest candidate.
 DEVICE_SHARE = 1 / 16
 
 
@@ -309,12 +325,12 @@ def device_budget(device: torch.device) -> int | None:
 
 
 def fitting_set_count(wanted: int, set_bytes: int, device: torch.device) -> int:
-    """Timing input sets per side: `wanted`, fewer (at least one) where two sides' sets would not fit the budget."""
+    """Timing input sets per side: `wanted`, fewer (at least one) where one process's sets would not fit its budget."""
     budget = device_budget(device)
     wanted = max(1, wanted)
     if budget is None or set_bytes <= 0:
         return wanted
-    return max(1, min(wanted, budget // (2 * set_bytes)))
+    return max(1, min(wanted, budget // set_bytes))
 
 
 def staged_set_count(ctx: Context, set_bytes: int) -> int:
@@ -333,13 +349,6 @@ def holds_large_tensors(ctx: Context) -> bool:
     when the evaluation ends, so the next evaluations' workers can have it."""
     budget = device_budget(ctx.lease.device)
     return budget is not None and ctx.output_bytes > budget
-
-
-def timed_outputs_on_host(ctx: Context) -> bool:
-    """Whether the timed outputs the worker keeps would take more of the device than the budget allows."""
-    budget = device_budget(ctx.lease.device)
-    kept = max(p.SAMPLED_REPS, ctx.config.timed_input_sets) * ctx.output_bytes
-    return budget is not None and kept > budget
 
 
 def own_kernels(ctx: Context) -> None:
@@ -385,15 +394,23 @@ def own_share_shortfall(share: float | None, minimum: float) -> str | None:
 
 
 def hidden_work(ctx: Context) -> None:
-    """Work left running after return (side streams, threads) must not exist."""
-    reply, _ = ctx.request(p.HiddenWork(reps=_BACK_TO_BACK, batches=_HIDDEN_WORK_BATCHES),
-                           timeout=ctx.config.timing_timeout_s)
-    if reply.violations:
-        raise Verdict(Status.REJECTED, "integrity: " + "; ".join(reply.violations))
-    if reply.stream_mismatches:
+    """Work left running after return (side streams, threads) must not exist. The reference's batches run in the
+    clean reference process, interleaved with the candidate's."""
+    reference, candidate = ctx.sides()
+    timeout = ctx.config.timing_timeout_s
+    try:
+        _, cand, ref = measure.back_to_back(candidate, reference, calls=3, batches=1, timeout=timeout)
+        slowest = max(b["wall_ms"] / b["calls"] for b in cand + ref)
+        calls = max(3, min(_BACK_TO_BACK, int(_BATCH_MS / max(slowest, 1e-3))))
+        first, cand, ref = measure.back_to_back(candidate, reference, calls, _HIDDEN_WORK_BATCHES, timeout)
+    except measure.BlockFailed as exc:
+        _block_failed(ctx, exc)
+    if first.violations:
+        raise Verdict(Status.REJECTED, "integrity: " + "; ".join(first.violations))
+    if first.stream_mismatches:
         raise Verdict(Status.REJECTED, "integrity: the output changed after a device-wide synchronisation, so work "
                                        "was still running outside the current stream when forward returned")
-    finding, ctx.result.hidden_work = judge_back_to_back(reply.candidate, reply.reference)
+    finding, ctx.result.hidden_work = judge_back_to_back(cand, ref)
     if finding:
         raise Verdict(Status.REJECTED, f"integrity: {finding}")
 
@@ -424,70 +441,81 @@ def judge_back_to_back(candidate: list[dict[str, float]],
             f"{per_call * 1000:.1f} us): work runs outside the timed stream (side streams, threads)"), numbers
 
 
+def _block_failed(ctx: Context, exc: measure.BlockFailed) -> NoReturn:
+    """A failed block: the candidate's is a verdict; the reference process's is the harness's failure (or, out of
+    memory beside other evaluations, a retry alone)."""
+    if exc.side == "candidate":
+        ctx.fail_from_reply(exc.reply)
+    if exc.reply.oom and not ctx.alone:
+        raise RetryAlone()
+    raise RuntimeError(f"the reference process failed ({exc.reply.stage}): {trim(exc.reply.error, 600)}")
+
+
 def time_candidate(ctx: Context) -> None:
-    """Timing of reference and candidate; under the strict rule every candidate repetition gets unseen inputs."""
-    fresh = ctx.config.timing_method == "adaptive" and ctx.config.timed_output_checks
-    ctx.timing_nonce = secrets.randbits(62) | 1 if fresh else 0
-    on_host = timed_outputs_on_host(ctx)
-    reply, outputs = ctx.request(p.Time(**timing_rule(ctx.config), nonce=ctx.timing_nonce,
-                                        graphs=ctx.graphs, host_outputs=on_host),
-                                 timeout=ctx.config.timing_timeout_s, on_host=on_host)
-    if ctx.graphs and reply.timing_mode == "capture_failed":
+    """Time the reference (in the clean reference process) against the candidate (in its own worker), blocks
+    alternating; check every timed output against the reference's for the same inputs; bound the candidate's
+    reported times by the wall time observed here. Under the strict rule every repetition gets unseen inputs."""
+    config, result = ctx.config, ctx.result
+    rule = config.timing_rule()
+    fresh = rule.method == "adaptive" and rule.check_outputs and ctx.worker_draws
+    reference, candidate = ctx.sides()
+    try:
+        meas = measure.time_pair(reference, candidate, rule, nonce=secrets.randbits(62) | 1 if fresh else 0,
+                                 graphs=ctx.graphs, timeout=config.timing_timeout_s)
+    except measure.BlockFailed as exc:
+        _block_failed(ctx, exc)
+    except measure.CaptureFailed as exc:
         ctx.lease.worker.kill()
-        raise RetryEager(reply.graph_note[:400] or "a CUDA-graph capture failed")
-    if reply.violations:
-        raise Verdict(Status.REJECTED, "integrity: " + "; ".join(reply.violations))
-    ctx.timed_outputs = outputs
-    launch.record_mode(ctx, reply)
-    ctx.sampled_reps = reply.sampled_reps if reply.fresh_inputs else []
-    if fresh and not reply.fresh_inputs:
-        ctx.result.flags.append("timed inputs rotated among the staged sets: the problem's get_inputs() draws "
-                                "other shapes each time, so fresh inputs per repetition could not be used")
-    if ctx.config.timed_output_checks and reply.inconsistent_timed_outputs:
-        raise Verdict(Status.REJECTED, f"integrity: {reply.inconsistent_timed_outputs} timed runs returned "
-                                       "different outputs for the same inputs (stale, cached or skipped work)")
-    result = ctx.result
-    result.reference_timing = Timing.from_dict(reply.reference)
-    result.candidate_timing = Timing.from_dict(reply.candidate)
-    result.timing_meaningful = True
-    if ctx.config.timing_statistic == "median":
-        result.speedup = result.reference_timing.median_ms / result.candidate_timing.median_ms
-    else:  # the mean is not a field of Timing: the note below keeps both means with the result
-        result.speedup = reply.reference["mean_ms"] / reply.candidate["mean_ms"]
-    if ctx.config.timing_method != "adaptive" or ctx.config.timing_statistic != "median" or not ctx.config.l2_flush:
-        result.flags.append(timing_note(ctx.config, reply.reference, reply.candidate))
-
-
-def timed_outputs(ctx: Context) -> None:
-    """What the candidate returned while being timed must be right too.
-
-    With fresh inputs, the outputs are those of repetitions the worker sampled at random as they
-    ran; their inputs are redrawn here from the nonce, so a memo or a skipped call shows as wrong.
-    """
-    assert ctx.reference is not None
-    if ctx.sampled_reps:
-        per_rep = len(ctx.timed_outputs) // len(ctx.sampled_reps)
-        for i, rep in enumerate(ctx.sampled_reps):
-            inputs = ctx.reference.inputs(derive_seed(ctx.timing_nonce, f"rep{rep}"))
-            got = ctx.timed_outputs[i * per_rep:(i + 1) * per_rep]
-            mismatch = compare(ctx.expected(inputs), got, *ctx.tolerance())
-            if mismatch is not None:
-                ctx.result.mismatch = mismatch
-                ctx.result.speedup = None
-                raise Verdict(Status.INCORRECT, f"the output of timed repetition {rep} (fresh inputs) is wrong: "
-                                                f"output {mismatch.output}: {mismatch.reason}")
+        raise RetryEager(f"the {exc.side}'s {exc.note}"[:400]) from None
+    except measure.Forged as exc:
+        if exc.side != "candidate":
+            raise RuntimeError(f"the reference process's reply was malformed: {exc}") from None
+        raise Verdict(Status.REJECTED, f"integrity: {exc}") from None
+    if meas.violations:
+        raise Verdict(Status.REJECTED, "integrity: " + "; ".join(meas.violations[:4]))
+    record_mode(ctx, meas)
+    if fresh and not meas.fresh_inputs:
+        result.flags.append("timed inputs rotated among the staged sets: the problem's get_inputs() draws other "
+                            "shapes each time, so fresh inputs per repetition could not be used")
+    if rule.check_outputs:
+        wrong = measure.first_capture_mismatch(meas, *ctx.tolerance())
+        if wrong:
+            raise Verdict(Status.INCORRECT, wrong)
+    ref, cand = meas.summary("reference"), meas.summary("candidate")
+    result.reference_timing, result.candidate_timing = Timing.from_dict(ref), Timing.from_dict(cand)
+    if not ctx.on_gpu:  # host-clock times of the CPU pipeline: no bound, no speedup
         return
-    pool = len(ctx.timed_sets) or len(ctx.timed_seeds)
-    per_set = len(ctx.timed_outputs) // pool if pool else 0
-    for k in range(pool):
-        inputs = ctx.timed_sets[k] if ctx.timed_sets else ctx.draw_timing_inputs(ctx.timed_seeds[k])
-        expected = ctx.expected(inputs)
-        mismatch = compare(expected, ctx.timed_outputs[k * per_set:(k + 1) * per_set], *ctx.tolerance())
-        if mismatch is not None:
-            ctx.result.mismatch = mismatch
-            ctx.result.speedup = None
-            raise Verdict(Status.INCORRECT, f"an output of a timed run is wrong: output {mismatch.output}: "
-                                            f"{mismatch.reason}")
+    finding, result.wall_bound = measure.wall_bound(meas)
+    if finding:
+        raise Verdict(Status.REJECTED, f"integrity: {finding}")
+    result.timing_meaningful = True
+    key = "median_ms" if rule.statistic == "median" else "mean_ms"
+    result.speedup = ref[key] / cand[key]
+    if rule.method != "adaptive" or rule.statistic != "median" or not rule.flush:
+        result.flags.append(timing_note(config, ref, cand))
+
+
+def host_bound(ctx: Context) -> None:
+    """Measure both sides' host and GPU time per call, each in its own process; record them and flag the result when
+    a side is host-bound (`measure.HOST_SHARE_AT`). The flag changes no verdict and no speedup."""
+    result = ctx.result
+    bound = []
+    for side in ctx.sides():
+        msg = p.Busy(subject=side.subject, calls=measure.BUSY_CALLS, flush=ctx.config.l2_flush,
+                     profile_above_ms=measure.HOST_FLOOR_MS)
+        reply, _ = ctx.request(msg, timeout=ctx.config.timing_timeout_s, worker=side.worker)
+        if measure.record_host_time(result, side.name, reply.side):
+            bound.append(side.name)
+    result.host_bound = bound
+    if bound:
+        result.flags.append(measure.host_bound_flag(result.host_share, bound, result.timing_mode))
+
+
+def record_mode(ctx: Context, meas: measure.Measurement) -> None:
+    """Which way the timed calls ran, and why graphs were not used when they were asked for."""
+    ctx.result.timing_mode = "cuda_graph" if meas.timing_mode == "cuda_graph" else "eager"
+    if ctx.graphs and ctx.result.timing_mode != "cuda_graph":
+        ctx.result.flags.append("cuda_graphs: " + (meas.graph_note[:400] or "graphs were not used"))
 
 
 def in_order(ctx: Context) -> None:
@@ -522,7 +550,8 @@ def judge_speed(problem: Problem, ceilings: Ceilings, seconds: float) -> tuple[f
 
 @dataclass(frozen=True)
 class Step:
-    """One check: its name (a key of `phase_seconds`), function, GPU access, and whether it runs only on a GPU.
+    """One check: its name (a key of `phase_seconds`), function, GPU access, and where it runs: "any" device,
+    only on a GPU, or wherever timings are taken ("timed": a GPU, or the CPU with `eval.cpu_timing`).
 
     access: "shared", "exclusive", "none", or "per_trial" (the step holds the gate itself, shared,
     around each unit of its GPU work).
@@ -531,20 +560,19 @@ class Step:
     name: str
     run: Callable[[Context], None]
     access: str
-    gpu_only: bool = False
+    runs: str = "any"
     enabled: Callable[[EvalConfig], bool] = lambda config: True  # a preset may leave the step out
 
 
 PIPELINE: tuple[Step, ...] = (
     Step("load", load, "shared"),
     Step("correctness", trials, "per_trial"),
-    Step("stage", stage_timing_inputs, "shared", gpu_only=True),
+    Step("stage", stage_timing_inputs, "shared", runs="timed"),
     Step("kernels", own_kernels, "exclusive"),
-    Step("hidden_work", hidden_work, "exclusive", gpu_only=True, enabled=lambda c: c.hidden_work_check),
-    Step("timing", time_candidate, "exclusive", gpu_only=True),
-    Step("host_bound", launch.host_bound, "exclusive", gpu_only=True),
-    Step("timed_outputs", timed_outputs, "shared", gpu_only=True, enabled=lambda c: c.timed_output_checks),
-    Step("speed_of_light", speed_of_light, "none", gpu_only=True),
+    Step("hidden_work", hidden_work, "exclusive", runs="gpu", enabled=lambda c: c.hidden_work_check),
+    Step("timing", time_candidate, "exclusive", runs="timed"),
+    Step("host_bound", host_bound, "exclusive", runs="gpu"),
+    Step("speed_of_light", speed_of_light, "none", runs="gpu"),
     Step("in_order", in_order, "none"),
 )
 
@@ -552,7 +580,8 @@ PIPELINE: tuple[Step, ...] = (
 def run_pipeline(ctx: Context) -> None:
     """Run every step in order, holding the GPU gate per run of same-access steps; decide `correct` at the end."""
     ctx.result.preset = ctx.config.preset
-    steps = [s for s in PIPELINE if (ctx.on_gpu or not s.gpu_only) and s.enabled(ctx.config)]
+    runs = {"any", "timed", "gpu"} if ctx.on_gpu else {"any", "timed"} if ctx.timed else {"any"}
+    steps = [s for s in PIPELINE if s.runs in runs and s.enabled(ctx.config)]
     i = 0
     while i < len(steps):
         j = i
@@ -570,29 +599,11 @@ def run_pipeline(ctx: Context) -> None:
                 finally:
                     ctx.result.phase_seconds[step.name] = round(time.perf_counter() - t0, 4)
         i = j
-    notes = [] if ctx.result.timing_meaningful else ["CPU interpreter: timings not meaningful"]
+    notes = [] if ctx.on_gpu else ["CPU interpreter: timings not meaningful"]
     if ctx.small:
         notes.append("checked at the problem's reduced sizes")
     ctx.result.status = Status.CORRECT
     ctx.result.reason = "correct" + (f" ({'; '.join(notes)})" if notes else "")
-
-
-def timing_rule(config: EvalConfig) -> dict[str, Any]:
-    """The timing fields of a `Time` or `TimeCompiled` request.
-
-    Fields of KernelBench's method appear only when they differ from the strict rule, so the
-    strict rule (which keys the baseline cache) reads as it did before they existed.
-    """
-    rule: dict[str, Any] = {"min_reps": config.min_reps, "max_reps": config.max_reps,
-                            "target_rel_stderr": config.target_rel_stderr, "budget_s": config.time_budget_s,
-                            "warmup_ms": config.warmup_ms}
-    extra = {"method": config.timing_method, "flush": config.l2_flush, "reps": config.fixed_reps,
-             "warmup_calls": config.fixed_warmup_calls, "check_outputs": config.timed_output_checks}
-    if config.timing_method == "adaptive":
-        extra.pop("reps"), extra.pop("warmup_calls")
-    strict = {"method": "adaptive", "flush": True, "check_outputs": True}
-    rule.update({k: v for k, v in extra.items() if strict.get(k) != v})
-    return rule
 
 
 def timing_note(config: EvalConfig, reference: dict[str, float], candidate: dict[str, float]) -> str:

@@ -16,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from eval.protocol import TimingRule
 from problems.compare import tolerance
 
 _CHOICES = {
@@ -34,7 +35,7 @@ _ADDED_LATER: dict[str, Any] = {
     "preset": "default", "precision": "strict", "seeding": "secret", "public_seed": 42,
     "copy_reference_state": True, "hidden_shapes": True, "hidden_work_check": True, "timed_output_checks": True,
     "timing_method": "adaptive", "timing_statistic": "median", "l2_flush": True, "fixed_reps": 100,
-    "fixed_warmup_calls": 3, "cuda_graphs": "off",
+    "fixed_warmup_calls": 3, "cuda_graphs": "off", "cpu_timing": False,
 }
 # The own-share rule changes strict verdicts, so at its default it keys the cache (no strict result cached
 # before the rule existed is reused); off (0, as under eval=kernelbench) it stays out of the key.
@@ -56,8 +57,10 @@ class EvalConfig:
       in [0, 1), 0 turns it off. Not measurable on a CPU (no profile), so never applied there.
     problem_scale: "auto" uses a problem's reduced sizes (META["small"]) on CPU and full sizes on a GPU.
     max_output_bytes: the most bytes one forward's outputs may take, or the reference's own outputs where
-      they take more (an honest candidate returns exactly those); a worker reply carries at most
-      max(3, timed_input_sets) forwards' outputs, and more than that is a verdict on the candidate.
+      they take more (an honest candidate returns exactly those); a worker reply carrying more
+      is a verdict on the candidate.
+    cpu_timing: without a GPU, still run the staging and timing steps (reference process, blocks,
+      captures) with host-clock times that mean nothing: it exercises the whole pipeline in CI.
 
     Rules a preset may relax (defaults are the strict ones; `eval=kernelbench` sets the others):
     preset: the name recorded in every result and shown in reports.
@@ -70,8 +73,9 @@ class EvalConfig:
       (KernelBench does not: its two models only share the construction seed).
     hidden_shapes: also check the problem's hidden input shapes (`get_extra_inputs()`).
     hidden_work_check: reject work left running after forward returns (side streams, threads).
-    timed_output_checks: check every timed output against the first for its inputs and the reference.
-    timing_method: "adaptive" (interleaved, until the relative standard error is under
+    timed_output_checks: capture every timed output and check it against the reference's output for the
+      same inputs (`eval.capture`).
+    timing_method: "adaptive" (blocks alternating between the two processes, until the relative standard error is under
       `target_rel_stderr`) or "fixed" (`fixed_warmup_calls` warm-up calls, then `fixed_reps`
       calls per side, each bracketed by CUDA events and followed by a device synchronisation).
     timing_statistic: what speedups compare, "median" or "mean".
@@ -133,6 +137,7 @@ class EvalConfig:
     fixed_reps: int = 100
     fixed_warmup_calls: int = 3
     cuda_graphs: str = "off"
+    cpu_timing: bool = False
 
     def __post_init__(self) -> None:
         problems = [f"eval.{name} must be one of {', '.join(ok)}, not {getattr(self, name)!r}"
@@ -169,6 +174,14 @@ class EvalConfig:
         """
         return {k: v for k, v in dataclasses.asdict(self).items()
                 if k not in _WHERE_IT_RUNS and not (k in _ADDED_LATER and v == _ADDED_LATER[k])}
+
+    def timing_rule(self) -> TimingRule:
+        """The timing rule these settings give: what the parent plans with and what each timed block carries."""
+        return TimingRule(method=self.timing_method, min_reps=self.min_reps, max_reps=self.max_reps,
+                          target_rel_stderr=self.target_rel_stderr, budget_s=self.time_budget_s,
+                          warmup_ms=self.warmup_ms, flush=self.l2_flush, reps=self.fixed_reps,
+                          warmup_calls=self.fixed_warmup_calls, check_outputs=self.timed_output_checks,
+                          statistic=self.timing_statistic)
 
     def tolerance(self, dtype: str, problem_atol: float | None, problem_rtol: float | None) -> tuple[float, float]:
         """atol, rtol for a problem: explicit config, then the problem's override, then the dtype default."""

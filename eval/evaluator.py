@@ -10,6 +10,7 @@ never imports candidate code.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import secrets
@@ -23,7 +24,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from eval import checks, reaper, static_checks
+from eval import checks, measure, reaper, static_checks
 from eval import protocol as p
 from eval.builds import Build, Builder
 from eval.cache import JsonCache, cache_key
@@ -37,6 +38,8 @@ from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout, protect_paren
 from problems.problem import Problem
 from problems.runtime import derive_seed, strict_precision
 
+# How timings are taken; a cached result or baseline measured another way is not reused.
+MEASUREMENT = "two-process-native-v1"
 _CPU_WORKERS_MAX = 4
 _GPU_WORKERS_DEFAULT = 4
 
@@ -193,7 +196,7 @@ class Evaluator:
     def baseline(self, problem: Problem) -> dict[str, Any]:
         """Eager and torch.compile timings of a problem (cached per device and versions)."""
         key = cache_key(problem=problem.source_hash, device=self.device_name, versions=self.versions,
-                        timing=checks.timing_rule(self.config))
+                        timing=dataclasses.asdict(self.config.timing_rule()), measure=MEASUREMENT)
         with self._baseline_lock:
             if self._baselines is not None and (hit := self._baselines.get(key)) is not None:
                 return hit
@@ -208,7 +211,8 @@ class Evaluator:
     def _evaluate(self, job: Job, report: static_checks.SourceReport, build: Future[Build] | None) -> EvalResult:
         t0 = time.perf_counter()
         key = cache_key(problem=job.problem.source_hash, candidate=job.source, backend=job.backend,
-                        config=self.config.cache_fields(), device=self.device_name, versions=self.versions)
+                        config=self.config.cache_fields(), device=self.device_name, versions=self.versions,
+                        measure=MEASUREMENT)
         if self._cache is not None and (hit := self._cache.get(key)) is not None:
             cached = EvalResult.from_dict(hit)
             cached.cached = True
@@ -282,13 +286,11 @@ class Evaluator:
         ctx = Context(problem=job.problem, source=job.source, report=report, config=self.config, lease=lease,
                       result=result, small=small, build=built, ceilings=self._ceilings, alone=alone, graphs=graphs)
         lease.worker.cap_replies(checks.reply_cap(self.config))  # until this problem's trials say more
-        reusable = False
         try:
             with lease.gate.hold("exclusive" if alone else "none"):
                 if alone and lease.device.type == "cuda":
                     torch.cuda.empty_cache()  # what the attempt that ran out of memory left cached here
                 checks.run_pipeline(ctx)
-            reusable = True
         except RetryAlone:
             lease.worker.kill()  # its device memory is free before the retry starts, not later in the background
             raise
@@ -299,46 +301,45 @@ class Evaluator:
             result.status, result.reason = Status.CRASH, f"crash: {exc.detail}"
             result.stdout_tail = result.error = trim(exc.output)
         finally:
-            self._pool.release(lease, reusable and lease.worker.alive())
+            if ctx.session is not None:
+                ctx.session.close()
+            self._pool.release(lease)
             if checks.holds_large_tensors(ctx):  # the parent's cached blocks would crowd the next evaluations
                 torch.cuda.empty_cache()
 
     # -- baselines ---------------------------------------------------------------------------
     def _measure_baseline(self, problem: Problem) -> dict[str, Any]:
+        """Eager against torch.compile, both in one clean worker that never sees a candidate, blocks alternating."""
         secret = secrets.randbits(62)
         lease = self._pool.acquire()
-        reusable = False
         try:
-            reply = self._time_compiled(lease, problem, secret)
-            reusable = True
+            weight_seed, input_seed = derive_seed(secret, "weights"), derive_seed(secret, "pool0")
+            with lease.gate.hold("shared"):
+                spec, tensors = encode_args(Reference(problem, weight_seed, lease.device).inputs(input_seed))
+                for subject, compiled in (("eager", False), ("compiled", True)):
+                    load, _ = lease.worker.request(
+                        p.Load(problem_source=problem.source, problem_label=problem.path or problem.id,
+                               weight_seed=weight_seed, subject=subject, compiled=compiled),
+                        timeout=self.config.import_timeout_s)
+                    if not load.ok:
+                        raise RuntimeError(f"baseline load failed: {load.error}")
+                    staged, _ = lease.worker.request(
+                        p.Stage(subject=subject, args=spec, n_inputs=len(tensors), sets=1), tensors,
+                        timeout=self.config.call_timeout_s)
+                    if not staged.ok:
+                        raise RuntimeError(f"baseline staging failed: {staged.error}")
+            rule = dataclasses.replace(self.config.timing_rule(), check_outputs=False, warmup_ms=max(
+                self.config.warmup_ms, 200.0))
+            with lease.gate.hold("exclusive"):
+                meas = measure.time_pair(measure.Side("eager", lease.worker, "eager"),
+                                         measure.Side("compiled", lease.worker, "compiled"), rule, nonce=0,
+                                         graphs=False, timeout=self.config.timing_timeout_s + 600)
+        except measure.BlockFailed as exc:
+            raise RuntimeError(f"baseline timing failed: {trim(exc.reply.error)}") from None
         finally:
-            self._pool.release(lease, reusable)
-        return {"eager": reply.eager, "compiled": reply.compiled, "device": self.device_name, "versions": self.versions}
-
-    def _time_compiled(self, lease: Lease, problem: Problem, secret: int) -> p.TimeCompiledReply:
-        worker = lease.worker
-        with lease.gate.hold("shared"):
-            weight_seed = derive_seed(secret, "weights")
-            ref = Reference(problem, weight_seed, lease.device)
-            load, _ = worker.request(p.Load(problem_source=problem.source, problem_label=problem.path or problem.id,
-                                            weight_seed=weight_seed), timeout=self.config.import_timeout_s)
-            if not load.ok:
-                raise RuntimeError(f"baseline load failed: {load.error}")
-            sets = [ref.inputs(derive_seed(secret, "pool0"))]
-            count = checks.fitting_set_count(self.config.timed_input_sets, checks.tensor_bytes(sets[0]), lease.device)
-            sets += [ref.inputs(derive_seed(secret, f"pool{k}")) for k in range(1, count)]
-            spec, first = encode_args(sets[0])
-            tensors = [t for s in sets for t in encode_args(s)[1]]
-            staged, _ = worker.request(p.Stage(args=spec, n_inputs=len(first), ref_sets=len(sets)), tensors,
-                                       timeout=self.config.call_timeout_s)
-            if not staged.ok:
-                raise RuntimeError(f"baseline staging failed: {staged.error}")
-        with lease.gate.hold("exclusive"):
-            reply, _ = worker.request(p.TimeCompiled(**checks.timing_rule(self.config)),
-                                      timeout=self.config.timing_timeout_s + 600)
-        if not reply.ok:
-            raise RuntimeError(f"baseline timing failed: {trim(reply.error)}")
-        return reply
+            self._pool.release(lease)
+        return {"eager": meas.summary("eager"), "compiled": meas.summary("compiled"), "device": self.device_name,
+                "versions": self.versions}
 
     def compile_speedup(self, problem: Problem, result: EvalResult) -> None:
         """Add the speedup over torch.compile to a correct, timed result (`eval.compile_baseline`)."""
@@ -361,8 +362,11 @@ class Evaluator:
         worker = WorkerProcess(device="cuda" if gpu_index is not None else "cpu", gpu_index=gpu_index,
                                log_cap_bytes=self.config.log_cap_bytes, isolate_network=self.config.isolate_network,
                                extra_env=env, max_reply_bytes=checks.reply_cap(self.config))
+        # keys the captures of its timed outputs; sent before any candidate code exists in the worker
+        worker.capture_key = secrets.randbits(63) | 1
         try:
-            reply, _ = worker.request(p.Hello(device="cuda:0" if gpu_index is not None else "cpu"), timeout=300)
+            reply, _ = worker.request(p.Hello(device="cuda:0" if gpu_index is not None else "cpu",
+                                              capture_key=worker.capture_key), timeout=300)
         except (WorkerDied, WorkerTimeout) as exc:
             worker.kill()
             raise RuntimeError(f"the evaluation worker failed to start: {exc}\n{getattr(exc, 'output', '')}") from None

@@ -1,10 +1,12 @@
 """Warm sandboxed workers for every GPU of the host, and the gate that keeps timing clean.
 
-Each GPU gets `workers_per_gpu` workers, spawned ahead with torch, Triton, the CUDA context
-and the profiler initialised. An evaluation leases any idle worker (so work spreads over all
-GPUs), and gives it back when done: a clean worker is unloaded and reused in the
-background; any other is killed and a replacement spawned in the background, never on a
-candidate's path.
+Each GPU keeps `workers_per_gpu` spare workers warm, spawned ahead with torch, Triton, the CUDA
+context, the profiler and the native timing loop initialised. An evaluation leases any idle
+worker (so work spreads over all GPUs), and a replacement starts at once in the background,
+never on a candidate's path. A worker serves one candidate and is killed when it is given
+back: nothing of one candidate (modules, patches, modes, threads, files, CUDA state) can reach
+the next. Each GPU also has its clean reference process (`eval.reference_process`), where the
+references are timed.
 
 Several evaluations run on one GPU at once (imports, JIT, correctness trials), but timing
 must have the GPU to itself: each GPU's `GpuGate` is a shared/exclusive lock that every
@@ -24,8 +26,8 @@ from typing import Callable, Iterator
 
 import torch
 
-from eval import protocol
-from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout
+from eval.reference_process import ReferenceProcess
+from eval.sandbox import WorkerProcess
 
 
 class GpuGate:
@@ -89,10 +91,11 @@ class GpuGate:
 
 @dataclass
 class Lease:
-    """A worker lent to one evaluation, with its GPU's gate and the device the parent uses beside it."""
+    """A worker lent to one evaluation, with its GPU's gate, reference process and the device the parent uses."""
 
     worker: WorkerProcess
     gate: GpuGate
+    reference: ReferenceProcess
     device: torch.device
     gpu_index: int | None
 
@@ -109,6 +112,7 @@ class WorkerPool:
         self._make_worker = make_worker
         self._idle: queue.Queue[WorkerProcess | _SpawnFailure] = queue.Queue()
         self._gates = {g: GpuGate() for g in gpu_indices}
+        self._references = {g: ReferenceProcess(lambda g=g: make_worker(g)) for g in gpu_indices}
         self._live: set[WorkerProcess] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -119,6 +123,7 @@ class WorkerPool:
         for g in gpu_indices:
             for _ in range(per_device):
                 self._replace(g)
+            self._background.submit(self._references[g].start)
 
     def wait_warm(self, timeout: float | None = None) -> bool:
         """Block until every first-generation worker has started (or failed to); True if all did in time."""
@@ -142,15 +147,16 @@ class WorkerPool:
                 break
             self._discard(item)
         g = item.gpu_index
+        self._replace(g)  # a fresh spare, started now, off this candidate's path
         device = torch.device(f"cuda:{g}") if g is not None else torch.device("cpu")
-        return Lease(item, self._gates[g], device, g)
+        return Lease(item, self._gates[g], self._references[g], device, g)
 
-    def release(self, lease: Lease, reusable: bool) -> None:
-        """Give a worker back: reused after an unload when `reusable`, else replaced. Both in the background."""
-        if self._closed:
+    def release(self, lease: Lease) -> None:
+        """Give a worker back: it is killed (in the background); its replacement started when it was leased."""
+        try:
+            self._background.submit(self._discard, lease.worker, False)
+        except RuntimeError:  # shutting down
             self._discard(lease.worker, respawn=False)
-            return
-        self._background.submit(self._recycle if reusable else self._discard, lease.worker)
 
     def close(self) -> None:
         """Stop every worker, idle, leased or starting."""
@@ -160,22 +166,14 @@ class WorkerPool:
             live = list(self._live)
         for worker in live:
             worker.close()
+        for reference in self._references.values():
+            reference.close()
 
     def _count_start(self) -> None:
         with self._lock:
             self._started += 1
             if self._started >= self.size:
                 self._warm.set()
-
-    def _recycle(self, worker: WorkerProcess) -> None:
-        try:
-            reply, _ = worker.request(protocol.Unload(), timeout=60)
-        except (WorkerDied, WorkerTimeout):
-            reply = None
-        if reply is not None and reply.ok and worker.alive() and not self._closed:
-            self._idle.put(worker)
-        else:
-            self._discard(worker)
 
     def _discard(self, worker: WorkerProcess, respawn: bool = True) -> None:
         worker.kill()

@@ -16,9 +16,6 @@ from typing import Any, ClassVar, Optional, Union
 
 from eval.wire import ProtocolError
 
-# Timed repetitions whose outputs a Time reply carries back for the parent to check.
-SAMPLED_REPS = 3
-
 # An input list travels as a JSON spec plus tensors: {"t": i} stands for tensor i, anything else is a literal.
 ArgSpec = list[Any]
 
@@ -49,11 +46,14 @@ class HelloReply(Reply):
 
 @dataclass
 class Hello(Request):
-    """Set the device, initialise CUDA, Triton and the profiler, report facts about the sandbox."""
+    """Set the device, initialise CUDA, Triton, the profiler and the native timing loop, report facts about the
+    sandbox. `capture_key` keys the captures of timed outputs; it is sent before any candidate code exists in
+    the process, and only the native loop keeps it."""
 
     cmd: ClassVar[str] = "hello"
     reply: ClassVar[type[Reply]] = HelloReply
     device: str = "cpu"
+    capture_key: int = 0
 
 
 @dataclass
@@ -64,10 +64,14 @@ class LoadReply(Reply):
 
 @dataclass
 class Load(Request):
-    """Build the reference model and, unless `candidate_source` is None, import the candidate and build ModelNew."""
+    """Build the problem's reference model as `subject` (with `compiled`, torch.compile of it) or, with a
+    `candidate_source`, import the candidate and build ModelNew as `subject` (the reference model is then
+    built only to copy its parameters, and never timed in this process)."""
 
     cmd: ClassVar[str] = "load"
     reply: ClassVar[type[Reply]] = LoadReply
+    subject: str = "candidate"
+    compiled: bool = False
     problem_source: str = ""
     problem_label: str = ""
     candidate_source: Optional[str] = None
@@ -132,127 +136,117 @@ class StageReply(Reply):
 
 @dataclass
 class Stage(Request):
-    """Keep input sets on the device for timing: `ref_sets` sets for the reference, then `cand_sets` for the candidate.
+    """Keep `sets` timing input sets on the device for `subject`, rotated by repetition index when no nonce is given.
 
     The sets are the tensors carried, or, with `seeds` (one per set), drawn by the worker as in `Run`.
     """
 
     cmd: ClassVar[str] = "stage"
     reply: ClassVar[type[Reply]] = StageReply
+    subject: str = "candidate"
     args: ArgSpec = field(default_factory=list)
     n_inputs: int = 0
-    ref_sets: int = 0
-    cand_sets: int = 0
+    sets: int = 0
     seeds: list[int] = field(default_factory=list)
     on_cpu: bool = False
 
 
 @dataclass
-class HiddenWorkReply(Reply):
-    stream_mismatches: int = 0
-    # one entry per batch of back-to-back calls, in the order measured (the two sides interleaved):
-    # wall_ms, event_ms, excess_ms_per_call (wall minus events, per call) and calls
-    candidate: list[dict[str, float]] = field(default_factory=list)
-    reference: list[dict[str, float]] = field(default_factory=list)
-    violations: list[str] = field(default_factory=list)
+class TimingRule:
+    """How both sides are timed: the config's value (`EvalConfig.timing_rule()`) and the wire's (inside `TimeBlock`).
 
-
-@dataclass
-class HiddenWork(Request):
-    """Output right after return vs after a full sync; then `batches` batches per side of back-to-back
-    calls (at most `reps` each, fewer for long calls so a batch lasts about `batch_ms`), the candidate's
-    and the reference's interleaved, each batch's wall time against the sum of its events (staged inputs)."""
-
-    cmd: ClassVar[str] = "hidden_work"
-    reply: ClassVar[type[Reply]] = HiddenWorkReply
-    reps: int = 50
-    batches: int = 7
-    batch_ms: float = 20.0
-
-
-@dataclass
-class TimingRule(Request):
-    """The timing rule shared by `Time` and `TimeCompiled`.
-
-    method "adaptive": interleaved repetitions until the relative standard error is under the
-    target (or the budget is spent). method "fixed" (KernelBench's): `warmup_calls` calls, then
-    `reps` calls per side, each between CUDA events and followed by a device synchronisation.
-    `flush` clears the L2 before each timed call; `check_outputs` keeps the candidate's timed
-    outputs for the drift and correctness checks.
+    method "adaptive": blocks of repetitions alternate between the two processes (A B B A) until the
+    relative standard error of both medians is under `target_rel_stderr` or `budget_s` is spent, with
+    `min_reps`..`max_reps` repetitions per side. method "fixed" (KernelBench's): `warmup_calls` calls, then
+    `reps` calls per side, each synchronised, one side after the other. `flush` clears the L2 before every
+    call; `check_outputs` captures every timed output for the parent to check.
     """
 
+    method: str = "adaptive"
     min_reps: int = 20
     max_reps: int = 1000
     target_rel_stderr: float = 0.01
     budget_s: float = 6.0
     warmup_ms: float = 25.0
-    method: str = "adaptive"
     flush: bool = True
     reps: int = 100
     warmup_calls: int = 3
     check_outputs: bool = True
+    statistic: str = "median"
 
 
 @dataclass
-class TimeReply(Reply):
-    reference: dict[str, float] = field(default_factory=dict)
-    candidate: dict[str, float] = field(default_factory=dict)
-    inconsistent_timed_outputs: int = 0
+class TimeBlockReply(Reply):
+    times_ms: list[float] = field(default_factory=list)  # CUDA-event time of each repetition, in order
+    leaves: list[list[Any]] = field(default_factory=list)  # [dtype, shape] of each output tensor (captures' order)
     violations: list[str] = field(default_factory=list)
-    fresh_inputs: bool = False  # every repetition drew new candidate inputs (then outputs are of `sampled_reps`)
-    sampled_reps: list[int] = field(default_factory=list)
-    timing_mode: str = "eager"  # "cuda_graph": both sides as CUDA-graph replays; "capture_failed": nothing timed
-    graph_note: str = ""  # why graphs were asked for but not used (a side's capture failed)
+    fresh_inputs: bool = False  # every repetition drew its own inputs from the nonce
+    timing_mode: str = "eager"  # "cuda_graph": replays of a captured graph; "capture_failed": nothing timed
+    graph_note: str = ""
 
 
 @dataclass
-class Time(TimingRule):
-    """Timing on the staged sets; replies with timed outputs for the parent to check.
+class TimeBlock(Request):
+    """Time `reps` repetitions of `subject` in the worker's native loop; replies with the raw event times and, with
+    `capture`, one capture per repetition and output (`eval.capture`) as a float64 tensor.
 
-    With a `nonce` (adaptive method only), every candidate repetition gets inputs never seen
-    before, drawn on the device outside the timed interval from `derive_seed(nonce, "rep<i>")`,
-    and the outputs of a few repetitions chosen at random as they run come back with their
-    indices, so the parent can redraw those inputs and check them. Without one, the staged
-    sets rotate and the first output per set comes back.
+    Repetition `first_rep + i` gets inputs drawn from `derive_seed(nonce, "rep<r>")` (a nonce) or the staged set
+    `r mod sets` (nonce 0): the two processes get the same inputs for the same repetition index. `key`, when
+    non-zero, re-keys the captures (sent only to the trusted reference process: a candidate's key is set
+    before its code is imported). `sync_each` synchronises after every call (KernelBench's method);
+    `graphs` times replays of a CUDA graph of the subject's forward, captured at the first such block.
     """
 
-    cmd: ClassVar[str] = "time"
-    reply: ClassVar[type[Reply]] = TimeReply
+    cmd: ClassVar[str] = "time_block"
+    reply: ClassVar[type[Reply]] = TimeBlockReply
+    subject: str = "candidate"
+    reps: int = 1
+    first_rep: int = 0
     nonce: int = 0
-    graphs: bool = False  # capture each side's forward in a CUDA graph and time its replays (`eval.cuda_graphs=auto`)
-    host_outputs: bool = False  # keep the timed outputs that come back in host memory, not on the device
+    flush: bool = True
+    sync_each: bool = False
+    capture: bool = True
+    graphs: bool = False
+    key: int = 0
 
 
 @dataclass
-class TimeCompiledReply(Reply):
-    eager: dict[str, float] = field(default_factory=dict)
-    compiled: dict[str, float] = field(default_factory=dict)
+class BackToBackReply(Reply):
+    # one entry per batch: wall_ms, event_ms, excess_ms_per_call (wall minus events, per call) and calls
+    batches: list[dict[str, float]] = field(default_factory=list)
+    stream_mismatches: int = 0  # outputs that changed after a device-wide synchronisation (with `check_stream`)
+    violations: list[str] = field(default_factory=list)
 
 
 @dataclass
-class TimeCompiled(TimingRule):
-    """torch.compile(reference) against eager on the staged reference sets (baselines only)."""
+class BackToBack(Request):
+    """`batches` batches of `calls` back-to-back calls of `subject` on its staged inputs, each ending in one device
+    synchronisation: wall time against the sum of the calls' events. With `check_stream`, first compare
+    the output copied right after return with the output after a full synchronisation, three times."""
 
-    cmd: ClassVar[str] = "time_compiled"
-    reply: ClassVar[type[Reply]] = TimeCompiledReply
+    cmd: ClassVar[str] = "back_to_back"
+    reply: ClassVar[type[Reply]] = BackToBackReply
+    subject: str = "candidate"
+    calls: int = 50
+    batches: int = 1
+    check_stream: bool = False
 
 
 @dataclass
 class BusyReply(Reply):
-    # per side: host_ms and event_ms; kernel_ms and busy too for the sides that were profiled
-    sides: dict[str, dict[str, float]] = field(default_factory=dict)
+    # host_ms and event_ms; kernel_ms and busy too when profiled
+    side: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
 class Busy(Request):
-    """How much of an eager call's time the GPU is busy, per side: kernel time per call (profiler) over the
-    call's event-timed median, and the host's time to make the call, all under the timing's conditions
-    (staged inputs, L2 flush and GPU lead). Only a side whose host time exceeds `profile_above_ms` is
-    profiled: a profile costs tens of ms of exclusive GPU time, and a side under that host time is never
-    host-bound."""
+    """How much of an eager call's time the GPU is busy for `subject`: kernel time per call (profiler) over the
+    call's event-timed median, and the host's time to make the call, under the timing's conditions (staged
+    inputs, L2 flush and GPU lead). Profiled only when the host time exceeds `profile_above_ms`."""
 
     cmd: ClassVar[str] = "busy"
     reply: ClassVar[type[Reply]] = BusyReply
+    subject: str = "candidate"
     calls: int = 5
     flush: bool = True
     profile_above_ms: float = 0.0
@@ -260,9 +254,10 @@ class Busy(Request):
 
 @dataclass
 class Unload(Request):
-    """Drop the problem and candidate; free device memory (the worker is then reused)."""
+    """Drop `subject` and free its device memory (the reference process serves many evaluations)."""
 
     cmd: ClassVar[str] = "unload"
+    subject: str = ""
 
 
 @dataclass
@@ -281,8 +276,7 @@ class Exit(Request):
 
 
 REQUESTS: dict[str, type[Request]] = {
-    cls.cmd: cls for cls in (Hello, Load, Prepare, Run, Kernels, Stage, HiddenWork, Time, TimeCompiled, Busy, Unload, Sync,
-                          Exit)
+    cls.cmd: cls for cls in (Hello, Load, Prepare, Run, Kernels, Stage, TimeBlock, BackToBack, Busy, Unload, Sync, Exit)
 }
 
 

@@ -71,6 +71,7 @@ class EvalResult:
     kernels: KernelShare | None = None
     sol_fraction: float | None = None
     hidden_work: dict[str, float] = field(default_factory=dict)  # back-to-back check, us per call (checks.judge_back_to_back)
+    wall_bound: dict[str, float] = field(default_factory=dict)  # timed blocks' wall vs events, us per rep (measure.wall_bound)
     flags: list[str] = field(default_factory=list)  # audit notes (implausible speedup, drift, ...)
     error: str = ""  # trimmed compile log / traceback tail
     stdout_tail: str = ""
@@ -87,10 +88,10 @@ class EvalResult:
     phase_seconds: dict[str, float] = field(default_factory=dict)  # where the evaluation time went
     cached: bool = False
     preset: str = "default"  # the evaluator preset (`eval.preset`) whose rules produced this verdict
-    # launch-bound timings (eval.launch), per side ({"reference": .., "candidate": ..}): the host's time to make an
-    # eager call (ms); for a side whose host time is over eval.launch.HOST_FLOOR_MS (the others are never
+    # launch-bound timings (eval.measure), per side ({"reference": .., "candidate": ..}): the host's time to make an
+    # eager call (ms); for a side whose host time is over eval.measure.HOST_FLOOR_MS (the others are never
     # host-bound, so not profiled), the GPU busy share of the call and the host's time over its GPU time; the
-    # host-bound sides (eval.launch.host_bound), and how the timed calls ran ("eager" or "cuda_graph")
+    # host-bound sides (eval.checks.host_bound), and how the timed calls ran ("eager" or "cuda_graph")
     host_ms: dict[str, float] = field(default_factory=dict)
     gpu_busy: dict[str, float] = field(default_factory=dict)
     host_share: dict[str, float] = field(default_factory=dict)

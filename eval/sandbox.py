@@ -418,6 +418,7 @@ class WorkerProcess:
                                recv_fd=regions[1] if regions else None, max_payload_bytes=max_reply_bytes)
         self.output = _CappedOutput(out_r, log_cap_bytes)
         self.info: dict[str, Any] = {}
+        self.capture_key = 0  # keys the captures of its timed outputs (set by the evaluator when it says hello)
 
     def _writable(self, env: dict[str, str]) -> list[str]:
         """The worker's own folder and its build folder, nothing else: a build worker builds into its candidate's

@@ -1,17 +1,17 @@
 """Launch-bound timing, worker side: CUDA-graph replays (`eval.cuda_graphs=auto`) and the GPU busy share.
 
-`replayed(sides)` captures each side's forward once in a CUDA graph, after a few eager calls on a
-side stream (as PyTorch asks before a capture), and returns sides whose call is a replay of that
-graph returning the captured outputs. The inputs are the side's fixed buffers, which `prepare`
+`capture(side)` captures a subject's forward once in a CUDA graph, after a few eager calls on a
+side stream (as PyTorch asks before a capture); `replayer` makes a forward that replays it and
+returns the captured outputs. The inputs are the subject's fixed buffers, which the timing loop
 refills (fresh values, outside the timed interval) before every repetition, so each replay
-computes on new inputs and the `after` hook (sampled outputs, drift) sees its outputs. A replay
-runs no Python of the forward, which is the point: it times the GPU work without the host's
-launch overhead. If either side cannot be captured (a host synchronisation, a CPU-side read of
-a tensor, an allocation the capture refuses, ...), the mode is "capture_failed" and the note says
-which side failed and why: a failed capture can leave the process's CUDA state unusable (measured
-on the H100: the next random draw raised), so the parent evaluates again in a new worker, eagerly.
+computes on new inputs and its outputs are captured like an eager call's. A replay runs no Python
+of the forward, which is the point: it times the GPU work without the host's launch overhead. If a
+subject cannot be captured (a host synchronisation, a CPU-side read of a tensor, an allocation the
+capture refuses, ...), the block says "capture_failed" and why: a failed capture can leave the
+process's CUDA state unusable (measured on the H100: the next random draw raised), so the parent
+evaluates again with new processes, eagerly.
 
-`busy_shares(sides)` measures, per side, the host's time to enqueue the call (from the call to its
+`busy_share(side)` measures, for one subject, the host's time to enqueue the call (from the call to its
 return, no synchronisation) and the event-timed time of the call and, for a side whose host time is
 over a threshold, the GPU time of its kernels per call (profiler), all under the timing's own
 conditions (inputs refilled, L2 flushed, the GPU lead before the start event).
@@ -66,24 +66,13 @@ def capture(side: timing.TimedSide) -> tuple[Any, Any]:
     return graph, out
 
 
-def replayed(sides: dict[str, timing.TimedSide]) -> tuple[dict[str, timing.TimedSide], str, str, list[Any]]:
-    """(sides to time, mode, note, what must stay alive while timing): replays of every side, or the eager sides."""
-    held: list[Any] = []
-    out_sides: dict[str, timing.TimedSide] = {}
-    for name, side in sides.items():
-        try:
-            graph, out = capture(side)
-        except Exception as exc:  # noqa: BLE001  any failure of a capture means eager timing for both sides
-            held.clear()
-            _settle()
-            return sides, "capture_failed", (f"the {name}'s forward could not be captured in a CUDA graph "
-                                             f"({_last_line(exc)})"), []
-        held.append((graph, out))
-        out_sides[name] = timing.TimedSide(side.prepare, _replayer(graph, out), side.after)
-    return out_sides, "cuda_graph", "", held
+def failure_note(exc: BaseException) -> str:
+    """Why a capture failed, for the result's note."""
+    return f"the forward could not be captured in a CUDA graph ({_last_line(exc)})"
 
 
-def _replayer(graph: Any, out: Any) -> Callable[[], Any]:
+def replayer(graph: Any, out: Any) -> Callable[[], Any]:
+    """A forward that replays `graph` and returns the outputs it captured."""
     def call() -> Any:
         _replay(graph)
         return out
@@ -95,47 +84,43 @@ def _settle() -> None:
     torch.cuda.synchronize()
 
 
-def busy_shares(sides: dict[str, timing.TimedSide], flush: Callable[[], None], calls: int,
-                profile_above_ms: float = 0.0) -> dict[str, dict[str, float]]:
-    """Per side: host_ms (median host time from the call to its return: enqueueing, Python, any sync),
-    event_ms (median event time of a call) and, when host_ms exceeds `profile_above_ms`, kernel_ms (GPU
-    time of its kernels per call) and busy (kernel_ms over event_ms).
+def busy_share(side: timing.TimedSide, flush: Callable[[], None], calls: int,
+               profile_above_ms: float = 0.0) -> dict[str, float]:
+    """host_ms (median host time from the call to its return: enqueueing, Python, any sync), event_ms (median event
+    time of a call) and, when host_ms exceeds `profile_above_ms`, kernel_ms (GPU time of its kernels per call) and
+    busy (kernel_ms over event_ms).
 
     All use the timing's conditions: each call's inputs are refilled and the L2 flushed (with the GPU
     lead) first. The profile of the calls also holds the refill and the flush, so the same loop without
     the call is profiled too and its kernels' times are taken off, kernel name by kernel name.
     """
-    out: dict[str, dict[str, float]] = {}
-    for name, side in sides.items():
-        times, host = [], []
-        for k in range(calls):
-            side.prepare(k)
-            flush()
-            t0 = time.perf_counter()
-            start, end, result = timing.bracketed(side.call)  # the timing's own bracket
-            host.append((time.perf_counter() - t0) * 1000.0)
-            del result
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        event_ms, host_ms = statistics.median(times), statistics.median(host)
-        if host_ms <= profile_above_ms:
-            out[name] = {"event_ms": event_ms, "host_ms": host_ms}
-            continue
-        count = {"k": 0}
+    times, host = [], []
+    for k in range(calls):
+        side.prepare(k)
+        flush()
+        t0 = time.perf_counter()
+        start, end, result = timing.bracketed(side.call)
+        host.append((time.perf_counter() - t0) * 1000.0)
+        del result
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    event_ms, host_ms = statistics.median(times), statistics.median(host)
+    if host_ms <= profile_above_ms:
+        return {"event_ms": event_ms, "host_ms": host_ms}
+    count = {"k": 0}
 
-        def setup_only() -> None:
-            side.prepare(count["k"])
-            count["k"] += 1
-            flush()
+    def setup_only() -> None:
+        side.prepare(count["k"])
+        count["k"] += 1
+        flush()
 
-        def with_call() -> None:
-            setup_only()
-            side.call()
+    def with_call() -> None:
+        setup_only()
+        side.call()
 
-        base = dict(tracing.profile_kernels(setup_only, repeats=calls))
-        count["k"] = 0
-        full = tracing.profile_kernels(with_call, repeats=calls)
-        kernel_ms = sum(max(0.0, ms - base.get(kernel, 0.0)) for kernel, ms in full)
-        busy = min(1.0, kernel_ms / event_ms) if event_ms > 0 else 1.0
-        out[name] = {"kernel_ms": kernel_ms, "event_ms": event_ms, "busy": busy, "host_ms": host_ms}
-    return out
+    base = dict(tracing.profile_kernels(setup_only, repeats=calls))
+    count["k"] = 0
+    full = tracing.profile_kernels(with_call, repeats=calls)
+    kernel_ms = sum(max(0.0, ms - base.get(kernel, 0.0)) for kernel, ms in full)
+    busy = min(1.0, kernel_ms / event_ms) if event_ms > 0 else 1.0
+    return {"kernel_ms": kernel_ms, "event_ms": event_ms, "busy": busy, "host_ms": host_ms}

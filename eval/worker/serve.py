@@ -12,11 +12,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import random
 import shutil
 import sys
 import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,34 +38,6 @@ Handled = tuple[p.Reply, list[torch.Tensor]]
 
 def _tail(text: str, n: int = _TRACEBACK_CHARS) -> str:
     return text if len(text) <= n else "..." + text[-n:]
-
-
-def _back_to_back_batches(candidate: Callable[[], Any], reference: Callable[[], Any],
-                          msg: p.HiddenWork) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
-    """`msg.batches` batches of back-to-back calls per side, the two sides interleaved (ABBA), the same number
-    of calls in every batch: `msg.reps`, or fewer when the slower side's call would make a batch last more than
-    `msg.batch_ms`. The garbage collector is paused meanwhile (a collection inside a batch is host noise)."""
-    slowest = 0.0
-    for call in (candidate, reference):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        call()
-        torch.cuda.synchronize()
-        slowest = max(slowest, (time.perf_counter() - t0) * 1000.0)
-    calls = max(3, min(msg.reps, int(msg.batch_ms / max(slowest, 1e-3))))
-    sides: dict[str, list[dict[str, float]]] = {"candidate": [], "reference": []}
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        for k in range(max(1, msg.batches)):
-            order = ("candidate", "reference") if k % 2 == 0 else ("reference", "candidate")
-            for name in order:
-                batch = timing.back_to_back_excess(candidate if name == "candidate" else reference, calls)
-                sides[name].append({**batch, "calls": calls})
-    finally:
-        if collecting:
-            gc.enable()
-    return sides["candidate"], sides["reference"]
 
 
 def _is_cuda_error(exc: BaseException) -> bool:
@@ -97,25 +69,42 @@ def _storage_span(t: torch.Tensor) -> tuple[int, int]:
     return start, start + t.untyped_storage().nbytes()
 
 
+@dataclass
+class Subject:
+    """A model this process calls for the parent: the candidate's ModelNew, or (in the reference process) a reference.
+
+    `buffers` hold the inputs of the repetition being timed, refilled before each call; `args` is forward's
+    argument list built on them; `sets` are the staged timing input sets; `graph` holds a captured CUDA graph
+    and its outputs once a block asked for replays.
+    """
+
+    problem: Any
+    model: Any
+    spec: p.ArgSpec = field(default_factory=list)
+    sets: list[list[torch.Tensor]] = field(default_factory=list)
+    buffers: list[torch.Tensor] = field(default_factory=list)
+    args: list[Any] = field(default_factory=list)
+    graph: Any = None
+
+
 class Worker:
-    """State of one worker process: the loaded problem, candidate, staged inputs and timing tools."""
+    """State of one worker process: its subjects, the candidate's module and the timing tools."""
 
     def __init__(self, channel: Channel):
         self.channel = channel
         self.device = torch.device("cpu")
         self.tracer = tracing.TritonLaunchTracer()
         self.tracer.install()
-        self.reference: torch.nn.Module | None = None
-        self.problem: Any = None
-        self.candidate: torch.nn.Module | None = None
+        self.subjects: dict[str, Subject] = {}
         self.candidate_module_name = ""
         self.snapshot: integrity.Snapshot | None = None
         self.flusher: timing.L2Flusher | None = None
-        self.args: p.ArgSpec = []
-        self.ref_sets: list[list[torch.Tensor]] = []
-        self.cand_sets: list[list[torch.Tensor]] = []
+        self.loop: Any = None
         self.trial_buffers: dict[tuple[Any, ...], torch.Tensor] = {}
-        self._loaded = 0
+
+    @property
+    def candidate(self) -> Any:
+        return self.subjects["candidate"].model
 
     # -- commands ---------------------------------------------------------------------------
     def cmd_hello(self, msg: p.Hello, tensors: list[torch.Tensor]) -> Handled:
@@ -139,6 +128,8 @@ class Worker:
             self.flusher = timing.L2Flusher(self.device)
         else:
             info["device_name"] = "cpu (Triton interpreter)"
+        self.loop = timing.new_loop(self.device, msg.capture_key)  # the key lives in the loop alone from here
+        msg.capture_key = 0
         info["warm_s"] = _warm_up(self.device)
         self.tracer.reset()
         return p.HelloReply(info=info), []
@@ -147,21 +138,20 @@ class Worker:
         runtime.set_precision(msg.precision)  # before the snapshot, which then guards these switches
         torch.use_deterministic_algorithms(False)
         try:
-            problem = self.problem = runtime.load_source(msg.problem_source, msg.problem_label or "<problem>",
-                                                         msg.size_overrides)
-            self.reference = runtime.build_model(problem, msg.weight_seed, self.device)
+            problem = runtime.load_source(msg.problem_source, msg.problem_label or "<problem>", msg.size_overrides)
+            reference = runtime.build_model(problem, msg.weight_seed, self.device)
         except BaseException as exc:  # noqa: BLE001  trusted code, but report rather than die
             return _failure("problem", exc, p.LoadReply), []
-        if msg.candidate_source is None:  # baseline timing: the reference alone
+        if msg.candidate_source is None:  # the reference process (or a baseline): the reference itself
+            self.subjects[msg.subject] = Subject(problem, torch.compile(reference) if msg.compiled else reference)
             return p.LoadReply(), []
         # built ahead: the build worker's calls, answered from its record in the (read-only) build folder
         loader = prebuilt.loading(_load_inline, Path(msg.extensions_dir)) if msg.extensions_dir else _load_inline
         cpp_extension.load_inline = light_build.wrap(loader)
         self.tracer.reset()
         self.snapshot = integrity.Snapshot()
-        self.candidate_module_name = f"kh_candidate_{self._loaded}"
-        candidate_path = Path.cwd() / f"candidate_{self._loaded}.py"
-        self._loaded += 1
+        self.candidate_module_name = "kh_candidate"
+        candidate_path = Path.cwd() / "candidate.py"
         candidate_path.write_text(msg.candidate_source)
         t0 = time.perf_counter()
         try:
@@ -176,10 +166,11 @@ class Worker:
             candidate = runtime.build_model(_Constructor(model_new, problem), msg.weight_seed)
             if not isinstance(candidate, torch.nn.Module):
                 return p.LoadReply(ok=False, stage="format", error="ModelNew(...) is not a torch.nn.Module"), []
-            copied = _copy_matching_state(self.reference, candidate) if msg.copy_state else 0
-            self.candidate = candidate.to(self.device)
+            copied = _copy_matching_state(reference, candidate) if msg.copy_state else 0
+            self.subjects[msg.subject] = Subject(problem, candidate.to(self.device))
         except BaseException as exc:  # noqa: BLE001
             return _failure("construct", exc, p.LoadReply), []
+        del reference  # never timed here: the reference is timed in a process that has no candidate code
         violations = self.snapshot.violations()
         if violations:
             return p.LoadReply(ok=False, stage="integrity", error="; ".join(violations)), []
@@ -242,146 +233,121 @@ class Worker:
         return p.RunReply(mutated_inputs=mutated, fingerprint=fingerprint), outputs
 
     def cmd_stage(self, msg: p.Stage, tensors: list[torch.Tensor]) -> Handled:
-        """Keep the timing input sets on the device (carried or drawn outside the exclusive timing window)."""
-        n, count = msg.n_inputs, msg.ref_sets + msg.cand_sets
+        """Keep a subject's timing input sets on the device (carried or drawn outside the exclusive timing window)."""
+        subject = self.subjects[msg.subject]
+        n, count = msg.n_inputs, msg.sets
         reply = p.StageReply()
         if msg.seeds:
-            drawn = [self._draw(seed, None, msg.on_cpu) for seed in msg.seeds]
+            drawn = [self._draw(seed, None, msg.on_cpu, subject) for seed in msg.seeds]
             reply.fingerprints = [runtime.input_fingerprint(d) for d in drawn]
             groups = [[x for x in d if isinstance(x, torch.Tensor)] for d in drawn]
         else:
             sets = [t.to(self.device) for t in tensors]
             groups = [sets[k * n:(k + 1) * n] for k in range(count)] if n * count == len(sets) else []
-        if len(groups) != count or any(len(g) != n for g in groups):
+        if not groups or len(groups) != count or any(len(g) != n for g in groups):
             return p.StageReply(ok=False, stage="stage", error="staged tensor count does not match the set counts"), []
         self.trial_buffers.clear()  # the trials are over: their buffers' memory goes to timing
-        self.args, self.ref_sets, self.cand_sets = msg.args, groups[:msg.ref_sets], groups[msg.ref_sets:]
+        subject.spec, subject.sets = msg.args, groups
+        subject.buffers = [t.clone() for t in groups[0]]
+        subject.args = _rebuild_args(subject.spec, subject.buffers)
+        subject.graph = None
         return reply, []
 
-    def _staged(self, sets: list[list[torch.Tensor]]) -> tuple[list[torch.Tensor], list[Any]]:
-        """Fresh buffers holding the first staged set, and forward's arguments built on them."""
-        buf = [t.clone() for t in sets[0]]
-        return buf, _rebuild_args(self.args, buf)
-
-    def _draw(self, seed: int, extra: int | None, on_cpu: bool) -> list[Any]:
+    def _draw(self, seed: int, extra: int | None, on_cpu: bool, subject: Subject | None = None) -> list[Any]:
         """Inputs drawn here from a seed the parent chose (it draws the same ones for the reference)."""
-        return runtime.draw_inputs(self.problem, seed, self.device, extra, on_cpu)
+        problem = (subject or self.subjects["candidate"]).problem
+        return runtime.draw_inputs(problem, seed, self.device, extra, on_cpu)
 
     def cmd_kernels(self, msg: p.Kernels, tensors: list[torch.Tensor]) -> Handled:
-        """Own Triton launches so far and, on a GPU, a profile of calls on a staged candidate set."""
-        assert self.candidate is not None
+        """Own Triton launches so far and, on a GPU, a profile of calls on the staged candidate set."""
+        subject = self.subjects["candidate"]
         reply = p.KernelsReply(triton_own=self.tracer.own_launches(self.candidate_module_name))
-        if self.device.type == "cuda" and self.cand_sets:
-            _, inputs = self._staged(self.cand_sets)
+        if self.device.type == "cuda" and subject.sets:
             with torch.no_grad():
-                reply.profile = [[name, ms] for name, ms in tracing.profile_kernels(lambda: self.candidate(*inputs))]
+                reply.profile = [[name, ms] for name, ms in
+                                 tracing.profile_kernels(lambda: subject.model(*subject.args))]
             reply.triton_own = self.tracer.own_launches(self.candidate_module_name)
         return reply, []
 
-    def cmd_hidden_work(self, msg: p.HiddenWork, tensors: list[torch.Tensor]) -> Handled:
-        """Output copied right after return vs after a full sync; back-to-back batches, wall vs events."""
-        assert self.candidate is not None and self.reference is not None and self.snapshot is not None
-        _, inputs = self._staged(self.cand_sets)
-        _, ref_inputs = self._staged(self.ref_sets)
+    def cmd_back_to_back(self, msg: p.BackToBack, tensors: list[torch.Tensor]) -> Handled:
+        """Batches of back-to-back calls of one subject, wall time against events (the parent interleaves the two
+        processes' batches); first, with `check_stream`, output right after return vs after a full sync."""
+        subject = self.subjects[msg.subject]
         differs = 0
+        batches = []
+        collecting = gc.isenabled()
         with torch.no_grad():
-            for _ in range(3):
-                out = runtime.flatten_outputs(self.candidate(*inputs))
+            for _ in range(3 if msg.check_stream else 0):
+                out = runtime.flatten_outputs(subject.model(*subject.args))
                 snap = [o.clone() if isinstance(o, torch.Tensor) else o for o in out]  # same stream, right after return
                 torch.cuda.synchronize()
                 differs += any(isinstance(o, torch.Tensor) and not _same(o, s) for o, s in zip(out, snap))
-            cand, ref = _back_to_back_batches(lambda: self.candidate(*inputs), lambda: self.reference(*ref_inputs), msg)
-        return p.HiddenWorkReply(stream_mismatches=differs, candidate=cand, reference=ref,
-                                 violations=self.snapshot.violations()), []
+            gc.disable()  # a collection inside a batch is host noise
+            try:
+                for _ in range(max(1, msg.batches)):
+                    batches.append({**timing.back_to_back_excess(lambda: subject.model(*subject.args), msg.calls),
+                                    "calls": msg.calls})
+            finally:
+                if collecting:
+                    gc.enable()
+        return p.BackToBackReply(batches=batches, stream_mismatches=differs, violations=self._violations()), []
 
-    def cmd_time(self, msg: p.Time, tensors: list[torch.Tensor]) -> Handled:
-        """Time reference and candidate by the rule's method; returns summaries and timed outputs (see `p.Time`)."""
-        assert self.candidate is not None and self.reference is not None and self.snapshot is not None
-        ref_buf, ref_args = self._staged(self.ref_sets)
-        cand_buf, cand_args = self._staged(self.cand_sets)
-        fresh = bool(msg.nonce) and msg.method == "adaptive" and msg.check_outputs and self._fresh_draws_fit(msg.nonce)
-        first_out: dict[int, list[torch.Tensor]] = {}
-        drift = {"count": 0}
-        sampled = _Reservoir(p.SAMPLED_REPS, on_host=msg.host_outputs)
-
-        def check_candidate(rep: int, out: Any) -> None:
-            outs = _kept(out, msg.host_outputs)
-            k = rep % len(self.cand_sets)
-            if k not in first_out:
-                first_out[k] = outs
-            elif not all(_close(a, b) for a, b in zip(outs, first_out[k])):
-                drift["count"] += 1
-
-        if fresh:
-            cand_side = timing.TimedSide(_fresh_refiller(cand_buf, self.problem, msg.nonce, self.device),
-                                         lambda: self.candidate(*cand_args), sampled.offer)
-        else:
-            cand_side = timing.TimedSide(_refiller(cand_buf, self.cand_sets), lambda: self.candidate(*cand_args),
-                                         check_candidate if msg.check_outputs else None)
-        sides = {"reference": timing.TimedSide(_refiller(ref_buf, self.ref_sets), lambda: self.reference(*ref_args)),
-                 "candidate": cand_side}
-        mode, graph_note, held = "eager", "", []
+    def cmd_time_block(self, msg: p.TimeBlock, tensors: list[torch.Tensor]) -> Handled:
+        """Time one block of repetitions of a subject in the timing loop; raw times and captures go to the parent."""
+        subject = self.subjects[msg.subject]
+        if msg.key:
+            self.loop.rekey(msg.key)
+            msg.key = 0
+        fresh = bool(msg.nonce) and self._fresh_draws_fit(subject, msg.nonce)
+        refill = _fresh_refiller(subject, msg.nonce, self.device) if fresh else _refiller(subject)
+        forward: Callable[..., Any] = subject.model
+        reply = p.TimeBlockReply(fresh_inputs=fresh)
         with torch.no_grad():
-            if msg.graphs and self.device.type == "cuda":  # both sides as CUDA-graph replays, or both eager
-                sides, mode, graph_note, held = graphs.replayed(sides)
-                if mode == "capture_failed":  # this process's CUDA state is suspect: the parent starts over elsewhere
-                    return p.TimeReply(timing_mode=mode, graph_note=graph_note), []
-            samples = self._timed(msg, sides)
-        del held  # the graphs and their captured outputs
-        if fresh:
-            outputs = [o for _, outs in sampled.items for o in outs]
-        else:
-            outputs = [o for k in range(len(self.cand_sets)) for o in first_out.get(k, [])]
-        return p.TimeReply(reference=timing.summarize(samples["reference"]), candidate=timing.summarize(samples["candidate"]),
-                           inconsistent_timed_outputs=drift["count"], violations=self.snapshot.violations(),
-                           fresh_inputs=fresh, sampled_reps=[rep for rep, _ in sampled.items], timing_mode=mode,
-                           graph_note=graph_note), outputs
+            if msg.graphs and self.device.type == "cuda":
+                if subject.graph is None:
+                    try:
+                        subject.graph = graphs.capture(timing.TimedSide(refill, lambda: subject.model(*subject.args)))
+                    except Exception as exc:  # noqa: BLE001  this process's CUDA state is suspect now
+                        return p.TimeBlockReply(timing_mode="capture_failed", graph_note=graphs.failure_note(exc)), []
+                forward = graphs.replayer(*subject.graph)
+                reply.timing_mode = "cuda_graph"
+            result = self.loop.block(forward, [] if subject.graph is not None and msg.graphs else subject.args,
+                                     msg.reps, first_rep=msg.first_rep, flush=msg.flush, sync_each=msg.sync_each,
+                                     capture=msg.capture, refill=refill)
+        reply.times_ms = [float(t) for t in result.times_ms]
+        reply.leaves = [[dtype, list(shape)] for dtype, shape in result.leaves]
+        reply.violations = list(result.violations) + self._violations()
+        return reply, ([result.captures] if msg.capture and result.captures.numel() else [])
 
-    def _fresh_draws_fit(self, nonce: int) -> bool:
+    def _violations(self) -> list[str]:
+        """Tamper evidence in a candidate's process (none in the reference process, which has no candidate code)."""
+        return self.snapshot.violations() if self.snapshot is not None else []
+
+    def _fresh_draws_fit(self, subject: Subject, nonce: int) -> bool:
         """Whether the problem's `get_inputs()` draws tensors shaped like the staged set (so buffers can be refilled)."""
-        probe = [x for x in runtime.make_inputs(self.problem, runtime.derive_seed(nonce, "probe"), self.device)
+        probe = [x for x in runtime.make_inputs(subject.problem, runtime.derive_seed(nonce, "probe"), self.device)
                  if isinstance(x, torch.Tensor)]
-        staged = self.cand_sets[0]
-        return len(probe) == len(staged) and all(a.shape == b.shape and a.dtype == b.dtype for a, b in zip(probe, staged))
-
-    def cmd_time_compiled(self, msg: p.TimeCompiled, tensors: list[torch.Tensor]) -> Handled:
-        """Time torch.compile(reference) against eager under the same method (baseline only)."""
-        assert self.reference is not None
-        buf_a, args_a = self._staged(self.ref_sets)
-        buf_b, args_b = self._staged(self.ref_sets)
-        compiled = torch.compile(self.reference)
-        with torch.no_grad():
-            samples = self._timed(
-                msg, {"eager": timing.TimedSide(_refiller(buf_a, self.ref_sets), lambda: self.reference(*args_a)),
-                      "compiled": timing.TimedSide(_refiller(buf_b, self.ref_sets), lambda: compiled(*args_b))},
-                min_warmup_ms=200.0)
-        return p.TimeCompiledReply(eager=timing.summarize(samples["eager"]),
-                                   compiled=timing.summarize(samples["compiled"])), []
+        return len(probe) == len(subject.buffers) and all(
+            a.shape == b.shape and a.dtype == b.dtype for a, b in zip(probe, subject.buffers))
 
     def cmd_busy(self, msg: p.Busy, tensors: list[torch.Tensor]) -> Handled:
-        """GPU busy share of an eager call of each side on the staged sets (see `graphs.busy_shares`)."""
-        assert self.candidate is not None and self.reference is not None and self.snapshot is not None
-        ref_buf, ref_args = self._staged(self.ref_sets)
-        cand_buf, cand_args = self._staged(self.cand_sets)
-        sides = {"reference": timing.TimedSide(_refiller(ref_buf, self.ref_sets), lambda: self.reference(*ref_args)),
-                 "candidate": timing.TimedSide(_refiller(cand_buf, self.cand_sets), lambda: self.candidate(*cand_args))}
+        """Host and GPU time of an eager call of a subject on its staged sets (see `graphs.busy_share`)."""
+        subject = self.subjects[msg.subject]
+        side = timing.TimedSide(_refiller(subject), lambda: subject.model(*subject.args))
         with torch.no_grad():
-            shares = graphs.busy_shares(sides, self.flusher if msg.flush and self.flusher else _no_flush, msg.calls,
-                                        msg.profile_above_ms)
-        violations = self.snapshot.violations()
+            share = graphs.busy_share(side, self.flusher if msg.flush and self.flusher else _no_flush, msg.calls,
+                                      msg.profile_above_ms)
+        violations = self._violations()
         if violations:
             return p.BusyReply(ok=False, stage="integrity", error="; ".join(violations)), []
-        return p.BusyReply(sides=shares), []
+        return p.BusyReply(side=share), []
 
     def cmd_sync(self, msg: p.Sync, tensors: list[torch.Tensor]) -> Handled:
         return p.Reply(), []
 
     def cmd_unload(self, msg: p.Unload, tensors: list[torch.Tensor]) -> Handled:
-        self.candidate = self.reference = self.problem = None
-        self.ref_sets, self.cand_sets = [], []
-        self.trial_buffers.clear()
-        for name in [n for n in sys.modules if n.startswith("kh_candidate_")]:
-            del sys.modules[name]
+        """Drop one subject (the reference process serves many evaluations; a candidate's process serves one)."""
+        self.subjects.pop(msg.subject, None)
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.synchronize()
@@ -389,17 +355,6 @@ class Worker:
         return p.Reply(), []
 
     # -- helpers ----------------------------------------------------------------------------
-    def _timed(self, rule: p.TimingRule, sides: dict[str, timing.TimedSide],
-               min_warmup_ms: float = 0.0) -> dict[str, list[float]]:
-        """Samples per side under the rule's method: adaptive and interleaved, or KernelBench's fixed count."""
-        assert self.flusher is not None
-        if rule.method == "fixed":
-            return timing.fixed_count(sides, reps=rule.reps, warmup_calls=rule.warmup_calls,
-                                      flush=self.flusher if rule.flush else None)
-        args = _rule(rule)
-        args["warmup_ms"] = max(args["warmup_ms"], min_warmup_ms)
-        return timing.interleaved(sides, flush=self.flusher if rule.flush else _no_flush, **args)
-
     def _sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
@@ -469,11 +424,6 @@ def _warm_up(device: torch.device) -> float:
     return round(time.perf_counter() - t0, 3)
 
 
-def _rule(msg: p.TimingRule) -> dict[str, Any]:
-    return {"min_reps": msg.min_reps, "max_reps": msg.max_reps, "target_rel_stderr": msg.target_rel_stderr,
-            "budget_s": msg.budget_s, "warmup_ms": msg.warmup_ms}
-
-
 def _no_flush() -> None:
     """The L2 is left as the previous call left it (`eval.l2_flush=false`)."""
 
@@ -491,29 +441,22 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(_torch_equal(a, b))
 
 
-def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.is_floating_point():
-        return bool(_torch_allclose(a.float(), b.float(), rtol=1e-2, atol=1e-2, equal_nan=True))
-    return bool(_torch_equal(a, b))
-
-
-def _refiller(buf: list[torch.Tensor], pool: list[list[torch.Tensor]]) -> Callable[[int], None]:
-    """`prepare(rep)` for timing: copy the pool's input set for repetition rep into the fixed input buffers."""
-    def prepare(rep: int) -> None:
-        for b, src in zip(buf, pool[rep % len(pool)]):
+def _refiller(subject: Subject) -> Callable[[int], None]:
+    """`refill(rep)`: copy staged set `rep mod sets` into the subject's input buffers (the parent draws the same)."""
+    def refill(rep: int) -> None:
+        for b, src in zip(subject.buffers, subject.sets[rep % len(subject.sets)]):
             b.copy_(src)
-    return prepare
+    return refill
 
 
-def _fresh_refiller(buf: list[torch.Tensor], problem: Any, nonce: int, device: torch.device) -> Callable[[int], None]:
-    """`prepare(rep)` that draws new inputs for every repetition (so no memo of earlier calls can hit)."""
-    def prepare(rep: int) -> None:
-        drawn = runtime.make_inputs(problem, runtime.derive_seed(nonce, f"rep{rep}"), device)
-        for b, src in zip(buf, [x for x in drawn if isinstance(x, torch.Tensor)]):
+def _fresh_refiller(subject: Subject, nonce: int, device: torch.device) -> Callable[[int], None]:
+    """`refill(rep)` that draws new inputs for every repetition from the nonce (so no memo of earlier calls can hit);
+    the other process draws the same ones for the same repetition."""
+    def refill(rep: int) -> None:
+        drawn = runtime.make_inputs(subject.problem, runtime.derive_seed(nonce, f"rep{rep}"), device)
+        for b, src in zip(subject.buffers, [x for x in drawn if isinstance(x, torch.Tensor)]):
             b.copy_(src)
-    return prepare
+    return refill
 
 
 def _at_stable_addresses(inputs: list[Any], buffers: dict[tuple[Any, ...], torch.Tensor]) -> list[Any]:
@@ -534,32 +477,6 @@ def _at_stable_addresses(inputs: list[Any], buffers: dict[tuple[Any, ...], torch
             x = buf
         stable.append(x)
     return stable
-
-
-def _kept(out: Any, on_host: bool) -> list[torch.Tensor]:
-    """Copies of a timed call's output tensors, taken outside its interval: on the device, or in host memory
-    when the parent asked (kept outputs that large would crowd the device)."""
-    return [o.detach().to("cpu", copy=True) if on_host else o.detach().clone()
-            for o in runtime.flatten_outputs(out) if isinstance(o, torch.Tensor)]
-
-
-class _Reservoir:
-    """A uniform random sample of `size` timed repetitions' outputs, chosen as they run (OS randomness)."""
-
-    def __init__(self, size: int, on_host: bool = False):
-        self.size, self.seen, self.on_host = size, 0, on_host
-        self.items: list[tuple[int, list[torch.Tensor]]] = []
-        self._rng = random.SystemRandom()
-
-    def offer(self, rep: int, out: Any) -> None:
-        self.seen += 1
-        slot = len(self.items) if len(self.items) < self.size else self._rng.randrange(self.seen)
-        if slot < self.size:
-            kept = (rep, _kept(out, self.on_host))
-            if slot == len(self.items):
-                self.items.append(kept)
-            else:
-                self.items[slot] = kept
 
 
 def _rebuild_args(spec: p.ArgSpec, tensors: list[torch.Tensor]) -> list[Any]:

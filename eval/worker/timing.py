@@ -1,58 +1,128 @@
-"""GPU timing under identical conditions for reference and candidate.
+"""Timing, worker side: the one loop every timed repetition runs in, and the measurements beside it.
 
-Method (see DESIGN.md): interleave the two callables (ABBA order to cancel drift), refill the
-inputs from a rotating pool and flush the L2 cache (a write of 2x its size) before every
-repetition, bracket each call with CUDA events on the current stream with no host
-synchronisation inside the interval, and repeat until the relative standard error of both
-medians is under the target or the time budget is spent.
+`new_loop(device, key)` gives the native loop (`eval.worker.native_loop`, CUDA): per repetition it
+resets persisting L2, flushes L2, spins the GPU for a lead, records the start event, calls forward,
+records the end event and enqueues the capture of the outputs, all in C, so no Python the candidate
+could have patched runs between a call's end event and the capture of its output and times. The
+worker returns raw event times and captures; the parent computes every statistic and checks every
+capture against the reference process's (`eval.measure`).
 
-`fixed_count` is KernelBench's method instead (its `time_execution_with_cuda_event`): a few
-warm-up calls, then a fixed number of calls per side, each between CUDA events and followed by
-a device synchronisation, the same inputs every call, optionally no L2 flush; the sides are
-timed one after the other, not interleaved, so each keeps its own data in the cache.
+On the CPU (the Triton interpreter) `PythonLoop` has the same interface and computes the same
+captures with `eval.capture`; its times are host times and mean nothing, and being Python it is no
+wall against a hostile candidate. It exists so that the whole two-process pipeline runs in CI.
 """
 
 from __future__ import annotations
 
-import math
-import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
-_SYNC_BATCH = 10  # repetitions between host synchronisations (outside every interval)
+from eval import capture as capture_math
+
+
+CAPTURE_SAMPLES = 32768  # sampled elements per captured output (all of them in outputs up to this size)
+_MAX_DEPTH, _MAX_LEAVES = 4, 16
+
+
+def output_leaves(out: Any) -> tuple[list[torch.Tensor], str]:
+    """The tensors of a forward's output in order (tuple, list, dict values; depth <= 4, <= 16 tensors), or why the
+    output cannot be captured. The native loop applies the same rules in C."""
+    leaves: list[torch.Tensor] = []
+
+    def walk(x: Any, depth: int) -> str:
+        if type(x) is torch.Tensor:  # noqa: E721  subclasses (lazy or fake tensors) are refused
+            if x.layout != torch.strided:
+                return f"output {len(leaves)} has layout {x.layout}"
+            if x.dtype not in capture_math.SUPPORTED_DTYPES:
+                return f"output {len(leaves)} has dtype {x.dtype}, which cannot be captured"
+            leaves.append(x)
+            return "" if len(leaves) <= _MAX_LEAVES else f"more than {_MAX_LEAVES} output tensors"
+        if depth >= _MAX_DEPTH or type(x) not in (tuple, list, dict):
+            return f"output leaf {len(leaves)} is a {type(x).__qualname__}, not a torch.Tensor"
+        for item in (x.values() if type(x) is dict else x):
+            if problem := walk(item, depth + 1):
+                return problem
+        return ""
+
+    problem = walk(out, 0)
+    return leaves, problem
+
+
+@dataclass
+class BlockResult:
+    """What one block of timed repetitions gives: raw event times, captures [reps, leaves, samples + extra] (CPU
+    float64), each output tensor's (dtype, shape) from the first repetition, and what was found wrong."""
+
+    times_ms: list[float]
+    captures: torch.Tensor
+    leaves: list[tuple[str, list[int]]]
+    violations: list[str]
+
+
+class PythonLoop:
+    """The CPU stand-in for `NativeLoop`: same `block` interface and captures, host clock times."""
+
+    def __init__(self, key: int, samples: int = CAPTURE_SAMPLES):
+        self._key, self._samples = key, samples
+
+    def rekey(self, key: int) -> None:
+        self._key = key
+
+    def block(self, forward: Callable[..., Any], args: list[Any], reps: int, *, first_rep: int, flush: bool = True,
+              sync_each: bool = False, capture: bool = True, refill: Callable[[int], None] | None = None
+              ) -> BlockResult:
+        times: list[float] = []
+        rows: list[torch.Tensor] = []
+        leaves: list[tuple[str, list[int]]] = []
+        violations: list[str] = []
+        for i in range(reps):
+            rep = first_rep + i
+            if refill is not None:
+                refill(rep)
+            t0 = time.perf_counter()
+            out = forward(*args)
+            times.append((time.perf_counter() - t0) * 1000.0)
+            if not capture:
+                continue
+            tensors, problem = output_leaves(out)
+            if problem:
+                violations.append(problem)
+                break
+            now = [(str(t.dtype).removeprefix("torch."), list(t.shape)) for t in tensors]
+            if i == 0:
+                leaves = now
+            elif now != leaves:
+                violations.append(f"repetition {rep} returned outputs {now}, repetition {first_rep} {leaves}")
+                break
+            rows.append(torch.stack([capture_math.capture(t, self._key, rep, j, self._samples)
+                                     for j, t in enumerate(tensors)]))
+        captures = torch.stack(rows) if rows else torch.empty(0, dtype=torch.float64)
+        return BlockResult(times_ms=times, captures=captures, leaves=leaves, violations=violations)
+
+
+def new_loop(device: torch.device, key: int) -> Any:
+    """The timing loop for `device`: native on a GPU, `PythonLoop` on the CPU."""
+    if device.type != "cuda":
+        return PythonLoop(key)
+    from eval.worker.native_loop import NativeLoop
+
+    return NativeLoop(device, key, samples=CAPTURE_SAMPLES)
 
 
 @dataclass
 class TimedSide:
-    """One side of a timing: `prepare(rep)` loads repetition rep's inputs (warm-up calls count below 0),
-    `call()` runs it, `after(rep, out)` inspects its output outside the interval."""
+    """A subject ready to call: `prepare(rep)` loads repetition rep's inputs into its buffers, `call()` runs forward."""
 
     prepare: Callable[[int], None]
     call: Callable[[], Any]
-    after: Callable[[int, Any], None] | None = None  # inspect the output of a timed call (outside the interval)
-
-
-def summarize(samples_ms: list[float]) -> dict[str, float]:
-    """Median, IQR, n, relative standard error of the median, min; mean, std and max too."""
-    n = len(samples_ms)
-    median = statistics.median(samples_ms)
-    if n >= 4:
-        q = statistics.quantiles(samples_ms, n=4)
-        iqr = q[2] - q[0]
-    else:
-        iqr = max(samples_ms) - min(samples_ms)
-    # standard error of the median from a robust sigma (IQR / 1.349), normal approximation
-    rse = (1.2533 * (iqr / 1.349) / math.sqrt(n)) / median if n > 1 and median > 0 else float("inf")
-    return {"median_ms": median, "iqr_ms": iqr, "n": n, "rel_stderr": rse, "min_ms": min(samples_ms),
-            "mean_ms": statistics.fmean(samples_ms), "std_ms": statistics.pstdev(samples_ms) if n > 1 else 0.0,
-            "max_ms": max(samples_ms)}
 
 
 class L2Flusher:
-    """Before each timed call: evict the L2 cache, then keep the GPU busy for a moment.
+    """Before each call of the host-bound measurement (`Busy`, a flag, not a timing): evict the L2, then keep the
+    GPU busy for a moment. Timed repetitions do the same inside the native loop.
 
     The flush writes a buffer of at least twice the L2 size. The spin that follows
     (`torch.cuda._sleep`, about `lead_us`) lets the host enqueue the start event, the call
@@ -84,79 +154,6 @@ def _cycles_per_us() -> float:
     return cycles / (start.elapsed_time(end) * 1000.0)
 
 
-def interleaved(
-    sides: dict[str, TimedSide],
-    *,
-    min_reps: int,
-    max_reps: int,
-    target_rel_stderr: float,
-    budget_s: float,
-    warmup_ms: float,
-    flush: Callable[[], None],
-) -> dict[str, list[float]]:
-    """Time each side per repetition, interleaved; return the samples (ms) per side."""
-    names = list(sides)
-    _warm_up(sides, warmup_ms, flush)
-    samples: dict[str, list[float]] = {n: [] for n in names}
-    start_wall = time.perf_counter()
-    rep = 0
-    while rep < max_reps:
-        pending: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
-        for _ in range(_SYNC_BATCH):
-            order = names if rep % 2 == 0 else names[::-1]
-            for name in order:
-                side = sides[name]
-                side.prepare(rep)
-                flush()
-                start, end, out = bracketed(side.call)
-                pending.append((name, start, end))
-                if side.after is not None:
-                    side.after(rep, out)
-                del out
-            rep += 1
-        torch.cuda.synchronize()
-        for name, start, end in pending:
-            samples[name].append(start.elapsed_time(end))
-        if rep >= min_reps:
-            done = all(summarize(samples[n])["rel_stderr"] < target_rel_stderr for n in names)
-            if done or time.perf_counter() - start_wall > budget_s:
-                break
-    return samples
-
-
-def fixed_count(
-    sides: dict[str, TimedSide],
-    *,
-    reps: int,
-    warmup_calls: int,
-    flush: Callable[[], None] | None,
-) -> dict[str, list[float]]:
-    """KernelBench's timing: per side, `warmup_calls` synchronised calls, then `reps` calls, each
-    between CUDA events and followed by `torch.cuda.synchronize()`; the same inputs throughout.
-
-    The synchronisation after each call means the events also hold the host's launch latency
-    of a short call, as they do in KernelBench. With `flush`, the L2 is cleared before each call.
-    """
-    samples: dict[str, list[float]] = {}
-    for name, side in sides.items():
-        side.prepare(0)
-        for _ in range(warmup_calls):
-            side.call()
-            torch.cuda.synchronize()
-        times: list[float] = []
-        for _ in range(reps):
-            if flush is not None:
-                flush()
-            start, end, out = bracketed(side.call)
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-            if side.after is not None:
-                side.after(0, out)
-            del out
-        samples[name] = times
-    return samples
-
-
 def bracketed(call: Callable[[], Any]) -> tuple[torch.cuda.Event, torch.cuda.Event, Any]:
     """One call between two CUDA events on the current stream, with no host synchronisation between them."""
     start = torch.cuda.Event(enable_timing=True)
@@ -165,20 +162,6 @@ def bracketed(call: Callable[[], Any]) -> tuple[torch.cuda.Event, torch.cuda.Eve
     out = call()
     end.record()
     return start, end, out
-
-
-def _warm_up(sides: dict[str, TimedSide], warmup_ms: float, flush: Callable[[], None]) -> None:
-    deadline = time.perf_counter() + warmup_ms / 1000.0
-    calls = 0
-    while calls < 3 or time.perf_counter() < deadline:
-        for side in sides.values():
-            side.prepare(-1 - calls)
-            flush()
-            side.call()
-        torch.cuda.synchronize()
-        calls += 1
-        if calls >= 1000:
-            break
 
 
 def back_to_back_excess(call: Callable[[], Any], reps: int) -> dict[str, float]:

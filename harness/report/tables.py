@@ -150,7 +150,7 @@ def notes(metrics: Sequence[RunMetrics], comparison: Comparison) -> list[str]:
 
 def host_bound_note(m: RunMetrics) -> str:
     """Which best results were timed with a host-bound side (their speedups depend on the host's speed)."""
-    from eval.launch import HOST_SHARE_AT
+    from eval.measure import HOST_SHARE_AT
 
     items = "; ".join(f"{pid} ({', '.join(sides)})" for pid, sides in sorted(m.host_bound_problems.items()))
     return (f"{m.name}: host-bound timings (the host's time to make a call at least {HOST_SHARE_AT:.0%} of its GPU "

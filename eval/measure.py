@@ -1,0 +1,367 @@
+"""Timing, parent side: the plan, the statistics, the speedup and the bounds on what a worker claims.
+
+The reference is timed in its own clean process (`eval.reference_process`), never in one that has
+imported candidate code, and the candidate in its own fresh worker. Both run the same native loop
+(`eval.worker.timing`). This module alone decides how: it alternates blocks of repetitions between
+the two processes (A B B A at block level, which cancels drift), gives repetition r the same inputs
+on both sides, computes every statistic from the raw event times, compares every timed output's
+capture with the reference's for the same repetition (`eval.capture`), and bounds each side's
+reported times by the wall time it observed itself:
+
+  wall bound: a block's wall time, observed here, minus the sum of the event times the worker
+  reports, is the time per repetition the worker spent outside its timed intervals. For the clean
+  reference process that is the loop's own overhead (flush, GPU lead, input draw, capture, the
+  round trip). A candidate's blocks must show no more than that, plus `WALL_SHARE` of its own
+  time per call (at least `WALL_FLOOR_MS`): otherwise it either hid work from its events (side
+  streams, threads, work after the end event) or reported times it did not take.
+
+The caller holds the GPU exclusively while a timing runs (`eval.pool.GpuGate`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from eval import capture as capture_math
+from eval import protocol as p
+
+BLOCK_MS = 25.0  # a block of repetitions lasts about this long (more repetitions for short calls)
+MAX_BLOCK_REPS = 64
+# The wall bound, per repetition: the candidate's lowest block excess over the reference's median block excess
+# must stay under max(WALL_FLOOR_MS, WALL_SHARE x the candidate's median call). Why these values: both
+# processes run the same loop, so their excess differs only by host noise, which only ever adds wall time,
+# and to some blocks; the lowest of several blocks sees little of it. `harness bench eval --part flips`
+# prints the largest honest statistic against this limit.
+WALL_SHARE = 0.25
+WALL_FLOOR_MS = 0.03
+
+
+class MeasureError(RuntimeError):
+    """A timing could not be completed (the reference process failed, or the two sides disagree on inputs)."""
+
+
+@dataclass
+class Side:
+    """One side of a timing: a process and the subject it calls there. `key` re-keys the process's captures (sent
+    to the trusted reference process only; a candidate's worker got its key before its code was imported)."""
+
+    name: str
+    worker: Any  # WorkerProcess, or the reference process (same `request`)
+    subject: str
+    key: int = 0
+
+
+@dataclass
+class Block:
+    first_rep: int
+    reps: int
+    wall_ms: float
+    event_ms: float
+
+    @property
+    def excess_ms(self) -> float:
+        """Wall time per repetition that no event accounts for."""
+        return (self.wall_ms - self.event_ms) / max(self.reps, 1)
+
+
+@dataclass
+class Measurement:
+    """Raw samples and observations of one timing, per side name."""
+
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    blocks: dict[str, list[Block]] = field(default_factory=dict)
+    captures: dict[str, dict[int, torch.Tensor]] = field(default_factory=dict)  # rep -> [leaves, samples + extra]
+    leaves: dict[str, list[list[Any]]] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    fresh_inputs: bool = False
+    timing_mode: str = "eager"
+    graph_note: str = ""
+
+    def summary(self, name: str) -> dict[str, float]:
+        return summarize(self.samples[name])
+
+
+def summarize(samples_ms: list[float]) -> dict[str, float]:
+    """Median, IQR, n, relative standard error of the median, min; mean, std and max too."""
+    n = len(samples_ms)
+    median = statistics.median(samples_ms)
+    if n >= 4:
+        q = statistics.quantiles(samples_ms, n=4)
+        iqr = q[2] - q[0]
+    else:
+        iqr = max(samples_ms) - min(samples_ms)
+    # standard error of the median from a robust sigma (IQR / 1.349), normal approximation
+    rse = (1.2533 * (iqr / 1.349) / math.sqrt(n)) / median if n > 1 and median > 0 else float("inf")
+    return {"median_ms": median, "iqr_ms": iqr, "n": n, "rel_stderr": rse, "min_ms": min(samples_ms),
+            "mean_ms": statistics.fmean(samples_ms), "std_ms": statistics.pstdev(samples_ms) if n > 1 else 0.0,
+            "max_ms": max(samples_ms)}
+
+
+class BlockFailed(Exception):
+    """A side's block failed (its forward raised, or it ran out of memory): the reply says how."""
+
+    def __init__(self, side: str, reply: p.Reply):
+        super().__init__(reply.error)
+        self.side, self.reply = side, reply
+
+
+class Forged(Exception):
+    """A worker's reply that cannot be true (a candidate's worker is then judged on it)."""
+
+    def __init__(self, side: str, reason: str):
+        super().__init__(reason)
+        self.side = side
+
+
+class CaptureFailed(Exception):
+    """A side's forward could not be captured in a CUDA graph (its process may be unusable now)."""
+
+    def __init__(self, side: str, note: str):
+        super().__init__(note)
+        self.side, self.note = side, note
+
+
+def _block(side: Side, meas: Measurement, reps: int, first_rep: int, *, nonce: int, flush: bool, sync_each: bool,
+           capture: bool, graphs: bool, timeout: float, keep: bool = True) -> p.TimeBlockReply:
+    """Run one block on one side, observe its wall time here, and record what it reported."""
+    msg = p.TimeBlock(subject=side.subject, reps=reps, first_rep=first_rep, nonce=nonce, flush=flush,
+                      sync_each=sync_each, capture=capture, graphs=graphs, key=side.key)
+    t0 = time.perf_counter()
+    reply, tensors = side.worker.request(msg, timeout=timeout, device=torch.device("cpu"))
+    wall_ms = (time.perf_counter() - t0) * 1000.0
+    if not reply.ok:
+        raise BlockFailed(side.name, reply)
+    if reply.timing_mode == "capture_failed":
+        raise CaptureFailed(side.name, reply.graph_note)
+    meas.timing_mode, meas.fresh_inputs = reply.timing_mode, reply.fresh_inputs
+    meas.violations += [f"{side.name}: {v}" for v in reply.violations]
+    if not keep:
+        return reply
+    times = [float(t) for t in reply.times_ms]
+    if len(times) != reps or not all(math.isfinite(t) and t >= 0 for t in times):
+        raise Forged(side.name, f"the {side.name}'s block reported {len(times)} valid times for {reps} repetitions")
+    meas.samples.setdefault(side.name, []).extend(times)
+    meas.blocks.setdefault(side.name, []).append(Block(first_rep, reps, wall_ms, sum(times)))
+    if capture:
+        rows = tensors[0] if tensors else torch.empty(0)
+        if rows.dim() != 3 or rows.shape[0] != reps or rows.dtype != torch.float64:
+            raise Forged(side.name, f"the {side.name}'s block returned captures shaped {list(rows.shape)} for {reps} repetitions")
+        for i in range(reps):
+            meas.captures.setdefault(side.name, {})[first_rep + i] = rows[i]
+        known = meas.leaves.setdefault(side.name, reply.leaves)
+        if known != reply.leaves:
+            meas.violations.append(f"{side.name}: outputs changed between blocks ({reply.leaves} after {known})")
+    return reply
+
+
+def time_pair(reference: Side, candidate: Side, rule: p.TimingRule, *, nonce: int, graphs: bool,
+              timeout: float) -> Measurement:
+    """Time both sides by `rule`; raises `BlockFailed` (a side's forward failed), `CaptureFailed` or `Forged`."""
+    meas = Measurement()
+    common = dict(nonce=nonce, flush=rule.flush, graphs=graphs, timeout=timeout)
+    if rule.method == "fixed":
+        for side in (reference, candidate):  # one after the other, as KernelBench times them
+            _block(side, meas, max(1, rule.warmup_calls), -rule.warmup_calls - 1, sync_each=True, capture=False,
+                   keep=False, **common)
+            _block(side, meas, rule.reps, 0, sync_each=True, capture=rule.check_outputs, **common)
+        return meas
+    per_rep = max(_warm_up(side, rule, meas, common) for side in (reference, candidate))
+    reps = max(2, min(MAX_BLOCK_REPS, int(BLOCK_MS / max(per_rep, 1e-3))))
+    started = time.perf_counter()
+    first = 0
+    pair = 0
+    while True:
+        order = (reference, candidate) if pair % 2 == 0 else (candidate, reference)
+        for side in order:
+            _block(side, meas, reps, first, sync_each=False, capture=rule.check_outputs, **common)
+        first += reps
+        pair += 1
+        if first >= rule.max_reps:
+            break
+        if first >= rule.min_reps and pair >= 2:
+            settled = all(meas.summary(s.name)["rel_stderr"] < rule.target_rel_stderr for s in order)
+            if settled or time.perf_counter() - started > rule.budget_s:
+                break
+    return meas
+
+
+def _warm_up(side: Side, rule: p.TimingRule, meas: Measurement, common: dict[str, Any]) -> float:
+    """Warm a side up for `rule.warmup_ms` (at least 3 calls, captures off); returns its wall time per repetition."""
+    reps, spent, first = 3, 0.0, -1_000_000
+    while True:
+        t0 = time.perf_counter()
+        _block(side, meas, reps, first, sync_each=False, capture=False, keep=False, **common)
+        wall = (time.perf_counter() - t0) * 1000.0
+        spent += wall
+        first += reps
+        per_rep = wall / reps
+        if spent >= rule.warmup_ms or reps >= 1000:
+            return per_rep
+        reps = min(1000, max(1, int((rule.warmup_ms - spent) / max(per_rep, 1e-3)) + 1))
+
+
+def wall_bound(meas: Measurement, reference: str = "reference", candidate: str = "candidate"
+               ) -> tuple[str | None, dict[str, float]]:
+    """Why the candidate's reported times are below what its blocks' wall time allows (or None), with the numbers
+    (us per repetition)."""
+    ref_blocks, cand_blocks = meas.blocks.get(reference, []), meas.blocks.get(candidate, [])
+    if not ref_blocks or not cand_blocks:
+        return None, {}
+    lowest = min(b.excess_ms for b in cand_blocks)
+    overhead = statistics.median(b.excess_ms for b in ref_blocks)
+    per_call = statistics.median(meas.samples[candidate])
+    limit = max(WALL_FLOOR_MS, WALL_SHARE * per_call)
+    unexplained = lowest - overhead
+    numbers = {"unexplained_us": round(unexplained * 1000, 3), "limit_us": round(limit * 1000, 3),
+               "candidate_lowest_us": round(lowest * 1000, 3), "reference_overhead_us": round(overhead * 1000, 3),
+               "call_us": round(per_call * 1000, 3), "blocks": len(cand_blocks)}
+    if unexplained <= limit:
+        return None, numbers
+    return (f"in every one of {len(cand_blocks)} timed blocks the candidate's process took at least "
+            f"{lowest * 1000:.1f} us per repetition more than the CUDA events it reported (the clean reference "
+            f"process's loop overhead: {overhead * 1000:.1f} us; allowed beyond it: {limit * 1000:.1f} us, for "
+            f"calls of {per_call * 1000:.1f} us): work ran outside its timed intervals, or it reported times it "
+            "did not take"), numbers
+
+
+def first_capture_mismatch(meas: Measurement, atol: float, rtol: float, reference: str = "reference",
+                           candidate: str = "candidate") -> str | None:
+    """The first timed repetition whose output disagrees with the reference's for the same inputs, as a reason."""
+    ref_caps, cand_caps = meas.captures.get(reference, {}), meas.captures.get(candidate, {})
+    if meas.leaves.get(reference) != meas.leaves.get(candidate):
+        return (f"timed outputs are shaped {meas.leaves.get(candidate)}, the reference's "
+                f"{meas.leaves.get(reference)}")
+    missing = sorted(set(ref_caps) - set(cand_caps))
+    if missing:
+        return f"timed repetition {missing[0]} returned no capture of its output"
+    for rep in sorted(ref_caps):
+        for leaf, (ref_row, cand_row) in enumerate(zip(ref_caps[rep], cand_caps[rep])):
+            why = capture_mismatch(ref_row, cand_row, atol, rtol)
+            if why:
+                return f"the output of timed repetition {rep} is wrong: output {leaf}: {why}"
+    return None
+
+
+# Projections are compared within PROJECTION_SIGMAS x sqrt(sum of squared elementwise tolerances): for an output
+# within tolerance everywhere, a projection with secret random signs exceeds that with probability at most
+# 2 exp(-PROJECTION_SIGMAS**2 / 2) (Hoeffding), about 1e-14, so an honest kernel is never rejected by it.
+PROJECTION_SIGMAS = 8.0
+
+
+def capture_mismatch(ref: torch.Tensor, cand: torch.Tensor, atol: float, rtol: float) -> str | None:
+    """Why a candidate output's capture disagrees with the reference's for the same inputs and key, or None.
+
+    Sampled elements are compared one by one (NaN must match NaN, infinities exactly); non-finite counts
+    exactly; projections within the Hoeffding bound above, so any error spread over the output shows.
+    """
+    extra = capture_math.CAPTURE_EXTRA
+    samples = ref.numel() - extra
+    r, c = ref[samples:], cand[samples:]
+    if c[capture_math.NUMEL] != r[capture_math.NUMEL]:
+        return f"it has {int(c[capture_math.NUMEL])} elements, the reference's {int(r[capture_math.NUMEL])}"
+    for index, what in ((capture_math.N_NAN, "NaN"), (capture_math.N_POSINF, "+Inf"), (capture_math.N_NEGINF, "-Inf")):
+        if c[index] != r[index]:
+            return f"{int(c[index])} {what} values where the reference has {int(r[index])}"
+    if c[capture_math.NONFINITE_PROJ] != r[capture_math.NONFINITE_PROJ]:
+        return "its NaN/Inf values sit at other positions than the reference's"
+    rs, cs = ref[:samples], cand[:samples]
+    nan_differs = torch.isnan(rs) != torch.isnan(cs)
+    both = ~torch.isnan(rs) & ~torch.isnan(cs)
+    inf_differs = both & (torch.isinf(rs) | torch.isinf(cs)) & (rs != cs)
+    finite = both & torch.isfinite(rs) & torch.isfinite(cs)
+    beyond = finite & ((cs - rs).abs() > atol + rtol * rs.abs())
+    bad = nan_differs | inf_differs | beyond
+    if bool(bad.any()):
+        slot = int(bad.nonzero()[0])
+        return (f"{int(bad.sum())} of the sampled elements differ (e.g. {float(cs[slot])!r} where the reference has "
+                f"{float(rs[slot])!r}; atol {atol:g}, rtol {rtol:g})")
+    finite_n = float(r[capture_math.NUMEL] - r[capture_math.N_NAN] - r[capture_math.N_POSINF] - r[capture_math.N_NEGINF])
+    spread = math.sqrt(max(finite_n * atol * atol + 2 * atol * rtol * float(r[capture_math.SUM_ABS])
+                           + rtol * rtol * float(r[capture_math.SUM_SQ]), 0.0))
+    rounding = 1e-9 * (float(r[capture_math.SUM_ABS]) + float(c[capture_math.SUM_ABS]))
+    limit = PROJECTION_SIGMAS * spread + rounding
+    gaps = (c[capture_math.PROJ:capture_math.PROJ + capture_math.PROJECTIONS]
+            - r[capture_math.PROJ:capture_math.PROJ + capture_math.PROJECTIONS]).abs()
+    if not bool(torch.isfinite(gaps).all()) or float(gaps.max()) > limit:
+        return (f"a secret projection of it differs from the reference's by {float(gaps.max()):.6g}, beyond "
+                f"{limit:.6g} ({PROJECTION_SIGMAS:g} x the tolerance's spread): the output is wrong beyond its "
+                "sampled elements")
+    return None
+
+
+def back_to_back(candidate: Side, reference: Side, calls: int, batches: int, timeout: float
+                 ) -> tuple[p.BackToBackReply, list[dict[str, float]], list[dict[str, float]]]:
+    """Back-to-back batches of both sides, interleaved A B B A between the two processes; the candidate's first
+    batch also compares its output right after return with the output after a full synchronisation."""
+    sides: dict[str, list[dict[str, float]]] = {"candidate": [], "reference": []}
+    first: p.BackToBackReply | None = None
+    for k in range(batches):
+        order = (candidate, reference) if k % 2 == 0 else (reference, candidate)
+        for side in order:
+            msg = p.BackToBack(subject=side.subject, calls=calls, batches=1,
+                               check_stream=side is candidate and first is None)
+            reply, _ = side.worker.request(msg, timeout=timeout)
+            if not reply.ok:
+                raise BlockFailed(side.name, reply)
+            if side is candidate and first is None:
+                first = reply
+            sides[side.name].extend(reply.batches)
+    assert first is not None
+    return first, sides["candidate"], sides["reference"]
+
+
+# -- the host-bound flag ---------------------------------------------------------------------------
+# A call is host-bound when the host's work to make it (Python in forward, kernel launches, allocator
+# work, any synchronisation) is large next to the GPU work it enqueues: its time then measures the CPU,
+# the driver and the machine's load as much as the GPU, and moves between runs and machines of the same
+# GPU type (an eager LSTM reference measured 41 ms, then 58 ms, on two H100 runs). A side is host-bound
+# when its host time is at least HOST_SHARE_AT of its GPU time and more than HOST_FLOOR_MS. Why a share of
+# the GPU time and not the GPU's busy share: the GPU can stay busy through a call while the host only just
+# keeps ahead of it, and then a host 2x slower starves it (the LSTM and GRU references moved 1.29x and 1.46x
+# between sessions at 60-100 % busy). The floor is the timing's GPU lead (200 us): host work shorter than
+# that is enqueued while the GPU spins, before the start event, so it cannot show in the time. A side under
+# the floor is not profiled (a profile costs tens of ms of exclusive GPU time). The flag changes no verdict:
+# it says which numbers depend on the host; `eval.cuda_graphs=auto` times graph replays instead.
+HOST_SHARE_AT = 0.5
+HOST_FLOOR_MS = 0.2
+BUSY_CALLS = 5  # event-timed and profiled eager calls per side
+_SHARE_CAP = 1000.0  # a side with (almost) no kernel time: its share is "huge", kept finite for JSON
+
+
+def record_host_time(result: Any, side: str, values: dict[str, float]) -> bool:
+    """Record one side's busy share, host time and host share on the result; True when the side is host-bound."""
+    busy, host_ms, kernel_ms = (_finite(values.get(key)) for key in ("busy", "host_ms", "kernel_ms"))
+    if busy is not None:
+        result.gpu_busy[side] = round(min(max(busy, 0.0), 1.0), 4)
+    if host_ms is None:
+        return False
+    host_ms = max(host_ms, 0.0)
+    result.host_ms[side] = round(host_ms, 4)
+    if kernel_ms is None:  # not profiled: its host time is under the floor
+        return False
+    kernel_ms = max(kernel_ms, 0.0)
+    share = min(host_ms / kernel_ms, _SHARE_CAP) if kernel_ms > 0 else _SHARE_CAP
+    result.host_share[side] = round(share, 4)
+    return host_ms > HOST_FLOOR_MS and share >= HOST_SHARE_AT
+
+
+def _finite(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def host_bound_flag(host_share: dict[str, float], sides: list[str], timing_mode: str) -> str:
+    """The human-readable note for a host-bound result."""
+    shares = ", ".join(f"{side} {share:.2f}" for side, share in host_share.items())
+    which = " and ".join(sides)
+    text = (f"host-bound: making an eager call of the {which} takes the host at least {HOST_SHARE_AT:.0%} of the "
+            f"call's GPU time (host time over GPU time per call: {shares}); such a time depends on the host "
+            "(Python, kernel launches) and moves between runs and machines")
+    if timing_mode == "cuda_graph":
+        return text + "; these timings are CUDA-graph replays, which take most of that host time out"
+    return text + "; compare its speedup with care (eval.cuda_graphs=auto times CUDA-graph replays instead)"
