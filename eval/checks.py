@@ -464,9 +464,11 @@ def time_candidate(ctx: Context) -> None:
                                  graphs=ctx.graphs, timeout=config.timing_timeout_s)
     except measure.BlockFailed as exc:
         _block_failed(ctx, exc)
-    except measure.CaptureFailed as exc:
+    except measure.CaptureFailed as exc:  # the failing process's CUDA state is suspect: both start over
         ctx.lease.worker.kill()
-        raise RetryEager(f"the {exc.side}'s {exc.note}"[:400]) from None
+        if exc.side == "reference":
+            ctx.lease.reference.restart()
+        raise RetryEager(f"the {exc.side}'s forward could not be captured in a CUDA graph ({exc.note})"[:400]) from None
     except measure.Forged as exc:
         if exc.side != "candidate":
             raise RuntimeError(f"the reference process's reply was malformed: {exc}") from None

@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from eval.protocol import TimingRule
+from eval.measure import TimingRule
 from problems.compare import tolerance
 
 _CHOICES = {

@@ -42,8 +42,29 @@ WALL_SHARE = 0.25
 WALL_FLOOR_MS = 0.03
 
 
-class MeasureError(RuntimeError):
-    """A timing could not be completed (the reference process failed, or the two sides disagree on inputs)."""
+@dataclass
+class TimingRule:
+    """How both sides are timed (`EvalConfig.timing_rule()`). Only the parent plans with it: a worker is told to run
+    blocks of repetitions (`protocol.TimeBlock`), never the rule, so nothing of the plan is the worker's to change.
+
+    method "adaptive": blocks of repetitions alternate between the two processes (A B B A) until the
+    relative standard error of both medians is under `target_rel_stderr` or `budget_s` is spent, with
+    `min_reps`..`max_reps` repetitions per side. method "fixed" (KernelBench's): `warmup_calls` calls, then
+    `reps` calls per side, each synchronised, one side after the other. `flush` clears the L2 before every
+    call; `check_outputs` captures every timed output for the parent to check.
+    """
+
+    method: str = "adaptive"
+    min_reps: int = 20
+    max_reps: int = 1000
+    target_rel_stderr: float = 0.01
+    budget_s: float = 6.0
+    warmup_ms: float = 25.0
+    flush: bool = True
+    reps: int = 100
+    warmup_calls: int = 3
+    check_outputs: bool = True
+    statistic: str = "median"
 
 
 @dataclass
@@ -160,7 +181,7 @@ def _block(side: Side, meas: Measurement, reps: int, first_rep: int, *, nonce: i
     return reply
 
 
-def time_pair(reference: Side, candidate: Side, rule: p.TimingRule, *, nonce: int, graphs: bool,
+def time_pair(reference: Side, candidate: Side, rule: TimingRule, *, nonce: int, graphs: bool,
               timeout: float) -> Measurement:
     """Time both sides by `rule`; raises `BlockFailed` (a side's forward failed), `CaptureFailed` or `Forged`."""
     meas = Measurement()
@@ -191,7 +212,7 @@ def time_pair(reference: Side, candidate: Side, rule: p.TimingRule, *, nonce: in
     return meas
 
 
-def _warm_up(side: Side, rule: p.TimingRule, meas: Measurement, common: dict[str, Any]) -> float:
+def _warm_up(side: Side, rule: TimingRule, meas: Measurement, common: dict[str, Any]) -> float:
     """Warm a side up for `rule.warmup_ms` (at least 3 calls, captures off); returns its wall time per repetition."""
     reps, spent, first = 3, 0.0, -1_000_000
     while True:

@@ -152,30 +152,6 @@ class Stage(Request):
 
 
 @dataclass
-class TimingRule:
-    """How both sides are timed: the config's value (`EvalConfig.timing_rule()`) and the wire's (inside `TimeBlock`).
-
-    method "adaptive": blocks of repetitions alternate between the two processes (A B B A) until the
-    relative standard error of both medians is under `target_rel_stderr` or `budget_s` is spent, with
-    `min_reps`..`max_reps` repetitions per side. method "fixed" (KernelBench's): `warmup_calls` calls, then
-    `reps` calls per side, each synchronised, one side after the other. `flush` clears the L2 before every
-    call; `check_outputs` captures every timed output for the parent to check.
-    """
-
-    method: str = "adaptive"
-    min_reps: int = 20
-    max_reps: int = 1000
-    target_rel_stderr: float = 0.01
-    budget_s: float = 6.0
-    warmup_ms: float = 25.0
-    flush: bool = True
-    reps: int = 100
-    warmup_calls: int = 3
-    check_outputs: bool = True
-    statistic: str = "median"
-
-
-@dataclass
 class TimeBlockReply(Reply):
     times_ms: list[float] = field(default_factory=list)  # CUDA-event time of each repetition, in order
     leaves: list[list[Any]] = field(default_factory=list)  # [dtype, shape] of each output tensor (captures' order)

@@ -67,6 +67,13 @@ class ReferenceProcess:
         except Exception:  # noqa: BLE001  the first evaluation that needs it tries again and reports why
             pass
 
+    def restart(self) -> None:
+        """End the process (its CUDA state is suspect); the next request starts a new one."""
+        with self._lock:
+            if self._worker is not None:
+                self._worker.kill()
+                self._worker = None
+
     def close(self) -> None:
         with self._lock:
             if self._worker is not None:

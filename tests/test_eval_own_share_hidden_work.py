@@ -95,10 +95,10 @@ def test_limit_scales_with_the_call_and_the_reference_excess_is_subtracted() -> 
 
 
 def test_hidden_work_request_and_reply_cross_the_boundary() -> None:
-    req = p.HiddenWork(reps=50, batches=7)
+    req = p.BackToBack(subject="ref4", calls=50, batches=1, check_stream=True)
     assert p.decode_request(p.encode(req)) == req
-    reply = p.HiddenWorkReply(candidate=_batches([1, 2]), reference=_batches([1, 1]))
-    assert p.decode_reply(req, p.encode(reply, "hidden_work")) == reply
+    reply = p.BackToBackReply(batches=_batches([1, 2]), stream_mismatches=1)
+    assert p.decode_reply(req, p.encode(reply, "back_to_back")) == reply
 
 
 # -- feedback and report -----------------------------------------------------------------------

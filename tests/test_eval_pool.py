@@ -134,8 +134,8 @@ def test_gate_accounts_for_its_holds():
 
 
 def test_protocol_refuses_ill_typed_or_forged_replies():
-    with pytest.raises(ProtocolError, match="answered 'run' to 'time'"):
-        protocol.decode_reply(protocol.Time(), {"cmd": "run", "ok": True})
+    with pytest.raises(ProtocolError, match="answered 'run' to 'time_block'"):
+        protocol.decode_reply(protocol.TimeBlock(), {"cmd": "run", "ok": True})
     with pytest.raises(ProtocolError, match="does not fit"):
         protocol.decode_reply(protocol.Run(), {"cmd": "run", "ok": True, "mutated_inputs": ["0"]})
     with pytest.raises(ProtocolError, match="unknown field"):

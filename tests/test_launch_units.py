@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from eval import launch
+from eval import checks, measure
 from eval import protocol as p
 from eval.config import EvalConfig
 from eval.feedback import render_feedback
@@ -50,21 +50,21 @@ def test_result_fields_round_trip_and_old_results_load() -> None:
 
 # ------------------------------------------------------------------------------ protocol
 def test_busy_and_graph_fields_cross_the_boundary_typed() -> None:
-    req = p.decode_request(p.encode(p.Busy(calls=3, flush=False)))
-    assert isinstance(req, p.Busy) and req.calls == 3 and req.flush is False
-    reply = p.decode_reply(req, p.encode(p.BusyReply(sides={"reference": {"busy": 0.2}}), "busy"))
-    assert reply.sides["reference"]["busy"] == 0.2
+    req = p.decode_request(p.encode(p.Busy(subject="ref3", calls=3, flush=False)))
+    assert isinstance(req, p.Busy) and req.calls == 3 and req.flush is False and req.subject == "ref3"
+    reply = p.decode_reply(req, p.encode(p.BusyReply(side={"busy": 0.2}), "busy"))
+    assert reply.side["busy"] == 0.2
     with pytest.raises(ProtocolError):
-        p.decode_reply(req, {"cmd": "busy", "ok": True, "sides": {"reference": {"busy": "high"}}})
-    t = p.decode_request(p.encode(p.Time(graphs=True)))
-    assert t.graphs is True
-    tr = p.decode_reply(t, p.encode(p.TimeReply(timing_mode="cuda_graph", graph_note=""), "time"))
+        p.decode_reply(req, {"cmd": "busy", "ok": True, "side": {"busy": "high"}})
+    t = p.decode_request(p.encode(p.TimeBlock(graphs=True, reps=7)))
+    assert t.graphs is True and t.reps == 7
+    tr = p.decode_reply(t, p.encode(p.TimeBlockReply(timing_mode="cuda_graph", graph_note=""), "time_block"))
     assert tr.timing_mode == "cuda_graph"
 
 
 # ------------------------------------------------------------------------------ the host-bound step
 class _Ctx:
-    """Just what `launch.host_bound` and `launch.record_mode` touch."""
+    """Just what `checks.host_bound` and `checks.record_mode` touch: each side's Busy goes to its own process."""
 
     def __init__(self, sides: dict, cuda_graphs: str = "off"):
         self.config = EvalConfig(cuda_graphs=cuda_graphs)
@@ -73,17 +73,23 @@ class _Ctx:
         self.sent: list = []
         self._sides = sides
 
-    def request(self, message, tensors=None, timeout=None):
-        self.sent.append(message)
-        return p.BusyReply(sides=self._sides), []
+    def sides(self):
+        return measure.Side("reference", "reference process", "ref0"), measure.Side("candidate", "worker", "candidate")
+
+    def request(self, message, tensors=None, timeout=None, worker=None):
+        self.sent.append((worker, message))
+        name = {"reference process": "reference", "worker": "candidate"}[worker]
+        return p.BusyReply(side=self._sides.get(name, {})), []
 
 
 def test_a_side_whose_host_time_is_half_its_gpu_time_is_flagged_even_when_the_gpu_looks_busy() -> None:
     # the GPU is 90 % busy, yet the host needs 1.2 ms to enqueue 2 ms of GPU work: a host half as fast starves it
     ctx = _Ctx({"reference": {"kernel_ms": 2.0, "event_ms": 2.2, "busy": 0.9, "host_ms": 1.2},
                 "candidate": {"kernel_ms": 0.9, "event_ms": 1.0, "busy": 0.9, "host_ms": 0.05}})
-    launch.host_bound(ctx)
-    assert isinstance(ctx.sent[0], p.Busy) and ctx.sent[0].flush is True
+    checks.host_bound(ctx)
+    (where, first), (_, second) = ctx.sent
+    assert isinstance(first, p.Busy) and first.flush is True and where == "reference process"
+    assert first.subject == "ref0" and second.subject == "candidate"
     assert ctx.result.gpu_busy == {"reference": 0.9, "candidate": 0.9}
     assert ctx.result.host_share == {"reference": 0.6, "candidate": 0.0556}
     assert ctx.result.host_bound == ["reference"]
@@ -95,8 +101,8 @@ def test_a_side_under_the_floor_is_not_profiled_and_never_flagged() -> None:
     # the worker profiles only the sides whose host time is over the floor; the others come back without kernel_ms
     ctx = _Ctx({"reference": {"event_ms": 0.3, "host_ms": 0.12},
                 "candidate": {"kernel_ms": 0.4, "event_ms": 0.5, "busy": 0.8, "host_ms": 0.35}})
-    launch.host_bound(ctx)
-    assert ctx.sent[0].profile_above_ms == launch.HOST_FLOOR_MS
+    checks.host_bound(ctx)
+    assert ctx.sent[0][1].profile_above_ms == measure.HOST_FLOOR_MS
     assert ctx.result.host_ms == {"reference": 0.12, "candidate": 0.35}
     assert ctx.result.gpu_busy == {"candidate": 0.8} and ctx.result.host_share == {"candidate": 0.875}
     assert ctx.result.host_bound == ["candidate"]
@@ -110,66 +116,47 @@ def test_a_side_under_the_floor_is_not_profiled_and_never_flagged() -> None:
 ])
 def test_host_bound_threshold_and_floor(host_ms: float, kernel_ms: float, bound: bool) -> None:
     ctx = _Ctx({"reference": {"kernel_ms": kernel_ms, "event_ms": 1.0, "busy": 0.5, "host_ms": host_ms}})
-    launch.host_bound(ctx)
+    checks.host_bound(ctx)
     assert (ctx.result.host_bound == ["reference"]) is bound
 
 
 def test_missing_or_forged_values_are_clamped_and_never_flag() -> None:
     ctx = _Ctx({"reference": {"busy": 0.95}, "candidate": {"busy": 7.0, "host_ms": -3.0, "kernel_ms": 1.0}})
-    launch.host_bound(ctx)
+    checks.host_bound(ctx)
     assert ctx.result.gpu_busy == {"reference": 0.95, "candidate": 1.0}
     assert ctx.result.host_share == {"candidate": 0.0}
     assert ctx.result.host_bound == [] and ctx.result.flags == []
     nan = _Ctx({"reference": {"busy": float("nan"), "host_ms": float("inf"), "kernel_ms": 1.0},
                 "candidate": {"busy": 0.6, "host_ms": "slow", "kernel_ms": 1.0}})
-    launch.host_bound(nan)
+    checks.host_bound(nan)
     assert nan.result.gpu_busy == {"candidate": 0.6} and nan.result.host_share == {} and nan.result.host_bound == []
 
 
 def test_graph_mode_is_recorded_and_a_fallback_is_flagged() -> None:
     ctx = _Ctx({}, cuda_graphs="auto")
-    launch.record_mode(ctx, p.TimeReply(timing_mode="cuda_graph"))
+    checks.record_mode(ctx, measure.Measurement(timing_mode="cuda_graph"))
     assert ctx.result.timing_mode == "cuda_graph" and ctx.result.flags == []
     ctx = _Ctx({}, cuda_graphs="auto")
-    launch.record_mode(ctx, p.TimeReply(graph_note="graphs were asked for and not used"))
+    checks.record_mode(ctx, measure.Measurement(graph_note="graphs were asked for and not used"))
     assert ctx.result.timing_mode == "eager"
     assert ctx.result.flags == ["cuda_graphs: graphs were asked for and not used"]
     off = _Ctx({})
-    launch.record_mode(off, p.TimeReply())
+    checks.record_mode(off, measure.Measurement())
     assert off.result.timing_mode == "eager" and off.result.flags == []
-    assert "replays" in launch.host_bound_flag({"reference": 2.0}, ["reference"], "cuda_graph")
+    assert "replays" in measure.host_bound_flag({"reference": 2.0}, ["reference"], "cuda_graph")
 
 
-# ------------------------------------------------------------------------------ capture fallback (worker side)
-def test_one_side_that_cannot_be_captured_means_no_replays(monkeypatch) -> None:
-    captured: list[str] = []
-
-    def fake_capture(side):
-        if side.call() == "candidate":
-            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
-        captured.append("reference")
-        return object(), "reference output"
-
-    monkeypatch.setattr(graphs, "capture", fake_capture)
-    monkeypatch.setattr(graphs, "_settle", lambda: None)
-    sides = {"reference": timing.TimedSide(lambda rep: None, lambda: "reference"),
-             "candidate": timing.TimedSide(lambda rep: None, lambda: "candidate")}
-    out, mode, note, held = graphs.replayed(sides)
-    assert out is sides and mode == "capture_failed" and held == [] and captured == ["reference"]
-    assert note.startswith("the candidate's forward could not be captured in a CUDA graph (RuntimeError: CUDA error")
-
-
-def test_every_side_captured_means_replays(monkeypatch) -> None:
+# ------------------------------------------------------------------------------ graphs (worker side)
+def test_a_replayer_replays_its_graph_and_returns_the_captured_outputs(monkeypatch) -> None:
     replays: list[object] = []
-    monkeypatch.setattr(graphs, "capture", lambda side: (side, f"{side.call()} static output"))
     monkeypatch.setattr(graphs, "_replay", replays.append)
-    after = lambda rep, out: None  # noqa: E731
-    sides = {"reference": timing.TimedSide(lambda rep: None, lambda: "ref"),
-             "candidate": timing.TimedSide(lambda rep: None, lambda: "cand", after)}
-    out, mode, note, held = graphs.replayed(sides)
-    assert mode == "cuda_graph" and note == "" and len(held) == 2
-    assert out["candidate"].call() == "cand static output" and replays == [sides["candidate"]]
-    assert out["candidate"].after is after and out["candidate"].prepare is sides["candidate"].prepare
+    call = graphs.replayer("graph", "static output")
+    assert call() == "static output" and replays == ["graph"]
+
+
+def test_a_failed_capture_says_why_in_one_line() -> None:
+    note = graphs.failure_note(RuntimeError("first line\nCUDA error: operation not permitted when stream is capturing"))
+    assert note == "RuntimeError: first line\nCUDA error: operation not permitted when stream is capturing".splitlines()[-1]
 
 
 # ------------------------------------------------------------------------------ feedback and report
@@ -182,7 +169,7 @@ def _timed_result(**kw) -> EvalResult:
 def test_feedback_shows_busy_shares_and_graph_mode() -> None:
     r = _timed_result(gpu_busy={"reference": 0.31, "candidate": 0.97}, host_share={"reference": 1.5, "candidate": 0.02},
                       host_bound=["reference"],
-                      flags=[launch.host_bound_flag({"reference": 1.5, "candidate": 0.02}, ["reference"], "eager")])
+                      flags=[measure.host_bound_flag({"reference": 1.5, "candidate": 0.02}, ["reference"], "eager")])
     text = render_feedback(r)
     assert ("GPU busy during an eager call: reference 31%, candidate 97%; host time over GPU time per call: "
             "reference 1.50, candidate 0.02 (host-bound: reference)") in text
@@ -302,22 +289,36 @@ def test_no_compile_speedup_against_graph_replays() -> None:
     assert r.speedup_compile is None and r.flags[0].startswith("no speedup over torch.compile")
 
 
-def test_a_failed_capture_ends_the_worker_and_asks_for_an_eager_retry() -> None:
-    """The worker's CUDA state after a failed capture is suspect (on the H100 the next random draw raised)."""
+def test_a_failed_capture_ends_both_processes_and_asks_for_an_eager_retry() -> None:
+    """A process's CUDA state after a failed capture is suspect (on the H100 the next random draw raised)."""
     from types import SimpleNamespace
 
     from eval import checks
 
     killed, sent = [], []
 
-    def request(message, tensors=None, timeout=None, on_host=False):
-        sent.append(message)
-        return p.TimeReply(timing_mode="capture_failed", graph_note="the candidate's forward could not be captured"), []
+    class Process:
+        def __init__(self, fails: bool):
+            self.fails = fails
 
-    ctx = SimpleNamespace(config=EvalConfig(cuda_graphs="auto"), graphs=True, result=EvalResult(), request=request,
-                          output_bytes=0, lease=SimpleNamespace(device=torch.device("cpu"),
-                                                                worker=SimpleNamespace(kill=lambda: killed.append(True))))
-    with pytest.raises(checks.RetryEager) as caught:
-        checks.time_candidate(ctx)
-    assert sent[0].graphs is True and killed == [True]
-    assert caught.value.note == "the candidate's forward could not be captured"
+        def request(self, message, tensors=None, timeout=None, device=None):
+            sent.append(message)
+            if self.fails:
+                return p.TimeBlockReply(timing_mode="capture_failed", graph_note="RuntimeError: capturing"), []
+            return p.TimeBlockReply(times_ms=[0.1] * message.reps, timing_mode="cuda_graph"), []
+
+    for failing in ("candidate", "reference"):
+        killed.clear()
+        sides = (measure.Side("reference", Process(failing == "reference"), "ref0", key=3),
+                 measure.Side("candidate", Process(failing == "candidate"), "candidate"))
+        ctx = SimpleNamespace(config=EvalConfig(cuda_graphs="auto"), graphs=True, result=EvalResult(), worker_draws=True,
+                              sides=lambda sides=sides: sides,
+                              lease=SimpleNamespace(device=torch.device("cpu"),
+                                                    worker=SimpleNamespace(kill=lambda: killed.append("worker")),
+                                                    reference=SimpleNamespace(restart=lambda: killed.append("reference"))))
+        with pytest.raises(checks.RetryEager) as caught:
+            checks.time_candidate(ctx)
+        assert sent[-1].graphs is True
+        assert killed == (["worker"] if failing == "candidate" else ["worker", "reference"])
+        assert caught.value.note == (f"the {failing}'s forward could not be captured in a CUDA graph "
+                                     "(RuntimeError: capturing)")

@@ -51,12 +51,12 @@ def test_default_preset_is_the_strict_rules_unchanged() -> None:
     assert default == EvalConfig() and default.preset == "default"
     # cached strict results are still found, except that the own-share rule (issue 10) changed strict verdicts
     assert set(default.cache_fields()) == LEGACY_CACHE_FIELDS | {"min_own_time_fraction"}
-    assert checks.timing_rule(default) == {"min_reps": 20, "max_reps": 1000, "target_rel_stderr": 0.01,
-                                           "budget_s": 6.0, "warmup_ms": 25.0}
+    rule = default.timing_rule()
+    assert (rule.min_reps, rule.max_reps, rule.target_rel_stderr, rule.budget_s, rule.warmup_ms) == (
+        20, 1000, 0.01, 6.0, 25.0)
     assert default.tolerance("float32", None, None) == (1e-4, 1e-4)
-    # a Time request built from the default rule is the adaptive, flushed, checked method
-    rule = p.Time(**checks.timing_rule(default))
-    assert (rule.method, rule.flush, rule.check_outputs) == ("adaptive", True, True)
+    # the default rule is the adaptive, flushed, checked method, compared by medians
+    assert (rule.method, rule.flush, rule.check_outputs, rule.statistic) == ("adaptive", True, True, "median")
 
 
 def test_kernelbench_keys_its_own_cache_entries_and_timing_rule() -> None:
@@ -64,10 +64,9 @@ def test_kernelbench_keys_its_own_cache_entries_and_timing_rule() -> None:
     fields = kb.cache_fields()
     assert fields["preset"] == "kernelbench" and fields["timing_statistic"] == "mean"
     assert set(fields) > LEGACY_CACHE_FIELDS
-    rule = p.Time(**checks.timing_rule(kb))
-    assert (rule.method, rule.flush, rule.reps, rule.warmup_calls, rule.check_outputs) == ("fixed", False, 100, 3, False)
-    # the rule crosses the trust boundary intact
-    assert p.decode_request(p.encode(rule)) == rule
+    rule = kb.timing_rule()
+    assert (rule.method, rule.flush, rule.reps, rule.warmup_calls, rule.check_outputs, rule.statistic) == (
+        "fixed", False, 100, 3, False, "mean")
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -117,44 +116,6 @@ def test_load_request_carries_precision_and_state_copy() -> None:
     load = p.Load(problem_source="x", precision="torch_default", copy_state=False)
     assert p.decode_request(p.encode(load)) == load
     assert dataclasses.asdict(p.Load())["precision"] == "strict" and p.Load().copy_state is True
-
-
-def test_fixed_count_timing_follows_kernelbench_call_pattern(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On a CPU, with CUDA events faked: warm-up calls, then one synchronised call per event pair, no flush."""
-    from eval.worker import timing
-
-    log: list[str] = []
-
-    class FakeEvent:
-        clock = 0.0
-
-        def __init__(self, enable_timing: bool = False) -> None:
-            self.t = 0.0
-
-        def record(self) -> None:
-            FakeEvent.clock += 1.0
-            self.t = FakeEvent.clock
-            log.append("record")
-
-        def elapsed_time(self, other: "FakeEvent") -> float:
-            return other.t - self.t
-
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: log.append("sync"))
-    seen: list[tuple[str, int]] = []
-    sides = {name: timing.TimedSide(prepare=lambda k, n=name: log.append(f"prepare {n} {k}"),
-                                    call=lambda n=name: log.append(f"call {n}"),
-                                    after=lambda k, out, n=name: seen.append((n, k)))
-             for name in ("reference", "candidate")}
-    samples = timing.fixed_count(sides, reps=4, warmup_calls=3, flush=None)
-    assert {k: len(v) for k, v in samples.items()} == {"reference": 4, "candidate": 4}
-    ref = log[:log.index("prepare candidate 0")]
-    # one side after the other: prepared once, 3 synchronised warm-up calls, then record/call/record/sync x 4
-    assert ref == ["prepare reference 0"] + ["call reference", "sync"] * 3 + [
-        "record", "call reference", "record", "sync"] * 4
-    assert seen == [("reference", 0)] * 4 + [("candidate", 0)] * 4
-    s = timing.summarize([1.0, 2.0, 3.0, 10.0])
-    assert s["mean_ms"] == 4.0 and s["median_ms"] == 2.5 and s["max_ms"] == 10.0 and s["min_ms"] == 1.0
 
 
 def test_timing_note_gives_both_means_precisely_enough_to_recompute_the_speedup() -> None:

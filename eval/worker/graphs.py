@@ -67,8 +67,8 @@ def capture(side: timing.TimedSide) -> tuple[Any, Any]:
 
 
 def failure_note(exc: BaseException) -> str:
-    """Why a capture failed, for the result's note."""
-    return f"the forward could not be captured in a CUDA graph ({_last_line(exc)})"
+    """Why a capture failed, in one line, for the result's note."""
+    return _last_line(exc)
 
 
 def replayer(graph: Any, out: Any) -> Callable[[], Any]:

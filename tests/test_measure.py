@@ -1,0 +1,161 @@
+"""The parent's timing plan and bounds (`eval.measure`), on a CPU: block order, inputs shared by repetition
+index, statistics from raw samples, the wall bound, and the capture comparison."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from eval import capture as capture_math
+from eval import measure
+from eval import protocol as p
+from eval.measure import Block, Measurement, Side, TimingRule
+
+KEY = 0x1234_5678_9ABC_DEF1
+SAMPLES = 256
+
+
+class FakeProcess:
+    """Answers TimeBlock like a worker: a fixed time per repetition; records every block it ran."""
+
+    def __init__(self, name: str, log: list, ms: float = 0.5, leaves: list | None = None):
+        self.name, self.log, self.ms = name, log, ms
+        self.leaves = leaves if leaves is not None else [["float32", [4]]]
+
+    def request(self, message, tensors=None, timeout=None, device=None):
+        assert isinstance(message, p.TimeBlock)
+        self.log.append((self.name, message))
+        captures = [torch.zeros(message.reps, 1, SAMPLES + capture_math.CAPTURE_EXTRA, dtype=torch.float64)]
+        return (p.TimeBlockReply(times_ms=[self.ms] * message.reps, leaves=self.leaves, fresh_inputs=True),
+                captures if message.capture else [])
+
+
+def _sides(log: list, **kw) -> tuple[Side, Side]:
+    return (Side("reference", FakeProcess("reference", log), "ref0", key=KEY),
+            Side("candidate", FakeProcess("candidate", log, **kw), "candidate"))
+
+
+def test_adaptive_blocks_alternate_abba_and_both_sides_time_the_same_repetitions() -> None:
+    log: list = []
+    reference, candidate = _sides(log)
+    rule = TimingRule(min_reps=20, max_reps=200, warmup_ms=1.0)
+    meas = measure.time_pair(reference, candidate, rule, nonce=99, graphs=False, timeout=10)
+    timed = [(name, m) for name, m in log if m.capture]
+    assert all(m.nonce == 99 and m.flush and not m.sync_each for _, m in timed)
+    # pairs of blocks: (R, C), then (C, R), ...: A B B A at block level
+    order = [name for name, _ in timed]
+    assert order[:4] == ["reference", "candidate", "candidate", "reference"]
+    ranges = {name: [(m.first_rep, m.reps) for n, m in timed if n == name] for name in ("reference", "candidate")}
+    assert ranges["reference"] == ranges["candidate"]  # repetition r: the same inputs on both sides
+    assert all(m.key == KEY for n, m in log if n == "reference") and all(m.key == 0 for n, m in log if n == "candidate")
+    warm = [m for _, m in log if not m.capture]
+    assert warm and all(m.first_rep < 0 for m in warm)  # warm-up repetitions never reuse a timed repetition's inputs
+    assert meas.summary("candidate")["median_ms"] == 0.5 and len(meas.samples["reference"]) >= 20
+
+
+def test_fixed_method_times_one_side_after_the_other_synchronised() -> None:
+    log: list = []
+    reference, candidate = _sides(log)
+    rule = TimingRule(method="fixed", reps=100, warmup_calls=3, flush=False, check_outputs=False, statistic="mean")
+    meas = measure.time_pair(reference, candidate, rule, nonce=0, graphs=False, timeout=10)
+    assert [(n, m.reps, m.sync_each, m.capture) for n, m in log] == [
+        ("reference", 3, True, False), ("reference", 100, True, False),
+        ("candidate", 3, True, False), ("candidate", 100, True, False)]
+    assert len(meas.samples["candidate"]) == 100
+
+
+def test_a_side_that_reports_too_few_or_bad_times_is_forged() -> None:
+    class Short(FakeProcess):
+        def request(self, message, tensors=None, timeout=None, device=None):
+            reply, caps = super().request(message, tensors, timeout, device)
+            reply.times_ms = reply.times_ms[:-1] if message.capture else reply.times_ms
+            return reply, caps
+
+    log: list = []
+    reference = Side("reference", FakeProcess("reference", log), "ref0")
+    candidate = Side("candidate", Short("candidate", log), "candidate")
+    with pytest.raises(measure.Forged, match="valid times"):
+        measure.time_pair(reference, candidate, TimingRule(warmup_ms=1.0), nonce=1, graphs=False, timeout=10)
+
+
+def test_statistics_are_computed_here_from_raw_samples() -> None:
+    s = measure.summarize([1.0, 2.0, 3.0, 10.0])
+    assert s["mean_ms"] == 4.0 and s["median_ms"] == 2.5 and s["max_ms"] == 10.0 and s["min_ms"] == 1.0
+
+
+def _blocks(excess_ms: list[float], call_ms: float, reps: int = 20) -> list[Block]:
+    return [Block(0, reps, wall_ms=reps * (call_ms + e), event_ms=reps * call_ms) for e in excess_ms]
+
+
+def test_wall_bound_passes_an_honest_candidate_with_host_noise_in_some_blocks() -> None:
+    meas = Measurement(samples={"candidate": [1.0] * 80, "reference": [2.0] * 80},
+                       blocks={"reference": _blocks([0.30, 0.31, 0.30, 0.33], 2.0),
+                               "candidate": _blocks([0.30, 0.9, 0.31, 2.5], 1.0)})
+    finding, numbers = measure.wall_bound(meas)
+    assert finding is None and numbers["unexplained_us"] == pytest.approx(-5.0, abs=1e-6)
+
+
+def test_wall_bound_rejects_times_a_worker_did_not_take() -> None:
+    # the worker reports 1 ms per call, but each of its blocks took 8 ms per repetition of wall time
+    meas = Measurement(samples={"candidate": [1.0] * 80, "reference": [8.0] * 80},
+                       blocks={"reference": _blocks([0.3] * 4, 8.0), "candidate": _blocks([7.3] * 4, 1.0)})
+    finding, numbers = measure.wall_bound(meas)
+    assert finding and "reported times it did not take" in finding and numbers["unexplained_us"] == pytest.approx(7000)
+
+
+def _captures(out: torch.Tensor, rep: int = 0) -> torch.Tensor:
+    return capture_math.capture(out, KEY, rep, 0, SAMPLES)
+
+
+@pytest.mark.parametrize("n", [100, 5000])
+def test_an_output_within_tolerance_everywhere_always_passes(n: int) -> None:
+    gen = torch.Generator().manual_seed(n)
+    ref = torch.randn(n, generator=gen, dtype=torch.float64).float()
+    atol = rtol = 1e-3
+    for trial in range(30):  # errors at up to the tolerance itself, random signs: the worst honest case
+        bound = atol + rtol * ref.abs()
+        err = bound * (2 * torch.rand(n, generator=gen) - 1) * 0.999
+        assert measure.capture_mismatch(_captures(ref, trial), _captures(ref + err, trial), atol, rtol) is None
+
+
+def test_one_wrong_sampled_element_is_caught_and_located() -> None:
+    ref = torch.linspace(-1, 1, 100)
+    bad = ref.clone()
+    bad[37] = 5.0
+    why = measure.capture_mismatch(_captures(ref), _captures(bad), 1e-4, 1e-4)
+    assert why and "1 of the sampled elements differ (e.g. 5.0" in why
+
+
+def test_an_output_wrong_everywhere_but_at_the_samples_is_caught_by_the_projections() -> None:
+    n = 200_000
+    ref = torch.randn(n, generator=torch.Generator().manual_seed(0))
+    cand = torch.zeros(n)
+    positions = capture_math.positions(KEY, 0, 0, n, SAMPLES)
+    cand[positions] = ref[positions]  # right exactly where it is sampled (as if it knew the key), wrong elsewhere
+    why = measure.capture_mismatch(_captures(ref), _captures(cand), 1e-4, 1e-4)
+    assert why and "secret projection" in why
+
+
+def test_nan_and_inf_must_match_in_number_and_place() -> None:
+    ref = torch.tensor([1.0, float("nan"), float("inf"), 2.0])
+    moved = torch.tensor([float("nan"), 1.0, float("inf"), 2.0])
+    assert "sampled elements differ" in measure.capture_mismatch(_captures(ref), _captures(moved), 1e-3, 1e-3)
+    fewer = torch.tensor([1.0, 0.0, float("inf"), 2.0])
+    assert "NaN values" in measure.capture_mismatch(_captures(ref), _captures(fewer), 1e-3, 1e-3)
+    assert measure.capture_mismatch(_captures(ref), _captures(ref.clone()), 1e-3, 1e-3) is None
+
+
+def test_first_capture_mismatch_names_the_repetition_and_refuses_missing_captures() -> None:
+    ref = torch.arange(10.0)
+    caps = {r: torch.stack([_captures(ref, r)]) for r in range(3)}
+    wrong = dict(caps)
+    wrong[2] = torch.stack([_captures(ref + 1, 2)])
+    meas = Measurement(captures={"reference": caps, "candidate": wrong},
+                       leaves={"reference": [["float32", [10]]], "candidate": [["float32", [10]]]})
+    assert measure.first_capture_mismatch(meas, 1e-4, 1e-4).startswith("the output of timed repetition 2 is wrong")
+    meas.captures["candidate"] = {0: caps[0]}
+    assert "repetition 1 returned no capture" in measure.first_capture_mismatch(meas, 1e-4, 1e-4)
+    meas.leaves["candidate"] = [["float16", [10]]]
+    assert "timed outputs are shaped" in measure.first_capture_mismatch(meas, 1e-4, 1e-4)
