@@ -1,0 +1,136 @@
+// Device kernels of the native timing loop, compiled at run time with NVRTC (no headers needed).
+// kh_spin keeps the GPU busy so the host enqueues a timed call before the GPU reaches it;
+// kh_capture_partial / kh_capture_final compute the capture of eval/capture.py (the
+// specification) in float64, in a fixed order: a fixed grid of per-block partials, reduced by
+// one thread per quantity in block order. No atomics, so the result is deterministic.
+
+#define KH_MAX_DIMS 8
+#define KH_THREADS 256
+#define KH_QUANTITIES 14  // 8 projections, sum_abs, sum_sq, nan, +inf, -inf, nonfinite_proj
+
+// Must match struct kh_leaf in timed_loop.c field for field.
+struct kh_leaf {
+    unsigned long long data;  // address of the element at logical index 0 (data_ptr)
+    long long sizes[KH_MAX_DIMS];
+    long long strides[KH_MAX_DIMS];  // in elements
+    long long n;
+    unsigned long long key_rl;      // key ^ rl
+    unsigned long long sample_seed; // key ^ 0xD1B54A32D192ED03 ^ rl
+    int ndim;
+    int dtype;  // index into SUPPORTED_DTYPES of eval/capture.py
+    int samples;
+    int pad;
+};
+
+__device__ __forceinline__ unsigned long long kh_splitmix64(unsigned long long z) {
+    z += 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+__device__ double kh_load(const kh_leaf& L, long long i) {
+    long long off = 0;
+    if (L.ndim == 1) {
+        off = i * L.strides[0];  // the host merges dense dims, so this is the common case
+    } else {
+        for (int d = L.ndim - 1; d >= 0; --d) {
+            long long size = L.sizes[d];
+            off += (i % size) * L.strides[d];
+            i /= size;
+        }
+    }
+    switch (L.dtype) {
+        case 0: return (double)((const float*)L.data)[off];
+        case 1: {
+            unsigned short h = ((const unsigned short*)L.data)[off];
+            float f;
+            asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+            return (double)f;
+        }
+        case 2: {
+            unsigned int bits = ((unsigned int)((const unsigned short*)L.data)[off]) << 16;
+            return (double)__int_as_float((int)bits);
+        }
+        case 3: return ((const double*)L.data)[off];
+        case 4: return (double)((const signed char*)L.data)[off];
+        case 5: return (double)((const unsigned char*)L.data)[off];
+        case 6: return (double)((const short*)L.data)[off];
+        case 7: return (double)((const int*)L.data)[off];
+        case 8: return (double)((const long long*)L.data)[off];
+        default: return ((const unsigned char*)L.data)[off] != 0 ? 1.0 : 0.0;  // bool
+    }
+}
+
+extern "C" __global__ void kh_spin(unsigned long long cycles) {
+    long long start = clock64();
+    while ((unsigned long long)(clock64() - start) < cycles) {
+    }
+}
+
+// Grid: a fixed number of blocks of KH_THREADS. Writes the samples to out[0, samples) and
+// block b's partial sums to partials[b * KH_QUANTITIES + q].
+extern "C" __global__ void kh_capture_partial(kh_leaf L, double* partials, double* out) {
+    __shared__ double red[KH_THREADS];
+    const double inf = __longlong_as_double(0x7ff0000000000000LL);
+    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+
+    for (long long j = tid; j < L.samples; j += stride) {
+        double v;
+        if (L.n <= L.samples) {
+            v = j < L.n ? kh_load(L, j) : __longlong_as_double(0x7ff8000000000000LL);
+        } else {
+            unsigned long long g = kh_splitmix64(L.sample_seed ^ (unsigned long long)j);
+            v = kh_load(L, (long long)(g % (unsigned long long)L.n));
+        }
+        out[j] = v;
+    }
+
+    double acc[KH_QUANTITIES];
+#pragma unroll
+    for (int q = 0; q < KH_QUANTITIES; ++q) acc[q] = 0.0;
+    for (long long i = tid; i < L.n; i += stride) {
+        double x = kh_load(L, i);
+        unsigned long long h = kh_splitmix64(L.key_rl ^ (unsigned long long)i);
+        if (x == x && x != inf && x != -inf) {
+#pragma unroll
+            for (int k = 0; k < 8; ++k) acc[k] += ((h >> k) & 1ULL) ? -x : x;
+            acc[8] += x < 0 ? -x : x;
+            acc[9] += x * x;
+        } else {
+            double code;
+            if (x != x) { acc[10] += 1.0; code = 1.0; }
+            else if (x > 0) { acc[11] += 1.0; code = 2.0; }
+            else { acc[12] += 1.0; code = 3.0; }
+            acc[13] += (h & 1ULL) ? -code : code;
+        }
+    }
+
+#pragma unroll
+    for (int q = 0; q < KH_QUANTITIES; ++q) {
+        red[threadIdx.x] = acc[q];
+        __syncthreads();
+        for (int half = KH_THREADS / 2; half > 0; half >>= 1) {
+            if (threadIdx.x < half) red[threadIdx.x] += red[threadIdx.x + half];
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) partials[blockIdx.x * KH_QUANTITIES + q] = red[0];
+        __syncthreads();
+    }
+}
+
+// One block of 16 threads: thread q < 14 sums quantity q over the blocks in order; then n and
+// the reserved slot. out points at the capture's extra values (after the samples).
+extern "C" __global__ void kh_capture_final(const double* partials, int blocks, double* out, long long n) {
+    int q = threadIdx.x;
+    if (q < KH_QUANTITIES) {
+        double s = 0.0;
+        for (int b = 0; b < blocks; ++b) s += partials[b * KH_QUANTITIES + q];
+        out[q] = s;
+    } else if (q == KH_QUANTITIES) {
+        out[q] = (double)n;
+    } else if (q == KH_QUANTITIES + 1) {
+        out[q] = 0.0;
+    }
+}

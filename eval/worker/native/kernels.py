@@ -1,0 +1,47 @@
+"""Compile capture.cu to a cubin with NVRTC at run time (no nvcc, no CUDA headers).
+
+It calls the NVRTC library torch loads (`torch.cuda._utils._get_gpu_rtc_library`) directly
+rather than `torch.cuda._utils._nvrtc_compile`: that helper needs CUDA_HOME for header paths
+these kernels do not use, and registers only one kernel name; all three here are extern "C".
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("capture.cu")
+KERNELS = ("kh_spin", "kh_capture_partial", "kh_capture_final")
+
+
+def compile_cubin(arch: str, nvrtc: ctypes.CDLL | None = None) -> bytes:
+    """The cubin of capture.cu for `arch` (e.g. "sm_90"); RuntimeError with NVRTC's log on failure."""
+    if nvrtc is None:
+        from torch.cuda._utils import _get_gpu_rtc_library
+
+        nvrtc = _get_gpu_rtc_library()
+
+    def check(result: int, call: str) -> None:
+        if result != 0:
+            nvrtc.nvrtcGetErrorString.restype = ctypes.c_char_p
+            raise RuntimeError(f"{call} failed: {nvrtc.nvrtcGetErrorString(result).decode()}")
+
+    prog = ctypes.c_void_p()
+    check(nvrtc.nvrtcCreateProgram(ctypes.byref(prog), SOURCE.read_bytes(), b"capture.cu", 0, None, None),
+          "nvrtcCreateProgram")
+    try:
+        opts = [f"--gpu-architecture={arch}".encode(), b"-default-device"]
+        result = nvrtc.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
+        if result != 0:
+            size = ctypes.c_size_t()
+            nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+            log = ctypes.create_string_buffer(size.value)
+            nvrtc.nvrtcGetProgramLog(prog, log)
+            raise RuntimeError(f"NVRTC could not compile capture.cu for {arch}:\n{log.value.decode()}")
+        size = ctypes.c_size_t()
+        check(nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "nvrtcGetCUBINSize")
+        cubin = ctypes.create_string_buffer(size.value)
+        check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+        return cubin.raw
+    finally:
+        nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
