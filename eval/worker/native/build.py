@@ -1,0 +1,71 @@
+"""Build and load the kh_timed_loop extension (timed_loop.c) with the system C compiler.
+
+The build is keyed by the source, the Python version and the platform, so a changed source or
+another interpreter gets its own file; it is written under a temporary name and renamed into
+place, so processes building at once never load a half-written library.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "timed_loop.c"
+BUILD_ROOT = HERE / "_build"
+MODULE = "kh_timed_loop"
+
+
+def _compiler() -> str:
+    """$CC, else cc, gcc or clang from PATH."""
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and (path := shutil.which(name)):
+            return path
+    raise RuntimeError("no C compiler found ($CC, cc, gcc or clang): the native timing loop (timed_loop.c) "
+                       "is built with one at run time")
+
+
+def ensure_built() -> Path:
+    """Path of the built extension, compiling it first when this source/interpreter has none yet."""
+    source = SOURCE.read_bytes()
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    tag = hashlib.sha256(source + sys.version.encode() + sysconfig.get_platform().encode()
+                         + platform.machine().encode() + suffix.encode()).hexdigest()[:16]
+    target = BUILD_ROOT / tag / f"{MODULE}{suffix}"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{MODULE}-", suffix=suffix, dir=target.parent)
+    os.close(fd)
+    cmd = [_compiler(), "-O2", "-shared", "-fPIC", "-std=gnu11", "-Wall", f"-I{sysconfig.get_paths()['include']}",
+           str(SOURCE), "-o", tmp, "-ldl"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"building {SOURCE.name} failed ({' '.join(cmd)}):\n{done.stderr}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def load(path: Path) -> ModuleType:
+    """Import the extension at `path`; it is not entered in sys.modules, so `import` does not find it."""
+    loader = importlib.machinery.ExtensionFileLoader(MODULE, str(path))
+    spec = importlib.util.spec_from_file_location(MODULE, path, loader=loader)
+    if spec is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module

@@ -1,0 +1,77 @@
+"""Timed repetitions in C (eval/worker/native/timed_loop.c), for the sandboxed worker.
+
+With the timing loop in Python, a candidate's forward() could walk the stack to the loop's
+frame and patch its hooks, flush buffer or events: for instance return an unwritten tensor while
+timed and have the correct values written outside the events. Here one C call runs the whole
+block: per repetition refill (Python, before the interval), checks of the current stream and
+the persisting-L2 settings, the L2 flush, a spin kernel as lead, start event, forward, end
+event, and the launch of the kernels that capture the output (eval/capture.py defines them),
+all on the device's default stream. The only Python frame between forward() and the caller is
+`block`'s, which holds no event, buffer or hook; the key lives only in C.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from eval.capture import CAPTURE_EXTRA, SUPPORTED_DTYPES
+from eval.worker.native import build, kernels
+
+
+@dataclass
+class BlockResult:
+    times_ms: list[float]  # one per repetition, CUDA-event elapsed time start->end
+    captures: torch.Tensor  # float64 [reps, leaves, samples + CAPTURE_EXTRA] on the CPU; empty when capture=False
+    leaves: list[tuple[str, list[int]]]  # (dtype name, shape) of each output tensor, from the first repetition
+    violations: list[str]  # readable; a violation that voids the output ends the block early (fewer reps)
+
+
+class NativeLoop:
+    """The timed loop of one CUDA device. Build it in trusted code, before any candidate import."""
+
+    def __init__(self, device: torch.device, key: int, samples: int = 32768, lead_us: float = 200.0):
+        device = torch.device(device)
+        if device.type != "cuda":
+            raise ValueError(f"NativeLoop needs a CUDA device, not {device}")
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        device = torch.device("cuda", index)
+        torch.cuda.set_device(index)
+        torch.cuda.init()
+        torch.empty(1, device=device)  # the primary context is current on this thread
+        if torch.cuda.current_stream(device) != torch.cuda.default_stream(device):
+            raise RuntimeError("NativeLoop must be built while the default stream is current")
+        props = torch.cuda.get_device_properties(index)
+        l2 = int(getattr(props, "L2_cache_size", 0) or (64 << 20))
+        module = build.load(build.ensure_built())
+        base = torch._C.TensorBase
+        self.samples = samples
+        self._loop = module.Loop(
+            cubin=kernels.compile_cubin(f"sm_{props.major}{props.minor}"),
+            key=key, samples=samples, flush_bytes=max(2 * l2, 8 << 20), device_index=index, device=device,
+            get_stream=torch._C._cuda_getCurrentRawStream, tensor_type=torch.Tensor,
+            data_ptr=base.data_ptr, size=base.size, stride=base.stride,
+            device_descr=base.__dict__["device"], layout_descr=base.__dict__["layout"],
+            dtype_descr=base.__dict__["dtype"], strided=torch.strided, dtypes=SUPPORTED_DTYPES,
+            dtype_names=tuple(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES),
+        )
+        self.cycles_per_us = self._loop.calibrate(lead_us)
+
+    def info(self) -> dict[str, Any]:
+        """Spin rate and lead, flush size, and whether this device lets the L2 checks run."""
+        return self._loop.info()
+
+    def block(self, forward: Callable[..., Any], args: list[Any], reps: int, *, first_rep: int, flush: bool = True,
+              sync_each: bool = False, capture: bool = True,
+              refill: Callable[[int], None] | None = None) -> BlockResult:
+        """Time `reps` calls forward(*args) (repetitions first_rep, first_rep + 1, ...) in one C call."""
+        times, raw, leaves, violations = self._loop.run(forward, tuple(args), reps, first_rep, flush, sync_each,
+                                                        capture, refill)
+        if capture:
+            captures = torch.frombuffer(raw, dtype=torch.float64) if len(raw) else torch.empty(0, dtype=torch.float64)
+            captures = captures.view(len(times), len(leaves), self.samples + CAPTURE_EXTRA)
+        else:
+            captures = torch.empty(0, dtype=torch.float64)
+        return BlockResult(times_ms=times, captures=captures, leaves=leaves, violations=violations)
