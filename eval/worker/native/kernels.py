@@ -1,6 +1,6 @@
 """Compile capture.cu to a cubin with NVRTC at run time (no nvcc, no CUDA headers).
 
-It calls the NVRTC library torch loads (`torch.cuda._utils._get_gpu_rtc_library`) directly
+It calls the NVRTC library torch loads (`torch.cuda._utils._get_nvrtc_library`) directly
 rather than `torch.cuda._utils._nvrtc_compile`: that helper needs CUDA_HOME for header paths
 these kernels do not use, and registers only one kernel name; all three here are extern "C".
 """
@@ -14,12 +14,24 @@ SOURCE = Path(__file__).with_name("capture.cu")
 KERNELS = ("kh_spin", "kh_capture_partial", "kh_capture_final")
 
 
+def _nvrtc_library() -> ctypes.CDLL:
+    """The NVRTC library torch uses, else the one of the nvidia-* wheels next to torch."""
+    import torch
+    from torch.cuda import _utils
+
+    try:
+        return _utils._get_nvrtc_library()
+    except OSError:
+        major = str(torch.version.cuda).split(".")[0]
+        found = sorted(Path(torch.__file__).resolve().parents[1].glob(f"nvidia/**/libnvrtc.so.{major}*"))
+        if not found:
+            raise
+        return ctypes.CDLL(str(found[0]))
+
+
 def compile_cubin(arch: str, nvrtc: ctypes.CDLL | None = None) -> bytes:
     """The cubin of capture.cu for `arch` (e.g. "sm_90"); RuntimeError with NVRTC's log on failure."""
-    if nvrtc is None:
-        from torch.cuda._utils import _get_gpu_rtc_library
-
-        nvrtc = _get_gpu_rtc_library()
+    nvrtc = nvrtc or _nvrtc_library()
 
     def check(result: int, call: str) -> None:
         if result != 0:

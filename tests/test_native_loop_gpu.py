@@ -1,0 +1,203 @@
+"""The native timed loop on a GPU: its captures agree with eval/capture.py, its checks find what a
+candidate changed, nothing of the loop is reachable from forward()'s stack, and its times are right."""
+
+from __future__ import annotations
+
+import ctypes
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from eval.capture import CAPTURE_EXTRA, SUM_ABS, capture
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+KEY = 0x5EC12E7_0DDBA11_5
+S = 1024
+DEV = torch.device("cuda", 0)
+
+
+@pytest.fixture(scope="module")
+def loop() -> Any:
+    from eval.worker.native_loop import NativeLoop
+
+    return NativeLoop(DEV, KEY, samples=S)
+
+
+def assert_captures(res: Any, outs: list[list[torch.Tensor]], first_rep: int) -> None:
+    """res.captures[i, l] equals capture(outs[i][l]) of eval/capture.py to fp64 rounding."""
+    assert res.captures.shape == (len(outs), len(outs[0]), S + CAPTURE_EXTRA)
+    for i, rep_outs in enumerate(outs):
+        for l, t in enumerate(rep_outs):
+            want = capture(t, KEY, first_rep + i, l, S)
+            got = res.captures[i, l]
+            assert torch.equal(torch.isnan(got), torch.isnan(want)), (i, l)
+            scale = max(1.0, float(want[S + SUM_ABS]))
+            assert torch.allclose(got.nan_to_num(0), want.nan_to_num(0), rtol=1e-9, atol=1e-12 * scale), (i, l, t.dtype)
+            assert torch.equal(got[:S].nan_to_num(0), want[:S].nan_to_num(0)), "samples are exact values"
+
+
+def random_like(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    x = torch.randn(shape, generator=gen, device=DEV) * 40
+    if dtype == torch.bool:
+        return x > 0
+    if dtype == torch.uint8:
+        return x.abs().to(dtype)
+    return x.to(dtype)
+
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.uint8, torch.int16,
+          torch.int32, torch.int64, torch.bool)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_captures_match_the_specification(loop: Any, dtype: torch.dtype) -> None:
+    gen = torch.Generator(device=DEV).manual_seed(0)
+    x = random_like((37, 129), dtype, gen)
+    outs: list[list[torch.Tensor]] = []
+    refills: list[int] = []
+
+    def refill(rep: int) -> None:
+        refills.append(rep)
+        x.copy_(random_like((37, 129), dtype, gen))
+
+    def forward(a: torch.Tensor) -> Any:
+        y = a.clone()
+        kept = [y, y.t(), y[1:, ::3], y[:3, :5]]
+        outs.append(kept)
+        return {"whole": y, "views": (y.t(), [y[1:, ::3]]), "small": y[:3, :5]}
+
+    res = loop.block(forward, [x], 3, first_rep=5, refill=refill)
+    assert res.violations == [] and len(res.times_ms) == 3 and refills == [5, 6, 7]
+    name = str(dtype).removeprefix("torch.")
+    assert res.leaves == [(name, [37, 129]), (name, [129, 37]), (name, [36, 43]), (name, [3, 5])]
+    assert_captures(res, outs, 5)
+
+
+def test_large_and_odd_outputs(loop: Any) -> None:
+    big = torch.randn(3_000_017, device=DEV)
+    big[[5, 100_000]] = float("nan")
+    big[7] = float("inf")
+    big[2_999_999] = float("-inf")
+    odd = torch.randn(2, 1, 3, 1, 5, 4, 1, 2, device=DEV).permute(7, 3, 5, 0, 2, 6, 1, 4)
+    scalar = torch.tensor(3.5, device=DEV)
+    empty = torch.empty(0, 4, device=DEV)
+    expanded = torch.randn(5, 1, device=DEV).expand(5, 300)
+    outs = [big, odd, scalar, empty, expanded]
+    res = loop.block(lambda: tuple(outs), [], 2, first_rep=-3)
+    assert res.violations == []
+    assert_captures(res, [outs, outs], -3)
+
+
+def test_capture_off_and_sync_each(loop: Any) -> None:
+    x = torch.ones(10, device=DEV)
+    res = loop.block(lambda: x + 1, [], 4, first_rep=0, capture=False, sync_each=True)
+    assert res.violations == [] and len(res.times_ms) == 4 and res.captures.numel() == 0
+    assert res.leaves == [("float32", [10])]
+
+
+class Sub(torch.Tensor):
+    pass
+
+
+def _driver() -> ctypes.CDLL:
+    return ctypes.CDLL("libcuda.so.1")
+
+
+@pytest.mark.parametrize("case", ["stream", "subclass", "cpu", "l2_limit", "window", "other_device_tensor_type"])
+def test_violations(loop: Any, case: str) -> None:
+    x = torch.ones(8, device=DEV)
+    side = torch.cuda.Stream(DEV)
+
+    def forward() -> Any:
+        if case == "stream":
+            torch.cuda.set_stream(side)
+            return x * 2
+        if case == "subclass":
+            return (x, x.as_subclass(Sub))
+        if case == "cpu":
+            return x.cpu()
+        if case == "l2_limit":
+            assert _driver().cuCtxSetLimit(ctypes.c_int(6), ctypes.c_size_t(1 << 20)) == 0
+            return x + 1
+        if case == "window":
+            value = (ctypes.c_char * 64)()
+            ctypes.c_void_p.from_buffer(value, 0).value = x.data_ptr()
+            ctypes.c_size_t.from_buffer(value, 8).value = 32
+            ctypes.c_float.from_buffer(value, 16).value = 1.0
+            ctypes.c_int.from_buffer(value, 20).value = 2  # CU_ACCESS_PROPERTY_PERSISTING
+            assert _driver().cuStreamSetAttribute(ctypes.c_void_p(0), 1, value) == 0
+            return x + 1
+        return torch.nn.Parameter(x.clone())
+
+    if case == "window" and not loop.info()["checks_window"]:
+        pytest.skip("the default stream's access-policy window cannot be read on this device")
+    try:
+        res = loop.block(forward, [], 2, first_rep=0)
+    finally:
+        torch.cuda.set_stream(torch.cuda.default_stream(DEV))
+    expect = {"stream": "current CUDA stream changed", "subclass": "not an exact torch.Tensor",
+              "cpu": "not on the timed device", "l2_limit": "persisting L2 cache limit found set",
+              "window": "access-policy window found set", "other_device_tensor_type": "not an exact torch.Tensor"}[case]
+    assert any(expect in v for v in res.violations), res.violations
+    if case in ("l2_limit", "window"):
+        assert len(res.times_ms) == 2  # recorded, reset, and timing goes on
+        limit = ctypes.c_size_t()
+        assert _driver().cuCtxGetLimit(ctypes.byref(limit), 6) == 0 and limit.value == 0
+    else:
+        assert res.times_ms == [] and res.captures.shape[0] == 0
+
+
+def test_forward_sees_no_loop_state_on_its_stack(loop: Any) -> None:
+    x = torch.ones(8, device=DEV)
+    flush_bytes = loop.info()["flush_bytes"]
+    seen: dict[str, Any] = {}
+
+    def forward() -> torch.Tensor:
+        caller = sys._getframe(1)
+        seen["caller"] = (caller.f_code.co_name, Path(caller.f_code.co_filename).name)
+        seen["caller_locals"] = set(caller.f_locals)
+        values = []
+        frame = sys._getframe(0)
+        while frame is not None:
+            values.extend(frame.f_locals.values())
+            frame = frame.f_back
+        seen["events"] = [v for v in values if isinstance(v, torch.cuda.Event)]
+        seen["flush"] = [v for v in values if isinstance(v, torch.Tensor) and v.numel() * v.element_size() >= flush_bytes]
+        return x + 1
+
+    res = loop.block(forward, [], 1, first_rep=0)
+    assert res.violations == []
+    assert seen["caller"] == ("block", "native_loop.py")  # no loop frame between forward and block
+    assert seen["caller_locals"] <= {"self", "forward", "args", "reps", "first_rep", "flush", "sync_each", "capture",
+                                     "refill"}
+    assert seen["events"] == [] and seen["flush"] == []
+
+
+def test_errors_propagate_and_the_loop_is_not_reentrant(loop: Any) -> None:
+    def boom() -> None:
+        raise KeyError("from forward")
+
+    with pytest.raises(KeyError, match="from forward"):
+        loop.block(boom, [], 3, first_rep=0)
+    with pytest.raises(RuntimeError, match="no re-entry"):
+        loop.block(lambda: loop.block(lambda: None, [], 1, first_rep=0), [], 1, first_rep=0)
+    x = torch.ones(4, device=DEV)
+    assert loop.block(lambda: x, [], 2, first_rep=0).violations == []
+
+
+def test_times_hide_launch_latency(loop: Any) -> None:
+    cycles_1ms = int(loop.cycles_per_us * 1000)
+    res = loop.block(lambda: torch.cuda._sleep(cycles_1ms) or torch.zeros(1, device=DEV), [], 20, first_rep=0,
+                     capture=False)
+    med = statistics.median(res.times_ms)
+    assert 0.97 < med < 1.05, res.times_ms
+    x = torch.ones(1024, device=DEV)
+    tiny = statistics.median(loop.block(lambda: x + 1, [], 50, first_rep=0).times_ms)
+    assert tiny < 0.03, tiny  # a few microseconds of GPU work, not the host's launch latency
+    print(f"1 ms sleep: {med:.4f} ms; x + 1 on 1024 floats: {tiny * 1000:.1f} us; info {loop.info()}")
