@@ -29,6 +29,12 @@ def loop() -> Any:
     return NativeLoop(DEV, KEY, samples=S)
 
 
+def test_init_clears_the_persisting_l2_limit(loop: Any) -> None:
+    limit = ctypes.c_size_t(1)
+    assert _driver().cuCtxGetLimit(ctypes.byref(limit), 6) == 0 and limit.value == 0
+    assert loop.block(lambda: torch.ones(1, device=DEV), [], 2, first_rep=0).violations == []
+
+
 def assert_captures(res: Any, outs: list[list[torch.Tensor]], first_rep: int) -> None:
     """res.captures[i, l] equals capture(outs[i][l]) of eval/capture.py to fp64 rounding."""
     assert res.captures.shape == (len(outs), len(outs[0]), S + CAPTURE_EXTRA)

@@ -261,12 +261,13 @@ fail:
     return -1;
 }
 
-/* Record a persisting-L2 limit or access-policy window left set, then clear both. 0 / -1 on error. */
+/* Record a persisting-L2 limit or access-policy window left set (unless violations is NULL),
+ * then clear both. 0 / -1 on error. */
 static int check_reset_l2(Loop *self, PyObject *violations) {
     if (self->checks_limit) {
         size_t limit = 0;
         CU(CtxGetLimit, (&limit, CU_LIMIT_PERSISTING_L2_CACHE_SIZE));
-        if (limit != 0 && add_violation(violations, "persisting L2 cache limit found set (%zu bytes)", limit) < 0)
+        if (limit != 0 && violations && add_violation(violations, "persisting L2 cache limit found set (%zu bytes)", limit) < 0)
             return -1;
         CU(CtxResetPersistingL2Cache, ());
         CU(CtxSetLimit, (CU_LIMIT_PERSISTING_L2_CACHE_SIZE, 0));
@@ -275,7 +276,7 @@ static int check_reset_l2(Loop *self, PyObject *violations) {
         CUstreamAttrValue value;
         memset(&value, 0, sizeof value);
         CU(StreamGetAttribute, (self->stream, CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &value));
-        if (value.accessPolicyWindow.base_ptr != NULL || value.accessPolicyWindow.num_bytes != 0) {
+        if (violations && (value.accessPolicyWindow.base_ptr != NULL || value.accessPolicyWindow.num_bytes != 0)) {
             if (add_violation(violations, "persisting L2 access-policy window found set on the timed stream "
                               "(%zu bytes)", value.accessPolicyWindow.num_bytes) < 0)
                 return -1;
@@ -697,6 +698,9 @@ static PyObject *Loop_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     CU(MemAlloc, (&self->partials, sizeof(double) * KH_BLOCKS * KH_QUANTITIES));
     self->checks_limit = probe_limit();
     self->checks_window = probe_window(self->stream);
+    /* The driver's own default may set a persisting-L2 limit (9.4 MB seen on an H100): clear it
+     * here, so a limit found later was set by code that ran after this. */
+    if (check_reset_l2(self, NULL) < 0) goto fail;
     PyBuffer_Release(&cubin);
     return (PyObject *)self;
 fail:
