@@ -140,6 +140,10 @@ class Forged(Exception):
         self.side = side
 
 
+class _Violated(Exception):
+    """A block found a violation; `time_pair` returns what it has, with `Measurement.violations` set."""
+
+
 class CaptureFailed(Exception):
     """A side's forward could not be captured in a CUDA graph (its process may be unusable now)."""
 
@@ -161,7 +165,9 @@ def _block(side: Side, meas: Measurement, reps: int, first_rep: int, *, nonce: i
     if reply.timing_mode == "capture_failed":
         raise CaptureFailed(side.name, reply.graph_note)
     meas.timing_mode, meas.fresh_inputs = reply.timing_mode, reply.fresh_inputs
-    meas.violations += [f"{side.name}: {v}" for v in reply.violations]
+    if reply.violations:  # a violation may end a block early: the timing stops here and the caller rejects
+        meas.violations += [f"{side.name}: {v}" for v in reply.violations]
+        raise _Violated()
     if not keep:
         return reply
     times = [float(t) for t in reply.times_ms]
@@ -185,13 +191,21 @@ def time_pair(reference: Side, candidate: Side, rule: TimingRule, *, nonce: int,
               timeout: float) -> Measurement:
     """Time both sides by `rule`; raises `BlockFailed` (a side's forward failed), `CaptureFailed` or `Forged`."""
     meas = Measurement()
-    common = dict(nonce=nonce, flush=rule.flush, graphs=graphs, timeout=timeout)
+    try:
+        _plan(reference, candidate, rule, meas, dict(nonce=nonce, flush=rule.flush, graphs=graphs, timeout=timeout))
+    except _Violated:
+        pass
+    return meas
+
+
+def _plan(reference: Side, candidate: Side, rule: TimingRule, meas: Measurement, common: dict[str, Any]) -> None:
+    """The blocks of one timing: KernelBench's fixed count one side after the other, or adaptive A B B A."""
     if rule.method == "fixed":
         for side in (reference, candidate):  # one after the other, as KernelBench times them
             _block(side, meas, max(1, rule.warmup_calls), -rule.warmup_calls - 1, sync_each=True, capture=False,
                    keep=False, **common)
             _block(side, meas, rule.reps, 0, sync_each=True, capture=rule.check_outputs, **common)
-        return meas
+        return
     per_rep = max(_warm_up(side, rule, meas, common) for side in (reference, candidate))
     reps = max(2, min(MAX_BLOCK_REPS, int(BLOCK_MS / max(per_rep, 1e-3))))
     started = time.perf_counter()
@@ -209,7 +223,6 @@ def time_pair(reference: Side, candidate: Side, rule: TimingRule, *, nonce: int,
             settled = all(meas.summary(s.name)["rel_stderr"] < rule.target_rel_stderr for s in order)
             if settled or time.perf_counter() - started > rule.budget_s:
                 break
-    return meas
 
 
 def _warm_up(side: Side, rule: TimingRule, meas: Measurement, common: dict[str, Any]) -> float:

@@ -12,21 +12,13 @@ all on the device's default stream. The only Python frame between forward() and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
 from eval.capture import CAPTURE_EXTRA, SUPPORTED_DTYPES
 from eval.worker.native import build, kernels
-
-
-@dataclass
-class BlockResult:
-    times_ms: list[float]  # one per repetition, CUDA-event elapsed time start->end
-    captures: torch.Tensor  # float64 [reps, leaves, samples + CAPTURE_EXTRA] on the CPU; empty when capture=False
-    leaves: list[tuple[str, list[int]]]  # (dtype name, shape) of each output tensor, from the first repetition
-    violations: list[str]  # readable; a violation that voids the output ends the block early (fewer reps)
+from eval.worker.timing import BlockResult
 
 
 class NativeLoop:
@@ -58,6 +50,10 @@ class NativeLoop:
             dtype_names=tuple(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES),
         )
         self.cycles_per_us = self._loop.calibrate(lead_us)
+
+    def rekey(self, key: int) -> None:
+        """Key the captures anew (the reference process serves each evaluation with that candidate worker's key)."""
+        self._loop.rekey(key)
 
     def info(self) -> dict[str, Any]:
         """Spin rate and lead, flush size, and whether this device lets the L2 checks run."""

@@ -737,8 +737,17 @@ static void Loop_dealloc(Loop *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+static PyObject *Loop_rekey(Loop *self, PyObject *arg) {
+    unsigned long long key = PyLong_AsUnsignedLongLongMask(arg);
+    if (PyErr_Occurred()) return NULL;
+    self->key = key;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Loop_methods[] = {
     {"run", (PyCFunction)Loop_run, METH_VARARGS, run_doc},
+    {"rekey", (PyCFunction)Loop_rekey, METH_O,
+     "Set the capture key (the trusted reference process takes each evaluation's; a candidate's is set at start)."},
     {"calibrate", (PyCFunction)Loop_calibrate, METH_VARARGS, calibrate_doc},
     {"info", (PyCFunction)Loop_info, METH_NOARGS, "Lead, flush size and which L2 checks this device allows."},
     {NULL, NULL, 0, NULL},
