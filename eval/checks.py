@@ -37,7 +37,7 @@ from eval.reference import Reference, encode_args, problem_size
 from eval.result import EvalResult, KernelShare, Status, Timing
 from eval.roofline import IMPLAUSIBLE_BELOW_FLOOR, Ceilings
 from problems import runtime
-from problems.compare import compare
+from problems.compare import compare, compare_structure
 from problems.runtime import derive_seed
 from problems.problem import Problem
 
@@ -239,12 +239,14 @@ def trials(ctx: Context) -> None:
             reply, outputs = _run_trial(ctx, inputs, fingerprint, p.Run(seed=seed, extra=-1 if extra is None else extra,
                                                                          on_cpu=bool(public)))
             ctx.result.trials = trial + 1
-            mismatch = compare(expected, outputs, *atol_rtol, trial=trial)
+            mismatch = (compare_structure(ref.structure, reply.output_structure, trial)
+                        or compare(expected, outputs, *atol_rtol, trial=trial))
             del inputs, expected, outputs
         if mismatch is not None:
             shape_note = f" on hidden input shapes #{extra}" if extra is not None else ""
+            where = f"output {mismatch.output}: " if mismatch.output >= 0 else ""
             ctx.result.mismatch = mismatch
-            raise Verdict(Status.INCORRECT, f"output {mismatch.output}: {mismatch.reason} (trial {trial}{shape_note})")
+            raise Verdict(Status.INCORRECT, f"{where}{mismatch.reason} (trial {trial}{shape_note})")
         if reply.mutated_inputs:
             raise Verdict(Status.INCORRECT, f"the candidate modified input(s) {reply.mutated_inputs} in place; "
                                             "the reference leaves its inputs unchanged")

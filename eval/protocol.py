@@ -95,6 +95,7 @@ class Prepare(Request):
 class RunReply(Reply):
     mutated_inputs: list[int] = field(default_factory=list)
     fingerprint: list[str] = field(default_factory=list)  # of the inputs the worker drew (`Run.seed`)
+    output_structure: str = ""  # the output's containers (`runtime.output_structure`): the parent compares them
 
 
 @dataclass

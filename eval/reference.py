@@ -66,6 +66,7 @@ class Reference:
         self.module = problem_module(problem, small)
         self.device = device
         self.model = runtime.build_model(self.module, weight_seed, device)
+        self.structure = ""  # the containers of the last output (`runtime.output_structure`), for the trials
 
     def inputs(self, seed: int, extra_index: int | None = None) -> list[Any]:
         """Fresh inputs from `seed`, drawn on the evaluation device; extra_index picks a hidden shape set."""
@@ -75,8 +76,11 @@ class Reference:
         return runtime.extra_input_count(self.module)
 
     def outputs(self, inputs: list[Any]) -> list[torch.Tensor]:
-        """Reference outputs on pristine copies of the inputs, flattened as the worker flattens them."""
-        return [o.detach() for o in runtime.output_tensors(runtime.run_forward(self.model, inputs))]
+        """Reference outputs on pristine copies of the inputs, flattened as the worker flattens them; their
+        containers are kept in `structure`."""
+        out = runtime.run_forward(self.model, inputs)
+        self.structure = runtime.output_structure(out)
+        return [o.detach() for o in runtime.output_tensors(out)]
 
 
 def encode_args(inputs: list[Any]) -> tuple[list[Any], list[torch.Tensor]]:

@@ -70,6 +70,32 @@ def compare(expected: list[torch.Tensor], got: list[torch.Tensor], atol: float, 
     return None
 
 
+def compare_structure(expected: str, got: str, trial: int | None = None) -> Mismatch | None:
+    """A Mismatch when the output containers differ (`problems.runtime.output_structure` texts), else None.
+
+    Strict as the reference is written: a 1-tuple, a list or a dict holding the reference's tensor does
+    not match a bare tensor, though all flatten to the same outputs.
+    """
+    if got == expected:
+        return None
+    return Mismatch(output=-1, reason=f"output structure differs: the reference returns {describe_structure(expected)}, "
+                                      f"the candidate {describe_structure(got)}", trial=trial)
+
+
+_STRUCTURE_CHARS = 200
+
+
+def describe_structure(structure: str) -> str:
+    """An output structure text as a phrase: "a tensor", "a dict {'y': (tensor,)}", "None"."""
+    text = structure if len(structure) <= _STRUCTURE_CHARS else structure[:_STRUCTURE_CHARS] + "..."
+    kinds = {"(": "a tuple ", "[": "a list ", "{": "a dict ", "<": "a value of type "}
+    if structure in ("tensor", "None"):
+        return "a tensor" if structure == "tensor" else "None"
+    if not structure:
+        return "nothing it described"
+    return kinds.get(structure[0], "") + (text.strip("<>") if structure[0] == "<" else text)
+
+
 def compare_scratch_bytes(elements: int) -> int:
     """Memory comparing outputs of at most `elements` elements needs beside them: one piece's worth."""
     return _SCRATCH_PER_ELEMENT * min(elements, _CHUNK_ELEMENTS)

@@ -251,6 +251,33 @@ def flatten_outputs(out: Any) -> list[Any]:
     return [out]
 
 
+def output_structure(out: Any) -> str:
+    """The containers of a forward's output as canonical text, written as Python writes them: `tensor` for a
+    tensor, `(tensor,)`, `[tensor, tensor]`, `{'y': tensor}`, other leaves as `None` or `<type>`.
+
+    `flatten_outputs` gives `{"y": (t,)}` and `t` the same leaves; the evaluator compares this text as well,
+    so a candidate must return what the reference returns. Subclasses of tuple, list and dict (named tuples,
+    OrderedDict) are written as their base container.
+    """
+    if isinstance(out, torch.Tensor):
+        return "tensor"
+    if isinstance(out, tuple):
+        items = [output_structure(o) for o in out]
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    if isinstance(out, list):
+        return "[" + ", ".join(output_structure(o) for o in out) + "]"
+    if isinstance(out, dict):
+        return "{" + ", ".join(f"{_key_text(k)}: {output_structure(v)}" for k, v in out.items()) + "}"
+    return "None" if out is None else f"<{type(out).__name__}>"
+
+
+def _key_text(key: Any) -> str:
+    """A dict key as written in `output_structure`: literals by value, anything else by type."""
+    if key is None or type(key) in (str, int, float, bool):
+        return repr(key)
+    return f"<{type(key).__name__}>"
+
+
 def output_tensors(out: Any) -> list[torch.Tensor]:
     """The tensors of a forward's output, in order; a leaf that is not a tensor is a problem error."""
     leaves = flatten_outputs(out)

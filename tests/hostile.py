@@ -57,7 +57,104 @@ def launch(a, b, out, block):
 
 ''' + TOP))
 
-HONEST: dict[str, str] = {"self_timing": SELF_TIMING}
+
+def at_import(code: str, base: str = GOOD) -> str:
+    """The candidate running `code` at import, before ModelNew is defined."""
+    return variant(TOP, code + TOP, base)
+
+
+def in_forward(code: str, base: str = GOOD) -> str:
+    """The candidate running `code` at the start of every forward."""
+    return variant(FORWARD, code + FORWARD, base)
+
+
+_PASSTHROUGH_MODE = '''from torch.overrides import TorchFunctionMode
+
+
+class {name}(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {{}}))
+
+
+'''
+# switches, a mode and an import used inside forward and left as found: nothing the tamper snapshot may refuse
+SCOPED_STATE = variant(FORWARD, """        import torch.backends.xnnpack  # a torch submodule first imported here
+        with torch.backends.cudnn.flags(enabled=True, benchmark=True, deterministic=False, allow_tf32=False), \\
+                Passthrough():
+""" + "".join(f"    {line}\n" for line in FORWARD.splitlines()), base=at_import(_PASSTHROUGH_MODE.format(name="Passthrough")))
+
+HONEST: dict[str, str] = {"self_timing": SELF_TIMING, "scoped_state": SCOPED_STATE}
+
+# Changes to the worker process that outlive the candidate's call (`eval.worker.integrity`): each is rejected, and
+# the reason names it. Names a static check would refuse are reached through `__import__`/`getattr`, so the
+# run-time snapshot is what catches them.
+_SLOW_MUL = """_T = getattr(__import__('torch'), 'Ten' + 'sor')
+setattr(_T, '__m' + 'ul__', lambda a, b: torch._C.TensorBase.__mul__(a, b))
+"""
+_TORCH_FUNCTION = """_T = getattr(__import__('torch'), 'Ten' + 'sor')
+_original = vars(_T)['__torch_function__'].__func__
+setattr(_T, '__torch_' + 'function__', classmethod(lambda cls, *a, **k: _original(cls, *a, **k)))
+"""
+_DISPATCH_MODE = """from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class SlowDispatch(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+SlowDispatch().__enter__()
+"""
+_META_PATH = """import sys
+
+
+class Finder:
+    def find_spec(self, name, path=None, target=None):
+        return None
+
+
+sys.meta_path.insert(0, Finder())
+"""
+_ATEN_KERNEL = """_lib = torch.library.Library('aten', 'IMPL')
+_lib.impl('mul.Tensor', lambda a, b: a, 'CUDA')
+"""
+_SNEAKY = _PASSTHROUGH_MODE.format(name="Sneaky")
+TAMPERING: dict[str, tuple[str, str]] = {
+    # name: (source, a phrase the integrity reason must contain)
+    "adds_inherited_tensor_method": (at_import(_SLOW_MUL), "added torch.Tensor.__mul__"),
+    "adds_functional_name": (at_import("torch.nn.functional.fast_gelu = lambda x: x\n"),
+                             "added torch.nn.functional.fast_gelu"),
+    "replaces_torch_function": (at_import(_TORCH_FUNCTION), "replaced torch.Tensor.__torch_function__"),
+    "function_mode_left_active": (at_import(_SNEAKY + "Sneaky().__enter__()\n"), "torch function modes: [] -> [Sneaky]"),
+    "function_mode_entered_in_forward": (in_forward("        Sneaky().__enter__()\n", at_import(_SNEAKY)),
+                                         "torch function modes: [] -> [Sneaky]"),
+    "dispatch_mode_left_active": (at_import(_DISPATCH_MODE), "torch dispatch modes: [] -> [SlowDispatch]"),
+    "cudnn_benchmark": (at_import("torch.backends.cudnn.benchmark = True\n"), "cudnn.benchmark: False -> True"),
+    "disables_flash_sdp": (at_import("torch.backends.cuda.enable_flash_sdp(False)\n"), "cuda.flash_sdp: True -> False"),
+    "deterministic_at_import": (at_import("torch.use_deterministic_algorithms(True)\n"),
+                                "deterministic_algorithms: False -> True"),
+    "no_poison_fill": (at_import("torch.utils.deterministic.fill_uninitialized_memory = False\n"),
+                       "deterministic.fill_uninitialized_memory: True -> False"),
+    "poison_off_in_forward": (in_forward("        torch.use_deterministic_algorithms(False)\n"),
+                              "turned off the poisoning of new allocations during the call"),
+    "flush_denormal": (at_import("torch.set_flush_denormal(True)\n"), "flush_denormal: False -> True"),
+    "default_dtype": (at_import("torch.set_default_dtype(torch.float64)\n"),
+                      "default_dtype: torch.float32 -> torch.float64"),
+    "num_threads": (at_import("torch.set_num_threads(torch.get_num_threads() + 3)\n"), "num_threads:"),
+    "meta_path_finder": (at_import(_META_PATH), "changed the import system (sys.meta_path"),
+    "path_hook": (at_import("import sys\nsys.path_hooks.append(lambda path: None)\n"), "sys.path_hooks:"),
+    "replaces_sys_modules_entry": (at_import("import sys, types\nsys.modules['json'] = types.ModuleType('json')\n"),
+                                   "replaced sys.modules['json']"),
+    "settrace": (at_import("import sys\nsys.settrace(lambda *a: None)\n"), "sys.settrace: None -> <lambda>"),
+    "setprofile": (at_import("import sys\nsys.setprofile(lambda *a: None)\n"), "sys.setprofile: None -> <lambda>"),
+    "gc_callback": (at_import("import gc\ngc.callbacks.append(lambda phase, info: None)\n"),
+                    "gc.callbacks: [] -> [<lambda>]"),
+    "signal_timer": (at_import("import signal\nsignal.signal(signal.SIGALRM, lambda *a: None)\n"
+                               "signal.setitimer(signal.ITIMER_REAL, 1000.0)\n"), "signal handler SIGALRM"),
+    "global_forward_hook": (at_import("torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: None)\n"),
+                            "torch.nn.modules.module._global_forward_hooks: [] -> [<lambda>]"),
+    "aten_kernel": (at_import(_ATEN_KERNEL), "torch.library kernel aten/mul.Tensor/CUDA"),
+}
 
 HOSTILE: dict[str, tuple[str, str, str]] = {
     # name: (source, expected status, a phrase the reason or error must contain)
@@ -156,6 +253,11 @@ class ModelNew(nn.Module):
             raise RuntimeError('saw secrets: ' + ','.join(leaked + values))
         raise RuntimeError('no secrets among %d variables' % len(os.environ))
 """), "runtime_error", "no secrets among"),
+    # the reference returns a tensor: the same tensor in any container is a different output
+    "returns_1_tuple": (variant(RETURN, "        return (out,)\n"), "incorrect",
+                        "output structure differs: the reference returns a tensor, the candidate a tuple (tensor,)"),
+    "returns_list": (variant(RETURN, "        return [out]\n"), "incorrect", "the candidate a list [tensor]"),
+    "returns_dict": (variant(RETURN, "        return {'y': (out,)}\n"), "incorrect", "the candidate a dict {'y': (tensor,)}"),
     # 50 MB of output at import: drained and capped, the evaluation goes on (stdout is not part of a correct result)
     "prints_50mb": (variant(TOP, "import sys\nsys.stdout.write('x' * (50 << 20))\nsys.stdout.flush()\n" + TOP), "correct",
                     "correct (CPU interpreter"),

@@ -12,7 +12,7 @@ import pytest
 
 from eval import EvalConfig, Evaluator, Status
 from problems.problem import problem_from_source
-from tests.hostile import GOOD, HONEST, HOSTILE, PROBLEM
+from tests.hostile import GOOD, HONEST, HOSTILE, PROBLEM, TAMPERING
 from tests.test_eval_sandbox import MOUNT_NS
 
 pytestmark = pytest.mark.timeout(600)
@@ -59,6 +59,17 @@ def test_hostile_candidate(evaluator, problem, name):
     assert result.status.value == expected, f"{name}: got {result.status.value}: {text[-2000:]}"
     assert phrase and phrase in text, f"{name}: reason lacks {phrase!r}: {text[-2000:]}"
     # the session still evaluates an honest candidate normally afterwards
+    after = evaluator.evaluate(problem, GOOD)
+    assert after.status is Status.CORRECT, f"after {name}: {after.reason} {after.error}"
+
+
+@pytest.mark.parametrize("name", sorted(TAMPERING))
+def test_tampering_is_rejected_naming_the_change(evaluator, problem, name):
+    """A change to the worker process that outlives the candidate's call is rejected by the tamper snapshot."""
+    source, phrase = TAMPERING[name]
+    result = evaluator.evaluate(problem, source)
+    assert result.status is Status.REJECTED, f"{name}: got {result.status.value}: {result.reason} {result.error[-1500:]}"
+    assert result.reason.startswith("integrity: ") and phrase in result.reason, f"{name}: {result.reason}"
     after = evaluator.evaluate(problem, GOOD)
     assert after.status is Status.CORRECT, f"after {name}: {after.reason} {after.error}"
 

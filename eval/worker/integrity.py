@@ -76,11 +76,11 @@ def _namespaces() -> dict[str, dict[str, Any]]:
     """The attribute dicts of watched modules and classes, by dotted name: a new key there changes behaviour
     (a method that shadows an inherited one, a hook a library looks up by name)."""
     spaces: dict[str, dict[str, Any]] = {}
+    classes = list(_WATCHED_CLASSES)
     for name, module in _watched_modules().items():
         spaces[name] = vars(module)
-        for attr, cls in _owned_classes(module).items():
-            spaces[f"{name}.{attr}"] = dict(vars(cls))
-    for cls in _WATCHED_CLASSES:
+        classes += _owned_classes(module).values()
+    for cls in classes:  # by the class's own name, once however many modules import it
         spaces[f"{cls.__module__}.{cls.__qualname__}"] = dict(vars(cls))
     return spaces
 

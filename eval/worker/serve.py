@@ -18,7 +18,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch.utils import cpp_extension
@@ -218,19 +218,23 @@ class Worker:
         pristine = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
         self._sync()
         try:
-            with _poisoned_memory(msg.poison), torch.no_grad():
+            with _poisoned_memory(msg.poison) as turned_off, torch.no_grad():
                 out = self.candidate(*inputs)
             self._sync()
         except BaseException as exc:  # noqa: BLE001
             return _failure("run", exc, p.RunReply), []
+        # walking the output can run the candidate's code (container subclasses): before the tamper check
+        outputs, problem = self._check_outputs(out, inputs)
+        structure = runtime.output_structure(out)
         violations = self.snapshot.violations()
+        if turned_off:
+            violations.append("turned off the poisoning of new allocations during the call (" + ", ".join(turned_off) + ")")
         if violations:
             return p.RunReply(ok=False, stage="integrity", error="; ".join(violations)), []
-        outputs, problem = self._check_outputs(out, inputs)
         if problem:
             return p.RunReply(ok=False, stage="output", error=problem), []
         mutated = [i for i, (a, b) in enumerate(zip(inputs, pristine)) if isinstance(a, torch.Tensor) and not _same(a, b)]
-        return p.RunReply(mutated_inputs=mutated, fingerprint=fingerprint), outputs
+        return p.RunReply(mutated_inputs=mutated, fingerprint=fingerprint, output_structure=structure), outputs
 
     def cmd_stage(self, msg: p.Stage, tensors: list[torch.Tensor]) -> Handled:
         """Keep a subject's timing input sets on the device (carried or drawn outside the exclusive timing window)."""
@@ -485,16 +489,25 @@ def _rebuild_args(spec: p.ArgSpec, tensors: list[torch.Tensor]) -> list[Any]:
 
 
 @contextlib.contextmanager
-def _poisoned_memory(enabled: bool):
-    """Fill every new allocation (torch.empty & co.) with NaN / max-int while the candidate runs."""
+def _poisoned_memory(enabled: bool) -> Iterator[list[str]]:
+    """Fill every new allocation (torch.empty & co.) with NaN / max-int while the candidate runs.
+
+    Yields a list that names the switches found off at the end: the snapshot cannot see a candidate that
+    turns poisoning off during its call, since the worker turns the switches off itself afterwards.
+    """
+    turned_off: list[str] = []
     if not enabled:
-        yield
+        yield turned_off
         return
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = True
     try:
-        yield
+        yield turned_off
     finally:
+        if not torch.are_deterministic_algorithms_enabled():
+            turned_off.append("torch.use_deterministic_algorithms")
+        if not torch.utils.deterministic.fill_uninitialized_memory:
+            turned_off.append("torch.utils.deterministic.fill_uninitialized_memory")
         torch.use_deterministic_algorithms(False)
 
 
