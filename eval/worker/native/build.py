@@ -45,6 +45,8 @@ def ensure_built() -> Path:
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    for folder in (BUILD_ROOT, target.parent):
+        folder.chmod(0o755)
     fd, tmp = tempfile.mkstemp(prefix=f".{MODULE}-", suffix=suffix, dir=target.parent)
     os.close(fd)
     cmd = [_compiler(), "-O2", "-shared", "-fPIC", "-std=gnu11", "-Wall", f"-I{sysconfig.get_paths()['include']}",
@@ -53,6 +55,7 @@ def ensure_built() -> Path:
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"building {SOURCE.name} failed ({' '.join(cmd)}):\n{done.stderr}")
+        os.chmod(tmp, 0o755)  # mkstemp makes it 0600: the workers load it as another user (uid 65534)
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
