@@ -54,6 +54,11 @@ def _watched_modules() -> dict[str, types.ModuleType]:
     return {name: m for name, m in modules.items() if isinstance(m, types.ModuleType)}
 
 
+# modules a library puts in sys.modules anew each time, by design: Triton's launcher stub of every kernel it compiles
+# (found on the H100: every honest Triton solution was rejected for "replaced sys.modules['__triton_launcher']")
+_TRANSIENT_MODULES = ("__triton_launcher",)
+
+
 def _watched_objects() -> dict[str, Any]:
     """Every function, submodule and class method a verdict or a timing depends on, by dotted name."""
     objs: dict[str, Any] = {}
@@ -297,6 +302,7 @@ class Snapshot:
     def _module_table_changes(self) -> list[str]:
         """`sys.modules` entries swapped or dropped: a later import of them would run the candidate's code."""
         modules = sys.modules
-        replaced = sorted(f"sys.modules[{k!r}]" for k, m in self.modules.items() if k in modules and modules[k] is not m)
-        removed = sorted(f"sys.modules[{k!r}]" for k in self.modules if k not in modules)
+        watched = {k: m for k, m in self.modules.items() if not k.startswith(_TRANSIENT_MODULES)}
+        replaced = sorted(f"sys.modules[{k!r}]" for k, m in watched.items() if k in modules and modules[k] is not m)
+        removed = sorted(f"sys.modules[{k!r}]" for k in watched if k not in modules)
         return [_listed(verb, names) for verb, names in (("replaced", replaced), ("removed", removed)) if names]
