@@ -119,10 +119,11 @@ class Evaluator:
                                 gpu_available=use_cuda, timeout_s=self.config.import_timeout_s,
                                 log_cap_bytes=self.config.log_cap_bytes, isolate_network=self.config.isolate_network,
                                 extra_env=self.config.extra_env, versions=self.versions)
-        if use_cuda:  # built here, where the project is writable; workers load it read-only
-            from eval.worker.native import build
+        if use_cuda:  # built here, where the project is writable; workers load them read-only
+            from eval.worker.native import build, kernels
 
             build.ensure_built()
+            kernels.cached_cubin(f"sm_{cap[0]}{cap[1]}")
         self._pool = WorkerPool(self.gpu_indices, per_device, self._spawn)
         self.workers = self._pool.size
         self._baseline_lock = threading.Lock()

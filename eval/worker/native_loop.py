@@ -41,7 +41,7 @@ class NativeLoop:
         base = torch._C.TensorBase
         self.samples = samples
         self._loop = module.Loop(
-            cubin=kernels.compile_cubin(f"sm_{props.major}{props.minor}"),
+            cubin=kernels.cached_cubin(f"sm_{props.major}{props.minor}"),
             key=key, samples=samples, flush_bytes=max(2 * l2, 8 << 20), device_index=index, device=device,
             get_stream=torch._C._cuda_getCurrentRawStream, tensor_type=torch.Tensor,
             data_ptr=base.data_ptr, size=base.size, stride=base.stride,
