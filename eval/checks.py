@@ -346,6 +346,13 @@ def staged_set_count(ctx: Context, set_bytes: int) -> int:
     return pool
 
 
+def fresh_sets_per_block(ctx: Context) -> int:
+    """How many repetitions' fresh inputs one process may stage for a block within its device budget."""
+    budget = device_budget(ctx.lease.device)
+    set_bytes = tensor_bytes(ctx.draw_timing_inputs(derive_seed(ctx.secret, "time0"))) if budget else 0
+    return measure.MAX_BLOCK_REPS if not budget or not set_bytes else max(2, budget // set_bytes)
+
+
 def holds_large_tensors(ctx: Context) -> bool:
     """Whether this evaluation's outputs were past the budget: then the parent hands its cached device memory back
     when the evaluation ends, so the next evaluations' workers can have it."""
@@ -463,7 +470,8 @@ def time_candidate(ctx: Context) -> None:
     reference, candidate = ctx.sides()
     try:
         meas = measure.time_pair(reference, candidate, rule, nonce=secrets.randbits(62) | 1 if fresh else 0,
-                                 graphs=ctx.graphs, timeout=config.timing_timeout_s)
+                                 graphs=ctx.graphs, timeout=config.timing_timeout_s,
+                                 max_block_reps=fresh_sets_per_block(ctx))
     except measure.BlockFailed as exc:
         _block_failed(ctx, exc)
     except measure.CaptureFailed as exc:  # the failing process's CUDA state is suspect: both start over

@@ -155,7 +155,12 @@ class CaptureFailed(Exception):
 def _block(side: Side, meas: Measurement, reps: int, first_rep: int, *, nonce: int, flush: bool, sync_each: bool,
            capture: bool, graphs: bool, timeout: float, keep: bool = True) -> p.TimeBlockReply:
     """Run one block on one side, observe its wall time here, and record what it reported."""
-    msg = p.TimeBlock(subject=side.subject, reps=reps, first_rep=first_rep, nonce=nonce, flush=flush,
+    if nonce and keep:  # the fresh inputs of these repetitions, drawn before the block and its wall time
+        staged, _ = side.worker.request(p.Stage(subject=side.subject, sets=reps, nonce=nonce, first_rep=first_rep),
+                                        timeout=timeout)
+        if not staged.ok:
+            raise BlockFailed(side.name, staged)
+    msg = p.TimeBlock(subject=side.subject, reps=reps, first_rep=first_rep, flush=flush,
                       sync_each=sync_each, capture=capture, graphs=graphs, key=side.key)
     t0 = time.perf_counter()
     reply, tensors = side.worker.request(msg, timeout=timeout, device=torch.device("cpu"))
@@ -188,11 +193,15 @@ def _block(side: Side, meas: Measurement, reps: int, first_rep: int, *, nonce: i
 
 
 def time_pair(reference: Side, candidate: Side, rule: TimingRule, *, nonce: int, graphs: bool,
-              timeout: float) -> Measurement:
-    """Time both sides by `rule`; raises `BlockFailed` (a side's forward failed), `CaptureFailed` or `Forged`."""
+              timeout: float, max_block_reps: int = MAX_BLOCK_REPS) -> Measurement:
+    """Time both sides by `rule`; raises `BlockFailed` (a side's forward failed), `CaptureFailed` or `Forged`.
+
+    With a `nonce`, every timed repetition gets fresh inputs, staged per block (at most `max_block_reps`
+    repetitions' inputs fit the device at once)."""
     meas = Measurement()
+    common = dict(nonce=nonce, flush=rule.flush, graphs=graphs, timeout=timeout, most=max(2, max_block_reps))
     try:
-        _plan(reference, candidate, rule, meas, dict(nonce=nonce, flush=rule.flush, graphs=graphs, timeout=timeout))
+        _plan(reference, candidate, rule, meas, common)
     except _Violated:
         pass
     return meas
@@ -200,6 +209,7 @@ def time_pair(reference: Side, candidate: Side, rule: TimingRule, *, nonce: int,
 
 def _plan(reference: Side, candidate: Side, rule: TimingRule, meas: Measurement, common: dict[str, Any]) -> None:
     """The blocks of one timing: KernelBench's fixed count one side after the other, or adaptive A B B A."""
+    most = common.pop("most")
     if rule.method == "fixed":
         for side in (reference, candidate):  # one after the other, as KernelBench times them
             _block(side, meas, max(1, rule.warmup_calls), -rule.warmup_calls - 1, sync_each=True, capture=False,
@@ -207,7 +217,7 @@ def _plan(reference: Side, candidate: Side, rule: TimingRule, meas: Measurement,
             _block(side, meas, rule.reps, 0, sync_each=True, capture=rule.check_outputs, **common)
         return
     per_rep = max(_warm_up(side, rule, meas, common) for side in (reference, candidate))
-    reps = max(2, min(MAX_BLOCK_REPS, int(BLOCK_MS / max(per_rep, 1e-3))))
+    reps = max(2, min(most, MAX_BLOCK_REPS, int(BLOCK_MS / max(per_rep, 1e-3))))
     started = time.perf_counter()
     first = 0
     pair = 0

@@ -137,9 +137,12 @@ class StageReply(Reply):
 
 @dataclass
 class Stage(Request):
-    """Keep `sets` timing input sets on the device for `subject`, rotated by repetition index when no nonce is given.
+    """Keep `sets` timing input sets on the device for `subject`, rotated by repetition index.
 
-    The sets are the tensors carried, or, with `seeds` (one per set), drawn by the worker as in `Run`.
+    The sets are the tensors carried, or, with `seeds` (one per set), drawn by the worker as in `Run`. With a
+    `nonce`, the sets are instead the fresh inputs of repetitions `first_rep` .. `first_rep + sets - 1`, drawn
+    from `derive_seed(nonce, "rep<r>")` for the next timed block: drawn here, before the block, so the
+    block's wall time holds only a copy per repetition, the same on both sides.
     """
 
     cmd: ClassVar[str] = "stage"
@@ -150,6 +153,8 @@ class Stage(Request):
     sets: int = 0
     seeds: list[int] = field(default_factory=list)
     on_cpu: bool = False
+    nonce: int = 0
+    first_rep: int = 0
 
 
 @dataclass
@@ -157,7 +162,7 @@ class TimeBlockReply(Reply):
     times_ms: list[float] = field(default_factory=list)  # CUDA-event time of each repetition, in order
     leaves: list[list[Any]] = field(default_factory=list)  # [dtype, shape] of each output tensor (captures' order)
     violations: list[str] = field(default_factory=list)
-    fresh_inputs: bool = False  # every repetition drew its own inputs from the nonce
+    fresh_inputs: bool = False  # every repetition had fresh inputs staged for it
     timing_mode: str = "eager"  # "cuda_graph": replays of a captured graph; "capture_failed": nothing timed
     graph_note: str = ""
 
@@ -167,8 +172,8 @@ class TimeBlock(Request):
     """Time `reps` repetitions of `subject` in the worker's native loop; replies with the raw event times and, with
     `capture`, one capture per repetition and output (`eval.capture`) as a float64 tensor.
 
-    Repetition `first_rep + i` gets inputs drawn from `derive_seed(nonce, "rep<r>")` (a nonce) or the staged set
-    `r mod sets` (nonce 0): the two processes get the same inputs for the same repetition index. `key`, when
+    Repetition `first_rep + i` gets the fresh inputs staged for it (`Stage` with a nonce, just before) or the
+    staged set `r mod sets`: the two processes get the same inputs for the same repetition index. `key`, when
     non-zero, re-keys the captures (sent only to the trusted reference process: a candidate's key is set
     before its code is imported). `sync_each` synchronises after every call (KernelBench's method);
     `graphs` times replays of a CUDA graph of the subject's forward, captured at the first such block.
@@ -179,7 +184,6 @@ class TimeBlock(Request):
     subject: str = "candidate"
     reps: int = 1
     first_rep: int = 0
-    nonce: int = 0
     flush: bool = True
     sync_each: bool = False
     capture: bool = True

@@ -25,8 +25,10 @@ class FakeProcess:
         self.leaves = leaves if leaves is not None else [["float32", [4]]]
 
     def request(self, message, tensors=None, timeout=None, device=None):
-        assert isinstance(message, p.TimeBlock)
         self.log.append((self.name, message))
+        if isinstance(message, p.Stage):
+            return p.StageReply(), []
+        assert isinstance(message, p.TimeBlock)
         captures = [torch.zeros(message.reps, 1, SAMPLES + capture_math.CAPTURE_EXTRA, dtype=torch.float64)]
         return (p.TimeBlockReply(times_ms=[self.ms] * message.reps, leaves=self.leaves, fresh_inputs=True),
                 captures if message.capture else [])
@@ -42,8 +44,12 @@ def test_adaptive_blocks_alternate_abba_and_both_sides_time_the_same_repetitions
     reference, candidate = _sides(log)
     rule = TimingRule(min_reps=20, max_reps=200, warmup_ms=1.0)
     meas = measure.time_pair(reference, candidate, rule, nonce=99, graphs=False, timeout=10)
+    staged = [(name, m) for name, m in log if isinstance(m, p.Stage)]
+    log[:] = [(name, m) for name, m in log if isinstance(m, p.TimeBlock)]
     timed = [(name, m) for name, m in log if m.capture]
-    assert all(m.nonce == 99 and m.flush and not m.sync_each for _, m in timed)
+    assert all(m.flush and not m.sync_each for _, m in timed)
+    # each timed block's fresh inputs are staged just before it, for exactly its repetitions
+    assert [(n, m.nonce, m.first_rep, m.sets) for n, m in staged] == [(n, 99, m.first_rep, m.reps) for n, m in timed]
     # pairs of blocks: (R, C), then (C, R), ...: A B B A at block level
     order = [name for name, _ in timed]
     assert order[:4] == ["reference", "candidate", "candidate", "reference"]

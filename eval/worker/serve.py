@@ -85,6 +85,7 @@ class Subject:
     buffers: list[torch.Tensor] = field(default_factory=list)
     args: list[Any] = field(default_factory=list)
     graph: Any = None
+    fresh: dict[int, list[torch.Tensor]] = field(default_factory=dict)  # the next block's fresh inputs, by repetition
 
 
 class Worker:
@@ -241,6 +242,14 @@ class Worker:
         subject = self.subjects[msg.subject]
         n, count = msg.n_inputs, msg.sets
         reply = p.StageReply()
+        if msg.nonce:  # fresh inputs for the next block's repetitions (drawn outside its wall time)
+            subject.fresh.clear()
+            if not self._fresh_draws_fit(subject, msg.nonce):
+                return p.StageReply(ok=False, stage="stage", error="get_inputs() draws other shapes each time"), []
+            for rep in range(msg.first_rep, msg.first_rep + count):
+                drawn = runtime.make_inputs(subject.problem, runtime.derive_seed(msg.nonce, f"rep{rep}"), self.device)
+                subject.fresh[rep] = [x for x in drawn if isinstance(x, torch.Tensor)]
+            return reply, []
         if msg.seeds:
             drawn = [self._draw(seed, None, msg.on_cpu, subject) for seed in msg.seeds]
             reply.fingerprints = [runtime.input_fingerprint(d) for d in drawn]
@@ -302,8 +311,9 @@ class Worker:
         if msg.key:
             self.loop.rekey(msg.key)
             msg.key = 0
-        fresh = bool(msg.nonce) and self._fresh_draws_fit(subject, msg.nonce)
-        refill = _fresh_refiller(subject, msg.nonce, self.device) if fresh else _refiller(subject)
+        reps = range(msg.first_rep, msg.first_rep + msg.reps)
+        fresh = bool(subject.fresh) and all(r in subject.fresh for r in reps)
+        refill = _refiller(subject, subject.fresh if fresh else None)
         forward: Callable[..., Any] = subject.model
         reply = p.TimeBlockReply(fresh_inputs=fresh)
         with torch.no_grad():
@@ -321,6 +331,7 @@ class Worker:
         reply.times_ms = [float(t) for t in result.times_ms]
         reply.leaves = [[dtype, list(shape)] for dtype, shape in result.leaves]
         reply.violations = list(result.violations) + self._violations()
+        subject.fresh.clear()
         return reply, ([result.captures] if msg.capture and result.captures.numel() else [])
 
     def _violations(self) -> list[str]:
@@ -337,7 +348,7 @@ class Worker:
     def cmd_busy(self, msg: p.Busy, tensors: list[torch.Tensor]) -> Handled:
         """Host and GPU time of an eager call of a subject on its staged sets (see `graphs.busy_share`)."""
         subject = self.subjects[msg.subject]
-        side = timing.TimedSide(_refiller(subject), lambda: subject.model(*subject.args))
+        side = timing.TimedSide(_refiller(subject, None), lambda: subject.model(*subject.args))
         with torch.no_grad():
             share = graphs.busy_share(side, self.flusher if msg.flush and self.flusher else _no_flush, msg.calls,
                                       msg.profile_above_ms)
@@ -445,20 +456,12 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(_torch_equal(a, b))
 
 
-def _refiller(subject: Subject) -> Callable[[int], None]:
-    """`refill(rep)`: copy staged set `rep mod sets` into the subject's input buffers (the parent draws the same)."""
+def _refiller(subject: Subject, fresh: dict[int, list[torch.Tensor]] | None) -> Callable[[int], None]:
+    """`refill(rep)`: copy repetition rep's fresh inputs, or staged set `rep mod sets`, into the subject's input
+    buffers (the other process copies the same ones for the same repetition)."""
     def refill(rep: int) -> None:
-        for b, src in zip(subject.buffers, subject.sets[rep % len(subject.sets)]):
-            b.copy_(src)
-    return refill
-
-
-def _fresh_refiller(subject: Subject, nonce: int, device: torch.device) -> Callable[[int], None]:
-    """`refill(rep)` that draws new inputs for every repetition from the nonce (so no memo of earlier calls can hit);
-    the other process draws the same ones for the same repetition."""
-    def refill(rep: int) -> None:
-        drawn = runtime.make_inputs(subject.problem, runtime.derive_seed(nonce, f"rep{rep}"), device)
-        for b, src in zip(subject.buffers, [x for x in drawn if isinstance(x, torch.Tensor)]):
+        source = fresh[rep] if fresh is not None else subject.sets[rep % len(subject.sets)]
+        for b, src in zip(subject.buffers, source):
             b.copy_(src)
     return refill
 
