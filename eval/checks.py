@@ -498,8 +498,8 @@ def time_candidate(ctx: Context) -> None:
     if not ctx.on_gpu:  # host-clock times of the CPU pipeline: no bound, no speedup
         return
     finding, result.wall_bound = measure.wall_bound(meas)
-    if finding:
-        raise Verdict(Status.REJECTED, f"integrity: {finding}")
+    if finding:  # not yet a verdict: on the H100 both processes' per-repetition overhead is ms-scale and unequal
+        result.flags.append(f"wall bound (not yet enforced): {finding}")
     result.timing_meaningful = True
     key = "median_ms" if rule.statistic == "median" else "mean_ms"
     result.speedup = ref[key] / cand[key]
