@@ -22,7 +22,7 @@ import re
 import secrets
 import statistics
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, NoReturn
 
 import torch
@@ -111,6 +111,7 @@ class Context:
     session: Session | None = None  # this evaluation's reference in the clean reference process
     worker_draws: bool = True  # the worker draws inputs from seeds (false once its draw did not match ours)
     output_bytes: int = 0  # the largest reference output of this evaluation (bytes per forward), once trials start
+    input_bytes: int = 0  # one timing input set's bytes, once staged
 
     @property
     def on_gpu(self) -> bool:
@@ -282,7 +283,8 @@ def stage_timing_inputs(ctx: Context) -> None:
     draw = ctx.draw_timing_inputs
     first_seed = ctx.config.public_seed if kb else derive_seed(ctx.secret, "time0")
     first = draw(first_seed)
-    count = staged_set_count(ctx, tensor_bytes(first))
+    ctx.input_bytes = tensor_bytes(first)
+    count = staged_set_count(ctx, ctx.input_bytes)
     seeds = [first_seed] + [derive_seed(ctx.secret, f"time{k}") for k in range(1, count)]
     spec, tensors = encode_args(first)
     n_tensors = len(tensors)
@@ -349,8 +351,7 @@ def staged_set_count(ctx: Context, set_bytes: int) -> int:
 def fresh_sets_per_block(ctx: Context) -> int:
     """How many repetitions' fresh inputs one process may stage for a block within its device budget."""
     budget = device_budget(ctx.lease.device)
-    set_bytes = tensor_bytes(ctx.draw_timing_inputs(derive_seed(ctx.secret, "time0"))) if budget else 0
-    return measure.MAX_BLOCK_REPS if not budget or not set_bytes else max(2, budget // set_bytes)
+    return measure.MAX_BLOCK_REPS if not budget or not ctx.input_bytes else max(2, budget // ctx.input_bytes)
 
 
 def holds_large_tensors(ctx: Context) -> bool:

@@ -30,7 +30,7 @@ from eval.builds import Build, Builder
 from eval.cache import JsonCache, cache_key
 from eval.checks import Context, RetryAlone, RetryEager, Verdict, trim
 from eval.config import EvalConfig
-from eval.pool import Lease, WorkerPool
+from eval.pool import WorkerPool
 from eval.reference import Reference, encode_args, use_small_sizes
 from eval.result import EvalResult, Status, Timing
 from eval.roofline import cached_ceilings

@@ -121,11 +121,11 @@ class WorkerPool:
         self.size = len(gpu_indices) * per_device
         # twice the evaluations in flight, warm: a worker serves one candidate, so while `size` evaluate, as many
         # replacements start, and the next candidates still find a warm one (a start takes several seconds)
-        warm = 2 * per_device
+        self._warm_target = 2 * self.size
         self._background = ThreadPoolExecutor(max_workers=2 * self.size + len(gpu_indices) + 1,
                                               thread_name_prefix="kh-pool")
         for g in gpu_indices:
-            for _ in range(warm):
+            for _ in range(2 * per_device):
                 self._replace(g)
             self._background.submit(self._references[g].start)
 
@@ -176,7 +176,7 @@ class WorkerPool:
     def _count_start(self) -> None:
         with self._lock:
             self._started += 1
-            if self._started >= 2 * self.size:
+            if self._started >= self._warm_target:
                 self._warm.set()
 
     def _discard(self, worker: WorkerProcess, respawn: bool = True) -> None:

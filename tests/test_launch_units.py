@@ -15,7 +15,7 @@ from eval.config import EvalConfig
 from eval.feedback import render_feedback
 from eval.result import EvalResult, Status, Timing
 from eval.wire import ProtocolError
-from eval.worker import graphs, timing
+from eval.worker import graphs
 
 
 # ------------------------------------------------------------------------------ config

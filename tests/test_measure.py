@@ -3,8 +3,6 @@ index, statistics from raw samples, the wall bound, and the capture comparison."
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
 
