@@ -242,6 +242,20 @@ class Unload(Request):
 
 
 @dataclass
+class IntegrityReply(Reply):
+    violations: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Integrity(Request):
+    """What the candidate changed in its process since it was loaded (the integrity snapshot). Asked after the
+    timing, apart from its blocks: the comparison takes tens of ms, which would blur their wall time."""
+
+    cmd: ClassVar[str] = "integrity"
+    reply: ClassVar[type[Reply]] = IntegrityReply
+
+
+@dataclass
 class Sync(Request):
     """Answer at once. Sent after the last check: a reply still queued from earlier (a candidate forged one
     in its place) arrives here instead, out of order, and ends the evaluation as a crash."""
@@ -257,7 +271,8 @@ class Exit(Request):
 
 
 REQUESTS: dict[str, type[Request]] = {
-    cls.cmd: cls for cls in (Hello, Load, Prepare, Run, Kernels, Stage, TimeBlock, BackToBack, Busy, Unload, Sync, Exit)
+    cls.cmd: cls for cls in (Hello, Load, Prepare, Run, Kernels, Stage, TimeBlock, BackToBack, Busy, Integrity, Unload, Sync,
+                 Exit)
 }
 
 

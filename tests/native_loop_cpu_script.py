@@ -1,5 +1,6 @@
 """Run by tests/test_native_loop_cpu.py in a subprocess whose libcuda.so.1 is tests/fakes/fake_libcuda.c."""
 
+import array
 import ctypes
 import sys
 
@@ -23,15 +24,24 @@ def make(get_stream=lambda i: 0):
         strided=torch.strided, dtypes=SUPPORTED_DTYPES, dtype_names=tuple(str(d)[6:] for d in SUPPORTED_DTYPES))
 
 
-def run(loop, forward, reps=2, capture=True, refill=None):
-    return loop.run(forward, (), reps, 10, True, False, capture, refill)
+def run(loop, forward, reps=2, capture=True, copies=None):
+    return loop.run(forward, (), reps, 10, True, False, capture, copies)
 
 
 loop = make()
+buffer = torch.zeros(3, 4)
+sources = [torch.full((3, 4), float(r)) for r in range(3)]
 seen = []
-times, raw, leaves, violations = loop.run(lambda a: (a, {"k": a.t(), "z": [a[1]]}), (x,), 3, 10, True, False, True,
-                                          seen.append)
-assert times == [1.0, 1.0, 1.0] and violations == [] and seen == [10, 11, 12], (times, violations, seen)
+
+
+def forward(a):
+    seen.append(a[0, 0].item())  # the copy of this repetition's source is done before its call
+    return a, {"k": a.t(), "z": [a[1]]}
+
+
+plan = array.array("Q", [v for s in sources for v in (buffer.data_ptr(), s.data_ptr(), 48)]).tobytes()
+times, raw, leaves, violations = loop.run(forward, (buffer,), 3, 10, True, False, True, plan)
+assert times == [1.0, 1.0, 1.0] and violations == [] and seen == [0.0, 1.0, 2.0], (times, violations, seen)
 assert leaves == [("float32", [3, 4]), ("float32", [4, 3]), ("float32", [4])], leaves
 cap = torch.frombuffer(raw, dtype=torch.float64).view(3, 3, S + 16)
 assert cap[:, :, S + 14].tolist() == [[12.0, 12.0, 4.0]] * 3 and (cap[:, :, S] == 7).all()  # rows where expected
@@ -76,11 +86,12 @@ def boom():
     raise KeyError("boom")
 
 
-for forward, refill, error in ((boom, None, KeyError), (lambda: x, lambda rep: 1 / 0, ZeroDivisionError),
+for forward, copies, error in ((boom, None, KeyError), (lambda: x, b"\0" * 40, ValueError),
+                               (lambda: x, [1, 2, 3], TypeError),
                                (lambda: run(loop, lambda: x), None, RuntimeError),
                                (lambda: loop.calibrate(1.0), None, RuntimeError)):
     try:
-        run(loop, forward, refill=refill)
+        run(loop, forward, copies=copies)
     except error:
         pass
     else:

@@ -3,7 +3,7 @@
 With the timing loop in Python, a candidate's forward() could walk the stack to the loop's
 frame and patch its hooks, flush buffer or events: for instance return an unwritten tensor while
 timed and have the correct values written outside the events. Here one C call runs the whole
-block: per repetition refill (Python, before the interval), checks of the current stream and
+block: per repetition the input copies (device copies enqueued in C), checks of the current stream and
 the persisting-L2 settings, the L2 flush, a spin kernel as lead, start event, forward, end
 event, and the launch of the kernels that capture the output (eval/capture.py defines them),
 all on the device's default stream. The only Python frame between forward() and the caller is
@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import array
+
 import torch
 
 from eval.capture import CAPTURE_EXTRA, SUPPORTED_DTYPES
 from eval.worker.native import build, kernels
-from eval.worker.timing import BlockResult
+from eval.worker.timing import BlockResult, Copies, check_copies, span_bytes
 
 
 class NativeLoop:
@@ -60,11 +62,18 @@ class NativeLoop:
         return self._loop.info()
 
     def block(self, forward: Callable[..., Any], args: list[Any], reps: int, *, first_rep: int, flush: bool = True,
-              sync_each: bool = False, capture: bool = True,
-              refill: Callable[[int], None] | None = None) -> BlockResult:
-        """Time `reps` calls forward(*args) (repetitions first_rep, first_rep + 1, ...) in one C call."""
+              sync_each: bool = False, capture: bool = True, copies: Copies | None = None) -> BlockResult:
+        """Time `reps` calls forward(*args) (repetitions first_rep, first_rep + 1, ...) in one C call; `copies[i]`
+        are repetition i's input copies, enqueued in C before its call."""
+        plan = None
+        if copies:
+            check_copies(copies)
+            if len(copies) != reps or len({len(pairs) for pairs in copies}) != 1:
+                raise ValueError("copies must give the same number of input copies for every repetition")
+            plan = array.array("Q", [v for pairs in copies for dst, src in pairs
+                                     for v in (dst.data_ptr(), src.data_ptr(), span_bytes(src))]).tobytes()
         times, raw, leaves, violations = self._loop.run(forward, tuple(args), reps, first_rep, flush, sync_each,
-                                                        capture, refill)
+                                                        capture, plan)
         if capture:
             captures = torch.frombuffer(raw, dtype=torch.float64) if len(raw) else torch.empty(0, dtype=torch.float64)
             captures = captures.view(len(times), len(leaves), self.samples + CAPTURE_EXTRA)

@@ -261,7 +261,7 @@ class Worker:
             return p.StageReply(ok=False, stage="stage", error="staged tensor count does not match the set counts"), []
         self.trial_buffers.clear()  # the trials are over: their buffers' memory goes to timing
         subject.spec, subject.sets = msg.args, groups
-        subject.buffers = [t.clone() for t in groups[0]]
+        subject.buffers = [timing.same_layout_buffer(t) for t in groups[0]]
         subject.args = _rebuild_args(subject.spec, subject.buffers)
         subject.graph = None
         return reply, []
@@ -314,6 +314,7 @@ class Worker:
         reps = range(msg.first_rep, msg.first_rep + msg.reps)
         fresh = bool(subject.fresh) and all(r in subject.fresh for r in reps)
         refill = _refiller(subject, subject.fresh if fresh else None)
+        copies = [list(zip(subject.buffers, _inputs_of(subject, subject.fresh if fresh else None, rep))) for rep in reps]
         forward: Callable[..., Any] = subject.model
         reply = p.TimeBlockReply(fresh_inputs=fresh)
         with torch.no_grad():
@@ -327,12 +328,15 @@ class Worker:
                 reply.timing_mode = "cuda_graph"
             result = self.loop.block(forward, [] if subject.graph is not None and msg.graphs else subject.args,
                                      msg.reps, first_rep=msg.first_rep, flush=msg.flush, sync_each=msg.sync_each,
-                                     capture=msg.capture, refill=refill)
+                                     capture=msg.capture, copies=copies)
         reply.times_ms = [float(t) for t in result.times_ms]
         reply.leaves = [[dtype, list(shape)] for dtype, shape in result.leaves]
-        reply.violations = list(result.violations) + self._violations()
+        reply.violations = list(result.violations)  # the loop's; the snapshot is compared apart (`Integrity`)
         subject.fresh.clear()
         return reply, ([result.captures] if msg.capture and result.captures.numel() else [])
+
+    def cmd_integrity(self, msg: p.Integrity, tensors: list[torch.Tensor]) -> Handled:
+        return p.IntegrityReply(violations=self._violations()), []
 
     def _violations(self) -> list[str]:
         """Tamper evidence in a candidate's process (none in the reference process, which has no candidate code)."""
@@ -456,13 +460,18 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(_torch_equal(a, b))
 
 
+def _inputs_of(subject: Subject, fresh: dict[int, list[torch.Tensor]] | None, rep: int) -> list[torch.Tensor]:
+    """Repetition rep's inputs: its fresh ones, or staged set `rep mod sets` (the other process copies the same ones
+    for the same repetition)."""
+    return fresh[rep] if fresh is not None else subject.sets[rep % len(subject.sets)]
+
+
 def _refiller(subject: Subject, fresh: dict[int, list[torch.Tensor]] | None) -> Callable[[int], None]:
-    """`refill(rep)`: copy repetition rep's fresh inputs, or staged set `rep mod sets`, into the subject's input
-    buffers (the other process copies the same ones for the same repetition)."""
+    """`refill(rep)`: copy repetition rep's inputs into the subject's buffers, outside the timed loop (graph capture,
+    `Busy`); the loop itself is given the copies (`timing.Copies`)."""
     def refill(rep: int) -> None:
-        source = fresh[rep] if fresh is not None else subject.sets[rep % len(subject.sets)]
-        for b, src in zip(subject.buffers, source):
-            b.copy_(src)
+        for b, src in zip(subject.buffers, _inputs_of(subject, fresh, rep)):
+            timing.copy_span(b, src)
     return refill
 
 

@@ -26,6 +26,44 @@ from eval import capture as capture_math
 CAPTURE_SAMPLES = 32768  # sampled elements per captured output (all of them in outputs up to this size)
 _MAX_DEPTH, _MAX_LEAVES = 4, 16
 
+# The inputs of each repetition of a block: (buffer, source) pairs, copied before the call. Both tensors of a pair
+# have the same dtype, sizes and strides, so the copy is one of bytes over the span the strides reach.
+Copies = list[list[tuple[torch.Tensor, torch.Tensor]]]
+
+
+def span_bytes(t: torch.Tensor) -> int:
+    """Bytes from t's first element to one past its last, by its sizes and (non-negative) strides."""
+    if t.numel() == 0:
+        return 0
+    if any(s < 0 for s in t.stride()):
+        raise ValueError("an input with a negative stride cannot be staged")
+    return (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))) * t.element_size()
+
+
+def same_layout_buffer(t: torch.Tensor) -> torch.Tensor:
+    """A new tensor with t's dtype, device, sizes and strides, holding t's bytes over its span (views and expanded
+    inputs keep their layout, which the candidate's kernel may depend on)."""
+    buf = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device)
+    copy_span(buf, t)
+    return buf
+
+
+def copy_span(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """dst's bytes over its span = src's (both laid out alike; see `Copies`)."""
+    n = span_bytes(src)
+    if n:
+        flat = lambda t: torch.as_strided(t, [n // t.element_size()], [1]).view(torch.uint8)  # noqa: E731
+        flat(dst).copy_(flat(src))
+
+
+def check_copies(copies: Copies) -> None:
+    """Raise ValueError unless each pair is laid out alike on one device (the native loop copies raw bytes)."""
+    for pairs in copies:
+        for dst, src in pairs:
+            if (dst.dtype, dst.shape, dst.stride(), dst.device) != (src.dtype, src.shape, src.stride(), src.device):
+                raise ValueError(f"a timed input is laid out unlike its buffer ({src.dtype} {list(src.shape)} "
+                                 f"strides {list(src.stride())}, buffer {list(dst.stride())})")
+
 
 def output_leaves(out: Any) -> tuple[list[torch.Tensor], str]:
     """The tensors of a forward's output in order (tuple, list, dict values; depth <= 4, <= 16 tensors), or why the
@@ -72,16 +110,15 @@ class PythonLoop:
         self._key = key
 
     def block(self, forward: Callable[..., Any], args: list[Any], reps: int, *, first_rep: int, flush: bool = True,
-              sync_each: bool = False, capture: bool = True, refill: Callable[[int], None] | None = None
-              ) -> BlockResult:
+              sync_each: bool = False, capture: bool = True, copies: Copies | None = None) -> BlockResult:
         times: list[float] = []
         rows: list[torch.Tensor] = []
         leaves: list[tuple[str, list[int]]] = []
         violations: list[str] = []
         for i in range(reps):
             rep = first_rep + i
-            if refill is not None:
-                refill(rep)
+            for dst, src in (copies[i] if copies else []):
+                copy_span(dst, src)
             t0 = time.perf_counter()
             out = forward(*args)
             times.append((time.perf_counter() - t0) * 1000.0)

@@ -25,6 +25,9 @@ CUresult cuMemAlloc_v2(unsigned long long *p, size_t n) { *p = (unsigned long lo
 CUresult cuMemFree_v2(unsigned long long p) { free((void *)p); return 0; }
 CUresult cuMemsetD32Async(unsigned long long p, unsigned v, size_t n, void *s) { (void)p; (void)v; (void)n; (void)s; return 0; }
 CUresult cuMemcpyDtoH_v2(void *d, unsigned long long s, size_t n) { memcpy(d, (void *)s, n); return 0; }
+CUresult cuMemcpyDtoDAsync_v2(unsigned long long d, unsigned long long s, size_t n, void *st) {
+    (void)st; memcpy((void *)d, (const void *)s, n); return 0;
+}
 CUresult cuModuleLoadData(void **m, const void *d) { (void)d; *m = (void *)1; return 0; }
 CUresult cuModuleGetFunction(void **f, void *m, const char *n) { (void)m; *f = (void *)n; return 0; }
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,

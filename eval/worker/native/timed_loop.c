@@ -91,6 +91,7 @@ static struct {
     CUresult (*MemFree)(CUdeviceptr);
     CUresult (*MemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
     CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
+    CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
     CUresult (*ModuleLoadData)(CUmodule *, const void *);
     CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
     CUresult (*LaunchKernel)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
@@ -137,6 +138,7 @@ static int load_driver(void) {
     RESOLVE(MemFree, "cuMemFree_v2");
     RESOLVE(MemsetD32Async, "cuMemsetD32Async");
     RESOLVE(MemcpyDtoH, "cuMemcpyDtoH_v2");
+    RESOLVE(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
     RESOLVE(ModuleLoadData, "cuModuleLoadData");
     RESOLVE(ModuleGetFunction, "cuModuleGetFunction");
     RESOLVE(LaunchKernel, "cuLaunchKernel");
@@ -461,21 +463,39 @@ fail:
 }
 
 PyDoc_STRVAR(run_doc,
-"run(forward, args, reps, first_rep, flush, sync_each, capture, refill) -> (times_ms, captures, leaves, violations)\n\n"
-"Time `reps` calls of forward(*args) between CUDA events (see eval/worker/native_loop.py). captures is a\n"
+"run(forward, args, reps, first_rep, flush, sync_each, capture, copies) -> (times_ms, captures, leaves, violations)\n\n"
+"Time `reps` calls of forward(*args) between CUDA events (see eval/worker/native_loop.py). copies: None, or\n"
+"bytes of (dst, src, nbytes) uint64 triples, the same number per repetition: device copies enqueued before\n"
+"each call (its inputs), so no Python runs between one call's end and the next one's start. captures is a\n"
 "bytearray of float64 [reps_done, leaves, samples + 16] (None unless capture); a violation that makes the\n"
 "output meaningless ends the block early, and only the repetitions completed before it are returned.");
 
 static PyObject *Loop_run(Loop *self, PyObject *args) {
-    PyObject *forward, *fargs, *refill;
+    PyObject *forward, *fargs, *copies_obj;
     int reps, flush, sync_each, capture;
     long long first_rep;
     if (!PyArg_ParseTuple(args, "OO!iLpppO", &forward, &PyTuple_Type, &fargs, &reps, &first_rep, &flush, &sync_each,
-                          &capture, &refill))
+                          &capture, &copies_obj))
         return NULL;
     if (reps < 1) {
         PyErr_SetString(PyExc_ValueError, "reps must be at least 1");
         return NULL;
+    }
+    const unsigned long long *copies = NULL;
+    Py_ssize_t per_rep = 0;
+    if (copies_obj != Py_None) {
+        if (!PyBytes_Check(copies_obj)) {
+            PyErr_SetString(PyExc_TypeError, "copies must be bytes or None");
+            return NULL;
+        }
+        Py_ssize_t size = PyBytes_GET_SIZE(copies_obj);
+        Py_ssize_t triple = 3 * (Py_ssize_t)sizeof(unsigned long long);
+        if (size % ((Py_ssize_t)reps * triple) != 0) {
+            PyErr_SetString(PyExc_ValueError, "copies must hold the same number of (dst, src, nbytes) triples per repetition");
+            return NULL;
+        }
+        per_rep = size / ((Py_ssize_t)reps * triple);
+        copies = (const unsigned long long *)PyBytes_AS_STRING(copies_obj);
     }
     if (self->busy) {
         PyErr_SetString(PyExc_RuntimeError, "the timed loop is already running (no re-entry)");
@@ -495,10 +515,9 @@ static PyObject *Loop_run(Loop *self, PyObject *args) {
 
     for (int i = 0; i < reps; ++i) {
         long long rep = first_rep + i;
-        if (refill != Py_None) {
-            PyObject *r = PyObject_CallFunction(refill, "L", rep);
-            if (!r) goto fail;
-            Py_DECREF(r);
+        for (Py_ssize_t c = 0; c < per_rep; ++c) {
+            const unsigned long long *t = copies + 3 * ((Py_ssize_t)i * per_rep + c);
+            if (t[2]) CU(MemcpyDtoDAsync, ((CUdeviceptr)t[0], (CUdeviceptr)t[1], (size_t)t[2], self->stream));
         }
         int ok = check_stream(self, violations, "before a timed call");
         if (ok < 0) goto fail;
