@@ -40,7 +40,7 @@ MIX2 = 0x94D049BB133111EB
 SAMPLE_SALT = 0xD1B54A32D192ED03
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.uint8,
-                    torch.int16, torch.int32, torch.int64, torch.bool)
+                    torch.int16, torch.int32, torch.int64, torch.bool, torch.float8_e4m3fn, torch.float8_e5m2)
 
 _CHUNK = 1 << 22  # elements per step, bounds the memory of the hashes on large tensors
 

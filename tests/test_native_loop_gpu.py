@@ -58,7 +58,7 @@ def random_like(shape: tuple[int, ...], dtype: torch.dtype, gen: torch.Generator
 
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.uint8, torch.int16,
-          torch.int32, torch.int64, torch.bool)
+          torch.int32, torch.int64, torch.bool, torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -66,23 +66,38 @@ def test_captures_match_the_specification(loop: Any, dtype: torch.dtype) -> None
     gen = torch.Generator(device=DEV).manual_seed(0)
     x = random_like((37, 129), dtype, gen)
     outs: list[list[torch.Tensor]] = []
-    refills: list[int] = []
-
-    def refill(rep: int) -> None:
-        refills.append(rep)
-        x.copy_(random_like((37, 129), dtype, gen))
+    sources = [random_like((37, 129), dtype, gen) for _ in range(3)]
+    seen: list[torch.Tensor] = []
 
     def forward(a: torch.Tensor) -> Any:
+        seen.append(a.clone())  # the repetition's input copy is enqueued before its call
         y = a.clone()
         kept = [y, y.t(), y[1:, ::3], y[:3, :5]]
         outs.append(kept)
         return {"whole": y, "views": (y.t(), [y[1:, ::3]]), "small": y[:3, :5]}
 
-    res = loop.block(forward, [x], 3, first_rep=5, refill=refill)
-    assert res.violations == [] and len(res.times_ms) == 3 and refills == [5, 6, 7]
+    res = loop.block(forward, [x], 3, first_rep=5, copies=[[(x, s)] for s in sources])
+    assert res.violations == [] and len(res.times_ms) == 3
+    assert all(torch.equal(a, s) for a, s in zip(seen, sources))
     name = str(dtype).removeprefix("torch.")
     assert res.leaves == [(name, [37, 129]), (name, [129, 37]), (name, [36, 43]), (name, [3, 5])]
     assert_captures(res, outs, 5)
+
+
+@pytest.mark.parametrize("dtype", (torch.float8_e4m3fn, torch.float8_e5m2))
+def test_fp8_captures_decode_every_bit_pattern(loop: Any, dtype: torch.dtype) -> None:
+    """All 256 codes (zeros, subnormals, the largest values, infinities and NaNs) decode as torch converts them."""
+    codes = torch.arange(256, dtype=torch.uint8, device=DEV).view(dtype)
+    outs: list[list[torch.Tensor]] = []
+
+    def forward() -> torch.Tensor:
+        y = codes.clone()
+        outs.append([y])
+        return y
+
+    res = loop.block(forward, [], 2, first_rep=3)
+    assert res.violations == []
+    assert_captures(res, outs, 3)
 
 
 def test_large_and_odd_outputs(loop: Any) -> None:
@@ -181,7 +196,7 @@ def test_forward_sees_no_loop_state_on_its_stack(loop: Any) -> None:
     assert res.violations == []
     assert seen["caller"] == ("block", "native_loop.py")  # no loop frame between forward and block
     assert seen["caller_locals"] <= {"self", "forward", "args", "reps", "first_rep", "flush", "sync_each", "capture",
-                                     "refill"}
+                                     "copies", "plan"}
     assert seen["events"] == [] and seen["flush"] == []
 
 

@@ -29,6 +29,24 @@ __device__ __forceinline__ unsigned long long kh_splitmix64(unsigned long long z
     return z ^ (z >> 31);
 }
 
+// float8_e4m3fn: bias 7, no infinities, S.1111.111 is NaN.
+__device__ __forceinline__ double kh_e4m3fn(unsigned char b) {
+    double sign = (b & 0x80) ? -1.0 : 1.0;
+    int e = (b >> 3) & 0xF, m = b & 7;
+    if (e == 15 && m == 7) return __longlong_as_double(0x7ff8000000000000LL);
+    if (e == 0) return sign * ldexp((double)m, -9);  // subnormal: m/8 * 2^-6
+    return sign * ldexp(8.0 + m, e - 10);             // (1 + m/8) * 2^(e-7)
+}
+
+// float8_e5m2: bias 15, IEEE-like infinities and NaNs.
+__device__ __forceinline__ double kh_e5m2(unsigned char b) {
+    double sign = (b & 0x80) ? -1.0 : 1.0;
+    int e = (b >> 2) & 0x1F, m = b & 3;
+    if (e == 31) return m ? __longlong_as_double(0x7ff8000000000000LL) : sign * __longlong_as_double(0x7ff0000000000000LL);
+    if (e == 0) return sign * ldexp((double)m, -16);  // subnormal: m/4 * 2^-14
+    return sign * ldexp(4.0 + m, e - 17);              // (1 + m/4) * 2^(e-15)
+}
+
 __device__ double kh_load(const kh_leaf& L, long long i) {
     long long off = 0;
     if (L.ndim == 1) {
@@ -58,7 +76,9 @@ __device__ double kh_load(const kh_leaf& L, long long i) {
         case 6: return (double)((const short*)L.data)[off];
         case 7: return (double)((const int*)L.data)[off];
         case 8: return (double)((const long long*)L.data)[off];
-        default: return ((const unsigned char*)L.data)[off] != 0 ? 1.0 : 0.0;  // bool
+        case 9: return ((const unsigned char*)L.data)[off] != 0 ? 1.0 : 0.0;  // bool
+        case 10: return kh_e4m3fn(((const unsigned char*)L.data)[off]);
+        default: return kh_e5m2(((const unsigned char*)L.data)[off]);
     }
 }
 
