@@ -164,3 +164,16 @@ def test_first_capture_mismatch_names_the_repetition_and_refuses_missing_capture
     assert "repetition 1 returned no capture" in measure.first_capture_mismatch(meas, 1e-4, 1e-4)
     meas.leaves["candidate"] = [["float16", [10]]]
     assert "timed outputs are shaped" in measure.first_capture_mismatch(meas, 1e-4, 1e-4)
+
+
+def test_wall_bound_allows_noise_proportional_to_the_loops_overhead() -> None:
+    # a 0.1 ms call under a 2 ms loop overhead: the candidate's lowest block 0.3 ms above the reference's median is
+    # within OVERHEAD_SHARE of the overhead (the spread seen between honest processes on the H100); 0.5 ms is not
+    ref = _blocks([2.0, 2.1, 1.9, 2.0], 0.3)
+    honest = Measurement(samples={"candidate": [0.1] * 80, "reference": [0.3] * 80},
+                         blocks={"reference": ref, "candidate": _blocks([2.3, 2.6], 0.1)})
+    hider = Measurement(samples={"candidate": [0.1] * 80, "reference": [0.3] * 80},
+                        blocks={"reference": ref, "candidate": _blocks([2.5, 2.6], 0.1)})
+    assert measure.wall_bound(honest)[0] is None
+    finding, numbers = measure.wall_bound(hider)
+    assert finding and numbers["limit_us"] == pytest.approx(measure.OVERHEAD_SHARE * 2000)
