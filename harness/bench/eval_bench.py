@@ -178,8 +178,10 @@ def _summary(name: str, batch: list[candidates.BenchJob], statuses: list[str], w
 
 def _results_summary(name: str, batch: list[candidates.BenchJob], results: list[EvalResult], wall: float,
                      busy: float | None) -> dict[str, Any]:
-    return _summary(name, batch, [r.status.value for r in results], wall, [r.phase_seconds for r in results], busy,
-                    [r.eval_seconds for r in results])
+    row = _summary(name, batch, [r.status.value for r in results], wall, [r.phase_seconds for r in results], busy,
+                   [r.eval_seconds for r in results])
+    row["unexpected_reasons"] = {j.label: r.reason[:300] for j, r in zip(batch, results) if r.status.value != j.expected}
+    return row
 
 
 def run_pool(batch: list[candidates.BenchJob], **overrides: Any) -> dict[str, Any]:

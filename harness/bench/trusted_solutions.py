@@ -1,30 +1,73 @@
-"""The 15 reference solutions through the two-process measurement on a GPU, twice in one session: verdicts,
-speedups, repeatability (max/min per problem) and the batch rate with fresh workers.
+"""`harness bench trusted`: the reference solutions through the two-process measurement, in rounds of one session.
 
-Run on a GPU machine from the project root: `PYTHONPATH=. python3 -m harness.bench.trusted_solutions`."""
-import json, statistics, sys, time
+Per solution and round: the verdict, the speedup and the wall bound's figures (the candidate's unexplained wall
+time per repetition against the limit, `eval.measure.wall_bound`); per round, the batch rate with a fresh worker
+per candidate; per solution, the repeatability of its speedup across rounds (max/min). GPU only."""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
 from pathlib import Path
+from typing import Any
+
+import torch
+
 from eval import EvalConfig, Evaluator, Status
 from eval.evaluator import Job
 from problems.suite import suite_problem
-from tests.test_problems_solutions import LEVELS, _solutions
 
-out = {}
-t0 = time.time()
-with Evaluator(EvalConfig(device="cuda", cache_dir=None)) as ev:
-    ev.wait_warm(300)
-    print("warm", round(time.time() - t0, 1), flush=True)
-    jobs = [Job(suite_problem(f"{LEVELS[p.parent.name]}/{p.stem}"), p.read_text(), "triton") for p in _solutions()]
-    for rnd in range(2):
-        t = time.time()
-        res = ev.evaluate_many(jobs)
-        wall = time.time() - t
-        for j, r in zip(jobs, res):
-            out.setdefault(j.problem.id, []).append(r.speedup)
-            print(rnd, j.problem.id, r.status.value, r.reason[:200], "speedup", r.speedup,
-                  "wall", r.wall_bound, "phases", {k: v for k, v in r.phase_seconds.items() if v > 0.05}, flush=True)
-        ok = sum(r.status is Status.CORRECT for r in res)
-        print(f"round {rnd}: {ok}/{len(res)} correct, {len(res)} in {wall:.1f}s = {len(res) / wall * 60:.1f}/min", flush=True)
-for pid, s in out.items():
-    if None not in s:
-        print("repeat", pid, [round(x, 3) for x in s], "max/min", round(max(s) / min(s), 4))
+SOLUTIONS = Path(__file__).resolve().parents[2] / "problems" / "solutions"
+LEVELS = {"level1": "L1", "level2": "L2", "level3": "L3", "llm": "LLM"}
+
+
+def solution_jobs() -> list[Job]:
+    return [Job(suite_problem(f"{LEVELS[p.parent.name]}/{p.stem}"), p.read_text(), "triton")
+            for level in sorted(LEVELS) for p in sorted((SOLUTIONS / level).glob("*.py"))]
+
+
+def main(rounds: int = 2, out: str | None = None) -> int:
+    if not torch.cuda.is_available():
+        print("harness bench trusted needs a CUDA GPU")
+        return 2
+    import triton
+
+    print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, Triton {triton.__version__}, "
+          f"Python {platform.python_version()}", flush=True)
+    report: dict[str, Any] = {"rounds": [], "speedups": {}}
+    t0 = time.time()
+    with Evaluator(EvalConfig(device="cuda", cache_dir=None)) as ev:
+        ev.wait_warm(300)
+        print(f"pool warm in {time.time() - t0:.1f} s", flush=True)
+        jobs = solution_jobs()
+        for rnd in range(rounds):
+            t = time.time()
+            results = ev.evaluate_many(jobs)
+            wall = time.time() - t
+            ratios = []
+            for job, r in zip(jobs, results):
+                report["speedups"].setdefault(job.problem.id, []).append(r.speedup)
+                w = r.wall_bound
+                ratio = w["unexplained_us"] / w["limit_us"] if w.get("limit_us") else None
+                ratios.append(ratio)
+                print(f"{rnd} {job.problem.id:40s} {r.status.value:13s} speedup {r.speedup or 0:7.3f}  wall bound "
+                      f"{w.get('unexplained_us', 0):8.1f} of {w.get('limit_us', 0):6.1f} us "
+                      f"(reference overhead {w.get('reference_overhead_us', 0):7.1f}, blocks {w.get('blocks', 0)})"
+                      + ("" if r.status is Status.CORRECT else f"  {r.reason[:200]}"), flush=True)
+            correct = sum(r.status is Status.CORRECT for r in results)
+            row = {"correct": correct, "of": len(results), "seconds": round(wall, 1),
+                   "per_min": round(len(results) / wall * 60, 1),
+                   "largest_wall_ratio": round(max(x for x in ratios if x is not None), 3)}
+            report["rounds"].append(row)
+            print(f"round {rnd}: {json.dumps(row)}", flush=True)
+    for pid, speedups in report["speedups"].items():
+        if None not in speedups:
+            print(f"repeat {pid:40s} {[round(s, 3) for s in speedups]} max/min {max(speedups) / min(speedups):.4f}")
+    if out:
+        Path(out).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

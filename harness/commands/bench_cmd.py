@@ -1,4 +1,4 @@
-"""`harness bench eval|suite|loop`: benchmarks of the harness itself (figures go to docs/benchmarks.md)."""
+"""`harness bench eval|suite|trusted|loop`: benchmarks of the harness itself (figures go to docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     suite.add_argument("--no-baselines", action="store_true",
                        help="reference solutions only (verdicts, speedups, host-bound flags), no eager/compile baselines")
     suite.add_argument("--out", help="write the rows as JSON here")
+    trusted = sub.add_parser("trusted", help="the reference solutions through the two-process measurement: verdicts, "
+                                            "wall bound figures, batch rate and repeatability across rounds (GPU)")
+    trusted.add_argument("--rounds", type=int, default=2)
+    trusted.add_argument("--out", help="write the JSON report here")
     loop = sub.add_parser("loop", help="per-attempt overhead of the run loop")
     loop.add_argument("--attempts", type=int, default=200)
 
@@ -71,5 +75,9 @@ def run(args: argparse.Namespace) -> int:
 
         return suite_bench.main(args.selection, args.out, solutions=not args.no_solutions,
                                baselines=not args.no_baselines)
+    if args.bench == "trusted":
+        from harness.bench import trusted_solutions
+
+        return trusted_solutions.main(args.rounds, args.out)
     bench_loop = importlib.import_module("harness.bench_loop")
     return int(bench_loop.main(args.attempts) or 0)
