@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from problems.suite import LEVELS
+
 ROOT = Path(__file__).resolve().parent.parent
-LEVELS = {"level1": "L1", "level2": "L2", "level3": "L3", "llm": "LLM"}
 
 
 def _solutions() -> list[Path]:

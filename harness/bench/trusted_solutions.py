@@ -16,10 +16,9 @@ import torch
 
 from eval import EvalConfig, Evaluator, Status
 from eval.evaluator import Job
-from problems.suite import suite_problem
+from problems.suite import LEVELS, suite_problem
 
 SOLUTIONS = Path(__file__).resolve().parents[2] / "problems" / "solutions"
-LEVELS = {"level1": "L1", "level2": "L2", "level3": "L3", "llm": "LLM"}
 
 
 def solution_jobs() -> list[Job]:
