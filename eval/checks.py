@@ -513,8 +513,10 @@ def time_candidate(ctx: Context) -> None:
     result.reference_timing, result.candidate_timing = Timing.from_dict(ref), Timing.from_dict(cand)
     if not ctx.on_gpu:  # host-clock times of the CPU pipeline: no bound, no speedup
         return
-    if finding:
+    if finding and config.hidden_work_check:
         raise Verdict(Status.REJECTED, f"integrity: {finding}")
+    if finding:  # the preset leaves work outside the timed intervals unjudged, as KernelBench does: a flag only
+        result.flags.append(f"wall bound (not judged: eval.hidden_work_check=false): {finding}")
     result.timing_meaningful = True
     key = "median_ms" if rule.statistic == "median" else "mean_ms"
     result.speedup = ref[key] / cand[key]
@@ -638,10 +640,12 @@ def timing_note(config: EvalConfig, reference: dict[str, float], candidate: dict
 
     Times are printed to the nanosecond, so the speedup can be recomputed from the note even at a few µs."""
     if config.timing_method == "fixed":
-        method = f"{config.fixed_reps} calls after {config.fixed_warmup_calls} warm-up calls, each synchronised"
+        method = (f"{config.fixed_reps} calls after {config.fixed_warmup_calls} warm-up calls and a dropped one, "
+                  "each synchronised, no lead, the candidate with autograd on")
     else:
         method = "adaptive, interleaved"
-    return (f"timing ({config.preset}): {method}, L2 {'flushed' if config.l2_flush else 'not flushed'}, speedup from "
+    flushed = f"flushed ({config.l2_flush_bytes or 'twice its size in'} bytes written)" if config.l2_flush else "not flushed"
+    return (f"timing ({config.preset}): {method}, L2 {flushed}, speedup from "
             f"the {config.timing_statistic}; reference mean {reference.get('mean_ms', float('nan')):.6f} ms, "
             f"median {reference['median_ms']:.6f} ms; candidate mean {candidate.get('mean_ms', float('nan')):.6f} ms, "
             f"median {candidate['median_ms']:.6f} ms")

@@ -35,7 +35,7 @@ _ADDED_LATER: dict[str, Any] = {
     "preset": "default", "precision": "strict", "seeding": "secret", "public_seed": 42,
     "copy_reference_state": True, "hidden_shapes": True, "hidden_work_check": True, "timed_output_checks": True,
     "timing_method": "adaptive", "timing_statistic": "median", "l2_flush": True, "fixed_reps": 100,
-    "fixed_warmup_calls": 3, "cuda_graphs": "off", "cpu_timing": False,
+    "fixed_warmup_calls": 3, "cuda_graphs": "off", "cpu_timing": False, "l2_flush_bytes": 0,
 }
 # The own-share rule changes strict verdicts, so at its default it keys the cache (no strict result cached
 # before the rule existed is reused); off (0, as under eval=kernelbench) it stays out of the key.
@@ -76,10 +76,12 @@ class EvalConfig:
     timed_output_checks: capture every timed output and check it against the reference's output for the
       same inputs (`eval.capture`).
     timing_method: "adaptive" (blocks alternating between the two processes, until the relative standard error is under
-      `target_rel_stderr`) or "fixed" (`fixed_warmup_calls` warm-up calls, then `fixed_reps`
-      calls per side, each bracketed by CUDA events and followed by a device synchronisation).
+      `target_rel_stderr`) or "fixed" (KernelBench's timer: the candidate, then the reference, each
+      `fixed_warmup_calls` warm-up calls, one dropped call, then `fixed_reps` calls, each bracketed by CUDA
+      events and synchronised, with no GPU lead; the candidate with autograd on, as KernelBench times it).
     timing_statistic: what speedups compare, "median" or "mean".
-    l2_flush: flush the L2 cache (and queue a short GPU spin) before each timed call.
+    l2_flush: flush the L2 cache before each timed call (under "adaptive", also queue a short GPU spin).
+    l2_flush_bytes: bytes the flush writes; 0 is twice the L2 size (KernelBench writes 256 MiB).
     cuda_graphs: "off" (default: both forwards timed as eager calls, host launch work included) or
       "auto": each side's forward is captured once in a CUDA graph after warm-up (static input
       buffers, refilled outside the timed interval) and its replays are timed; if either side
@@ -134,6 +136,7 @@ class EvalConfig:
     timing_method: str = "adaptive"
     timing_statistic: str = "median"
     l2_flush: bool = True
+    l2_flush_bytes: int = 0
     fixed_reps: int = 100
     fixed_warmup_calls: int = 3
     cuda_graphs: str = "off"
@@ -148,7 +151,8 @@ class EvalConfig:
         problems += [f"eval.{name} must be > 0, not {getattr(self, name)!r}" for name in positive
                      if not getattr(self, name) > 0]
         problems += [f"eval.{name} must be >= 0, not {getattr(self, name)!r}"
-                     for name in ("workers_per_gpu", "parallel_compiles", "fixed_warmup_calls", "public_seed")
+                     for name in ("workers_per_gpu", "parallel_compiles", "fixed_warmup_calls", "public_seed",
+                                  "l2_flush_bytes")
                     if getattr(self, name) < 0]
         if not 0.0 <= self.min_own_time_fraction < 1.0:
             problems.append(f"eval.min_own_time_fraction must be in [0, 1), not {self.min_own_time_fraction!r}")
@@ -179,7 +183,8 @@ class EvalConfig:
         """The timing rule these settings give: what the parent plans with and what each timed block carries."""
         return TimingRule(method=self.timing_method, min_reps=self.min_reps, max_reps=self.max_reps,
                           target_rel_stderr=self.target_rel_stderr, budget_s=self.time_budget_s,
-                          warmup_ms=self.warmup_ms, flush=self.l2_flush, reps=self.fixed_reps,
+                          warmup_ms=self.warmup_ms, flush=self.l2_flush, flush_bytes=self.l2_flush_bytes,
+                          reps=self.fixed_reps,
                           warmup_calls=self.fixed_warmup_calls, check_outputs=self.timed_output_checks,
                           statistic=self.timing_statistic)
 

@@ -54,9 +54,12 @@ class TimingRule:
 
     method "adaptive": blocks of repetitions alternate between the two processes (A B B A) until the
     relative standard error of both medians is under `target_rel_stderr` or `budget_s` is spent, with
-    `min_reps`..`max_reps` repetitions per side. method "fixed" (KernelBench's): `warmup_calls` calls, then
-    `reps` calls per side, each synchronised, one side after the other. `flush` clears the L2 before every
-    call; `check_outputs` captures every timed output for the parent to check.
+    `min_reps`..`max_reps` repetitions per side. method "fixed" is KernelBench's timer (its
+    `time_execution_with_cuda_event`): the candidate's process, then the reference's, each `warmup_calls` calls,
+    one more that is dropped, then `reps` calls, each synchronised, with no GPU lead (KernelBench's L2 write before
+    the start event is its only lead), the candidate with autograd on as KernelBench's eval times it. `flush`
+    writes `flush_bytes` (0: twice the L2) before every call; `check_outputs` captures every timed output for
+    the parent to check.
     """
 
     method: str = "adaptive"
@@ -66,6 +69,7 @@ class TimingRule:
     budget_s: float = 6.0
     warmup_ms: float = 25.0
     flush: bool = True
+    flush_bytes: int = 0
     reps: int = 100
     warmup_calls: int = 3
     check_outputs: bool = True
@@ -157,16 +161,17 @@ class CaptureFailed(Exception):
         self.side, self.note = side, note
 
 
-def _block(side: Side, meas: Measurement, reps: int, first_rep: int, *, nonce: int, flush: bool, sync_each: bool,
-           capture: bool, graphs: bool, timeout: float, keep: bool = True) -> p.TimeBlockReply:
+def _block(side: Side, meas: Measurement, reps: int, first_rep: int, *, nonce: int, flush: bool, flush_bytes: int,
+           sync_each: bool, capture: bool, graphs: bool, timeout: float, keep: bool = True, lead: bool = True,
+           grad: bool = False) -> p.TimeBlockReply:
     """Run one block on one side, observe its wall time here, and record what it reported."""
     if nonce and keep:  # the fresh inputs of these repetitions, drawn before the block and its wall time
         staged, _ = side.worker.request(p.Stage(subject=side.subject, sets=reps, nonce=nonce, first_rep=first_rep),
                                         timeout=timeout)
         if not staged.ok:
             raise BlockFailed(side.name, staged)
-    msg = p.TimeBlock(subject=side.subject, reps=reps, first_rep=first_rep, flush=flush,
-                      sync_each=sync_each, capture=capture, graphs=graphs, key=side.key)
+    msg = p.TimeBlock(subject=side.subject, reps=reps, first_rep=first_rep, flush=flush, flush_bytes=flush_bytes,
+                      lead=lead, grad=grad, sync_each=sync_each, capture=capture, graphs=graphs, key=side.key)
     t0 = time.perf_counter()
     reply, tensors = side.worker.request(msg, timeout=timeout, device=torch.device("cpu"))
     wall_ms = (time.perf_counter() - t0) * 1000.0
@@ -204,8 +209,8 @@ def time_pair(reference: Side, candidate: Side, rule: TimingRule, *, nonce: int,
     With a `nonce`, every timed repetition gets fresh inputs, staged per block (at most `max_block_reps`
     repetitions' inputs fit the device at once)."""
     meas = Measurement()
-    common = dict(nonce=nonce, flush=rule.flush, graphs=graphs, timeout=timeout, most=max(2, max_block_reps),
-                  min_pairs=min_pairs)
+    common = dict(nonce=nonce, flush=rule.flush, flush_bytes=rule.flush_bytes, graphs=graphs, timeout=timeout,
+                  most=max(2, max_block_reps), min_pairs=min_pairs)
     try:
         _plan(reference, candidate, rule, meas, common)
     except _Violated:
@@ -217,10 +222,11 @@ def _plan(reference: Side, candidate: Side, rule: TimingRule, meas: Measurement,
     """The blocks of one timing: KernelBench's fixed count one side after the other, or adaptive A B B A."""
     most, min_pairs = common.pop("most"), common.pop("min_pairs")
     if rule.method == "fixed":
-        for side in (reference, candidate):  # one after the other, as KernelBench times them
-            _block(side, meas, max(1, rule.warmup_calls), -rule.warmup_calls - 1, sync_each=True, capture=False,
-                   keep=False, **common)
-            _block(side, meas, rule.reps, 0, sync_each=True, capture=rule.check_outputs, **common)
+        for side in (candidate, reference):  # one after the other, in KernelBench's order
+            kb = dict(sync_each=True, lead=False, grad=side is candidate, **common)
+            _block(side, meas, max(1, rule.warmup_calls), -rule.warmup_calls - 2, capture=False, keep=False, **kb)
+            _block(side, meas, 1, -1, capture=False, keep=False, **kb)  # KernelBench drops its first timed call
+            _block(side, meas, rule.reps, 0, capture=rule.check_outputs, **kb)
         return
     per_rep = max(_warm_up(side, rule, meas, common) for side in (reference, candidate))
     reps = max(2, min(most, MAX_BLOCK_REPS, int(BLOCK_MS / max(per_rep, 1e-3))))
@@ -263,14 +269,18 @@ def wall_bound(meas: Measurement, reference: str = "reference", candidate: str =
     ref_blocks, cand_blocks = meas.blocks.get(reference, []), meas.blocks.get(candidate, [])
     if not ref_blocks or not cand_blocks:
         return None, {}
-    lowest = min(b.excess_ms for b in cand_blocks)
-    overhead = statistics.median(b.excess_ms for b in ref_blocks)
+    cand_excess = [b.excess_ms for b in cand_blocks]
+    ref_excess = [b.excess_ms for b in ref_blocks]
+    lowest = min(cand_excess)
+    overhead = statistics.median(ref_excess)
     per_call = statistics.median(meas.samples[candidate])
     limit = max(WALL_FLOOR_MS, WALL_SHARE * per_call, OVERHEAD_SHARE * overhead)
     unexplained = lowest - overhead
-    numbers = {"unexplained_us": round(unexplained * 1000, 3), "limit_us": round(limit * 1000, 3),
-               "candidate_lowest_us": round(lowest * 1000, 3), "reference_overhead_us": round(overhead * 1000, 3),
-               "call_us": round(per_call * 1000, 3), "blocks": len(cand_blocks)}
+    us = lambda ms: round(ms * 1000, 3)  # noqa: E731
+    numbers = {"unexplained_us": us(unexplained), "limit_us": us(limit), "candidate_lowest_us": us(lowest),
+               "candidate_median_us": us(statistics.median(cand_excess)), "reference_overhead_us": us(overhead),
+               "reference_lowest_us": us(min(ref_excess)), "reference_highest_us": us(max(ref_excess)),
+               "call_us": us(per_call), "blocks": len(cand_blocks)}
     if unexplained <= limit:
         return None, numbers
     return (f"in every one of {len(cand_blocks)} timed blocks the candidate's process took at least "

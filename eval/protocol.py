@@ -185,6 +185,9 @@ class TimeBlock(Request):
     reps: int = 1
     first_rep: int = 0
     flush: bool = True
+    flush_bytes: int = 0  # 0: twice the L2
+    lead: bool = True  # the spin kernel before each start event
+    grad: bool = False  # time forward with autograd on (KernelBench times its candidate so)
     sync_each: bool = False
     capture: bool = True
     graphs: bool = False

@@ -45,7 +45,7 @@ def test_adaptive_blocks_alternate_abba_and_both_sides_time_the_same_repetitions
     staged = [(name, m) for name, m in log if isinstance(m, p.Stage)]
     log[:] = [(name, m) for name, m in log if isinstance(m, p.TimeBlock)]
     timed = [(name, m) for name, m in log if m.capture]
-    assert all(m.flush and not m.sync_each for _, m in timed)
+    assert all(m.flush and not m.sync_each and m.lead and not m.grad for _, m in timed)
     # each timed block's fresh inputs are staged just before it, for exactly its repetitions
     assert [(n, m.nonce, m.first_rep, m.sets) for n, m in staged] == [(n, 99, m.first_rep, m.reps) for n, m in timed]
     # pairs of blocks: (R, C), then (C, R), ...: A B B A at block level
@@ -59,15 +59,20 @@ def test_adaptive_blocks_alternate_abba_and_both_sides_time_the_same_repetitions
     assert meas.summary("candidate")["median_ms"] == 0.5 and len(meas.samples["reference"]) >= 20
 
 
-def test_fixed_method_times_one_side_after_the_other_synchronised() -> None:
+def test_fixed_method_is_kernelbench_timer_one_side_after_the_other() -> None:
+    """KernelBench's `time_execution_with_cuda_event`: candidate first, warm-up, one dropped call, then the timed
+    calls, each synchronised, its L2 write as the only lead, the candidate with autograd on."""
     log: list = []
     reference, candidate = _sides(log)
-    rule = TimingRule(method="fixed", reps=100, warmup_calls=3, flush=False, check_outputs=False, statistic="mean")
+    rule = TimingRule(method="fixed", reps=100, warmup_calls=3, flush=True, flush_bytes=256 << 20,
+                      check_outputs=False, statistic="mean")
     meas = measure.time_pair(reference, candidate, rule, nonce=0, graphs=False, timeout=10)
-    assert [(n, m.reps, m.sync_each, m.capture) for n, m in log] == [
-        ("reference", 3, True, False), ("reference", 100, True, False),
-        ("candidate", 3, True, False), ("candidate", 100, True, False)]
-    assert len(meas.samples["candidate"]) == 100
+    assert [(n, m.reps, m.sync_each, m.capture, m.grad) for n, m in log] == [
+        ("candidate", 3, True, False, True), ("candidate", 1, True, False, True), ("candidate", 100, True, False, True),
+        ("reference", 3, True, False, False), ("reference", 1, True, False, False),
+        ("reference", 100, True, False, False)]
+    assert all(m.flush and m.flush_bytes == 256 << 20 and not m.lead for _, m in log)
+    assert len(meas.samples["candidate"]) == 100 == len(meas.samples["reference"])  # the dropped call is not kept
 
 
 def test_a_side_that_reports_too_few_or_bad_times_is_forged() -> None:

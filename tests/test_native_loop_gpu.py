@@ -195,8 +195,8 @@ def test_forward_sees_no_loop_state_on_its_stack(loop: Any) -> None:
     res = loop.block(forward, [], 1, first_rep=0)
     assert res.violations == []
     assert seen["caller"] == ("block", "native_loop.py")  # no loop frame between forward and block
-    assert seen["caller_locals"] <= {"self", "forward", "args", "reps", "first_rep", "flush", "sync_each", "capture",
-                                     "copies", "plan"}
+    assert seen["caller_locals"] <= {"self", "forward", "args", "reps", "first_rep", "flush", "flush_bytes", "flush_arg",
+                                     "lead", "sync_each", "capture", "copies", "plan"}
     assert seen["events"] == [] and seen["flush"] == []
 
 

@@ -38,8 +38,8 @@ def test_kernelbench_preset_sets_kernelbench_rules() -> None:
     assert kb.precision == "torch_default" and kb.seeding == "kernelbench" and kb.public_seed == 42
     assert not kb.copy_reference_state and not kb.hidden_shapes and kb.own_kernel_policy == "report"
     assert not kb.hidden_work_check and not kb.timed_output_checks
-    assert (kb.timing_method, kb.fixed_warmup_calls, kb.fixed_reps, kb.timing_statistic, kb.l2_flush) == (
-        "fixed", 3, 100, "mean", False)
+    assert (kb.timing_method, kb.fixed_warmup_calls, kb.fixed_reps, kb.timing_statistic, kb.l2_flush,
+            kb.l2_flush_bytes) == ("fixed", 3, 100, "mean", True, 256 << 20)
     # the bench's own reader of preset files resolves the same thing as Hydra
     assert preset_config("kernelbench") == kb
     # the tolerance ignores dtype defaults and problem overrides, like KernelBench's allclose
@@ -65,8 +65,8 @@ def test_kernelbench_keys_its_own_cache_entries_and_timing_rule() -> None:
     assert fields["preset"] == "kernelbench" and fields["timing_statistic"] == "mean"
     assert set(fields) > LEGACY_CACHE_FIELDS
     rule = kb.timing_rule()
-    assert (rule.method, rule.flush, rule.reps, rule.warmup_calls, rule.check_outputs, rule.statistic) == (
-        "fixed", False, 100, 3, False, "mean")
+    assert (rule.method, rule.flush, rule.flush_bytes, rule.reps, rule.warmup_calls, rule.check_outputs,
+            rule.statistic) == ("fixed", True, 256 << 20, 100, 3, False, "mean")
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -28,7 +28,8 @@ def test_kernelbench_times_100_synchronised_calls_and_reports_the_mean(problem) 
     assert r.status is Status.CORRECT and r.timing_meaningful and r.preset == "kernelbench"
     assert r.candidate_timing.n == 100 and r.reference_timing.n == 100
     note = next(f for f in r.flags if f.startswith("timing (kernelbench)"))
-    assert "100 calls after 3 warm-up calls" in note and "L2 not flushed" in note
+    assert "100 calls after 3 warm-up calls and a dropped one" in note and "no lead" in note
+    assert "L2 flushed (268435456 bytes written)" in note and "autograd on" in note
     ref_mean, cand_mean = (float(x) for x in re.findall(r"mean ([0-9.]+) ms", note))
     assert r.speedup == pytest.approx(ref_mean / cand_mean, rel=1e-3)
     assert "hidden_work" not in r.phase_seconds and "timed_outputs" not in r.phase_seconds

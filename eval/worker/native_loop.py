@@ -62,9 +62,11 @@ class NativeLoop:
         return self._loop.info()
 
     def block(self, forward: Callable[..., Any], args: list[Any], reps: int, *, first_rep: int, flush: bool = True,
-              sync_each: bool = False, capture: bool = True, copies: Copies | None = None) -> BlockResult:
+              flush_bytes: int = 0, lead: bool = True, sync_each: bool = False, capture: bool = True,
+              copies: Copies | None = None) -> BlockResult:
         """Time `reps` calls forward(*args) (repetitions first_rep, first_rep + 1, ...) in one C call; `copies[i]`
-        are repetition i's input copies, enqueued in C before its call."""
+        are repetition i's input copies, enqueued in C before its call. `flush_bytes` (0: twice the L2) are written
+        before each call when `flush`; `lead` queues the spin before each start event."""
         plan = None
         if copies:
             check_copies(copies)
@@ -72,8 +74,9 @@ class NativeLoop:
                 raise ValueError("copies must give the same number of input copies for every repetition")
             plan = array.array("Q", [v for pairs in copies for dst, src in pairs
                                      for v in (dst.data_ptr(), src.data_ptr(), span_bytes(src))]).tobytes()
-        times, raw, leaves, violations = self._loop.run(forward, tuple(args), reps, first_rep, flush, sync_each,
-                                                        capture, plan)
+        flush_arg = (flush_bytes or -1) if flush else 0
+        times, raw, leaves, violations = self._loop.run(forward, tuple(args), reps, first_rep, flush_arg, lead,
+                                                        sync_each, capture, plan)
         if capture:
             captures = torch.frombuffer(raw, dtype=torch.float64) if len(raw) else torch.empty(0, dtype=torch.float64)
             captures = captures.view(len(times), len(leaves), self.samples + CAPTURE_EXTRA)

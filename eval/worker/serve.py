@@ -249,6 +249,8 @@ class Worker:
             for rep in range(msg.first_rep, msg.first_rep + count):
                 drawn = runtime.make_inputs(subject.problem, runtime.derive_seed(msg.nonce, f"rep{rep}"), self.device)
                 subject.fresh[rep] = [x for x in drawn if isinstance(x, torch.Tensor)]
+            if self.device.type == "cuda":  # the draws' GPU work ends here, not inside the next block's wall time
+                torch.cuda.synchronize(self.device)
             return reply, []
         if msg.seeds:
             drawn = [self._draw(seed, None, msg.on_cpu, subject) for seed in msg.seeds]
@@ -317,7 +319,7 @@ class Worker:
         copies = [list(zip(subject.buffers, _inputs_of(subject, subject.fresh if fresh else None, rep))) for rep in reps]
         forward: Callable[..., Any] = subject.model
         reply = p.TimeBlockReply(fresh_inputs=fresh)
-        with torch.no_grad():
+        with torch.set_grad_enabled(bool(msg.grad)):
             if msg.graphs and self.device.type == "cuda":
                 if subject.graph is None:
                     try:
@@ -327,8 +329,9 @@ class Worker:
                 forward = graphs.replayer(*subject.graph)
                 reply.timing_mode = "cuda_graph"
             result = self.loop.block(forward, [] if subject.graph is not None and msg.graphs else subject.args,
-                                     msg.reps, first_rep=msg.first_rep, flush=msg.flush, sync_each=msg.sync_each,
-                                     capture=msg.capture, copies=copies)
+                                     msg.reps, first_rep=msg.first_rep, flush=msg.flush,
+                                     flush_bytes=max(0, int(msg.flush_bytes)), lead=msg.lead,
+                                     sync_each=msg.sync_each, capture=msg.capture, copies=copies)
         reply.times_ms = [float(t) for t in result.times_ms]
         reply.leaves = [[dtype, list(shape)] for dtype, shape in result.leaves]
         reply.violations = list(result.violations)  # the loop's; the snapshot is compared apart (`Integrity`)

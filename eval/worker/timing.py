@@ -110,7 +110,9 @@ class PythonLoop:
         self._key = key
 
     def block(self, forward: Callable[..., Any], args: list[Any], reps: int, *, first_rep: int, flush: bool = True,
-              sync_each: bool = False, capture: bool = True, copies: Copies | None = None) -> BlockResult:
+              flush_bytes: int = 0, lead: bool = True, sync_each: bool = False, capture: bool = True,
+              copies: Copies | None = None) -> BlockResult:
+        """As `NativeLoop.block`; a CPU has no L2 to flush and no GPU lead, so those are ignored."""
         times: list[float] = []
         rows: list[torch.Tensor] = []
         leaves: list[tuple[str, list[int]]] = []

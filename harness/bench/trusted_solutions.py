@@ -52,13 +52,18 @@ def main(rounds: int = 2, out: str | None = None) -> int:
                 ratios.append(ratio)
                 print(f"{rnd} {job.problem.id:40s} {r.status.value:13s} speedup {r.speedup or 0:7.3f}  wall bound "
                       f"{w.get('unexplained_us', 0):8.1f} of {w.get('limit_us', 0):6.1f} us "
-                      f"(reference overhead {w.get('reference_overhead_us', 0):7.1f}, blocks {w.get('blocks', 0)})"
+                      f"(reference overhead {w.get('reference_overhead_us', 0):7.1f}, from "
+                      f"{w.get('reference_lowest_us', 0):.1f} to {w.get('reference_highest_us', 0):.1f}; candidate "
+                      f"lowest {w.get('candidate_lowest_us', 0):.1f}, median {w.get('candidate_median_us', 0):.1f}; "
+                      f"call {w.get('call_us', 0):.1f}; blocks {w.get('blocks', 0)})"
                       + ("" if r.status is Status.CORRECT else f"  {r.reason[:200]}"), flush=True)
             correct = sum(r.status is Status.CORRECT for r in results)
             row = {"correct": correct, "of": len(results), "seconds": round(wall, 1),
                    "per_min": round(len(results) / wall * 60, 1),
                    "largest_wall_ratio": round(max(x for x in ratios if x is not None), 3)}
             report["rounds"].append(row)
+            report.setdefault("wall_bounds", []).extend(
+                {"round": rnd, "problem": job.problem.id, **r.wall_bound} for job, r in zip(jobs, results))
             print(f"round {rnd}: {json.dumps(row)}", flush=True)
     for pid, speedups in report["speedups"].items():
         if None not in speedups:

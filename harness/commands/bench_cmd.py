@@ -1,4 +1,4 @@
-"""`harness bench eval|suite|trusted|loop`: benchmarks of the harness itself (figures go to docs/benchmarks.md)."""
+"""`harness bench eval|suite|trusted|kernelbench|loop`: benchmarks of the harness itself (figures go to docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -45,6 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                             "wall bound figures, batch rate and repeatability across rounds (GPU)")
     trusted.add_argument("--rounds", type=int, default=2)
     trusted.add_argument("--out", help="write the JSON report here")
+    kb = sub.add_parser("kernelbench", help="KernelBench's own evaluator beside eval=kernelbench on the same "
+                                           "reference solutions (GPU; needs KernelBench's source)")
+    kb.add_argument("problems", nargs="+", help="suite problem ids with a reference solution, e.g. L1/16_rms_norm")
+    kb.add_argument("--kernelbench-src", default=".kb/src", help="KernelBench's src/ folder (holds kernelbench/)")
+    kb.add_argument("--repeat", type=int, default=2)
+    kb.add_argument("--out", help="write the JSON report here")
     loop = sub.add_parser("loop", help="per-attempt overhead of the run loop")
     loop.add_argument("--attempts", type=int, default=200)
 
@@ -79,5 +85,9 @@ def run(args: argparse.Namespace) -> int:
         from harness.bench import trusted_solutions
 
         return trusted_solutions.main(args.rounds, args.out)
+    if args.bench == "kernelbench":
+        from harness.bench import kernelbench_side_by_side
+
+        return kernelbench_side_by_side.main(args.problems, args.kernelbench_src, args.repeat, args.out)
     bench_loop = importlib.import_module("harness.bench_loop")
     return int(bench_loop.main(args.attempts) or 0)

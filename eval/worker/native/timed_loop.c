@@ -185,7 +185,8 @@ typedef struct {
     double cycles_per_us;
     CUfunction spin, partial, final;
     CUdeviceptr flush_buf;
-    size_t flush_words;
+    size_t flush_words;             /* the default flush: words written before each call */
+    size_t flush_cap;               /* words the buffer holds (grown for a larger flush on request) */
     CUdeviceptr partials;
     CUdeviceptr captures;
     size_t captures_bytes;
@@ -463,8 +464,10 @@ fail:
 }
 
 PyDoc_STRVAR(run_doc,
-"run(forward, args, reps, first_rep, flush, sync_each, capture, copies) -> (times_ms, captures, leaves, violations)\n\n"
-"Time `reps` calls of forward(*args) between CUDA events (see eval/worker/native_loop.py). copies: None, or\n"
+"run(forward, args, reps, first_rep, flush_bytes, lead, sync_each, capture, copies) -> (times_ms, captures, leaves, violations)\n\n"
+"Time `reps` calls of forward(*args) between CUDA events (see eval/worker/native_loop.py). flush_bytes: bytes\n"
+"written before each call to evict the L2 (-1: the default size, 0: no flush); lead: queue the spin kernel\n"
+"before each start event. copies: None, or\n"
 "bytes of (dst, src, nbytes) uint64 triples, the same number per repetition: device copies enqueued before\n"
 "each call (its inputs), so no Python runs between one call's end and the next one's start. captures is a\n"
 "bytearray of float64 [reps_done, leaves, samples + 16] (None unless capture); a violation that makes the\n"
@@ -472,11 +475,13 @@ PyDoc_STRVAR(run_doc,
 
 static PyObject *Loop_run(Loop *self, PyObject *args) {
     PyObject *forward, *fargs, *copies_obj;
-    int reps, flush, sync_each, capture;
+    int reps, lead, sync_each, capture;
     long long first_rep;
-    if (!PyArg_ParseTuple(args, "OO!iLpppO", &forward, &PyTuple_Type, &fargs, &reps, &first_rep, &flush, &sync_each,
-                          &capture, &copies_obj))
+    Py_ssize_t flush_bytes;
+    if (!PyArg_ParseTuple(args, "OO!iLnpppO", &forward, &PyTuple_Type, &fargs, &reps, &first_rep, &flush_bytes, &lead,
+                          &sync_each, &capture, &copies_obj))
         return NULL;
+    const size_t flush_words = flush_bytes < 0 ? self->flush_words : (size_t)flush_bytes / 4;
     if (reps < 1) {
         PyErr_SetString(PyExc_ValueError, "reps must be at least 1");
         return NULL;
@@ -512,6 +517,13 @@ static PyObject *Loop_run(Loop *self, PyObject *args) {
     if (!(violations = PyList_New(0))) goto fail;
     if (grow_events(self, reps) < 0) goto fail;
     CU(StreamSynchronize, (self->stream));  /* earlier work is done: the buffers are free */
+    if (flush_words > self->flush_cap) {
+        CU(MemFree, (self->flush_buf));
+        self->flush_buf = 0;
+        self->flush_cap = 0;
+        CU(MemAlloc, (&self->flush_buf, flush_words * 4));
+        self->flush_cap = flush_words;
+    }
 
     for (int i = 0; i < reps; ++i) {
         long long rep = first_rep + i;
@@ -523,8 +535,8 @@ static PyObject *Loop_run(Loop *self, PyObject *args) {
         if (ok < 0) goto fail;
         if (!ok) break;
         if (check_reset_l2(self, violations) < 0) goto fail;
-        if (flush) CU(MemsetD32Async, (self->flush_buf, 0, self->flush_words, self->stream));
-        if (self->spin_cycles) {
+        if (flush_words) CU(MemsetD32Async, (self->flush_buf, 0, flush_words, self->stream));
+        if (lead && self->spin_cycles) {
             void *spin_args[] = {&self->spin_cycles};
             CU(LaunchKernel, (self->spin, 1, 1, 1, 1, 1, 1, 0, self->stream, spin_args, NULL));
         }
@@ -712,7 +724,7 @@ static PyObject *Loop_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     CU(ModuleGetFunction, (&self->spin, module, "kh_spin"));
     CU(ModuleGetFunction, (&self->partial, module, "kh_capture_partial"));
     CU(ModuleGetFunction, (&self->final, module, "kh_capture_final"));
-    self->flush_words = (size_t)flush_bytes / 4;
+    self->flush_words = self->flush_cap = (size_t)flush_bytes / 4;
     CU(MemAlloc, (&self->flush_buf, self->flush_words * 4));
     CU(MemAlloc, (&self->partials, sizeof(double) * KH_BLOCKS * KH_QUANTITIES));
     self->checks_limit = probe_limit();
