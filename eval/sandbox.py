@@ -33,6 +33,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +42,7 @@ from typing import Any
 import torch
 
 from eval import protocol
-from eval.reaper import owned_tempdir
+from eval.reaper import owned_tempdir, owner_token
 from eval.wire import Channel, ChannelClosed, ChannelTimeout, ProtocolError, new_region_fd
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -68,20 +69,22 @@ def mount(src, dst, fstype, flags, data=None):
     if libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)) != 0:
         raise OSError(ctypes.get_errno(), f"mount {src} on {dst}: {os.strerror(ctypes.get_errno())}")
 mount(None, "/", None, REC | PRIVATE)
-keep = {p: os.open(p, os.O_PATH) for p in spec["rebind"] if os.path.exists(p)}
+writable = [os.path.realpath(p) for p in spec["writable"]]
+keep = {p: os.open(p, os.O_PATH) for p in dict.fromkeys(spec["rebind"] + writable) if os.path.exists(p)}
 for mask in spec["mask"]:
     mount("tmpfs", mask, "tmpfs", NOSUID | NODEV, "mode=0755,size=1m")
+private = [(path, opts) for path, opts in spec["private"] if os.path.isdir(path)]
+for path, opts in private:  # a writable tmpfs of its own, capped in size and files, for /tmp and /dev/shm
+    mount("tmpfs", path, "tmpfs", NOSUID | NODEV, "mode=1777," + opts)
 for path, fd in keep.items():
     os.makedirs(path, exist_ok=True)
     mount(f"/proc/self/fd/{fd}", path, None, BIND | REC)
 for fd in keep.values():
     os.close(fd)
-writable = [os.path.realpath(p) for p in spec["writable"]]
-for path in writable:
-    mount(path, path, None, BIND | REC)
-if os.path.isdir("/dev/shm"):
-    mount("tmpfs", "/dev/shm", "tmpfs", NOSUID | NODEV, "mode=1777")
-    writable.append("/dev/shm")
+for path in spec["hide"]:  # inside what was bound back: what no worker may read (an empty read-only folder)
+    if os.path.isdir(path):
+        mount("tmpfs", path, "tmpfs", NOSUID | NODEV, "mode=0755,size=4k")
+writable += [path for path, _ in private]
 # /proc itself stays writable (the CUDA driver fails on a read-only /proc); its system-wide knobs do not
 for path in ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"):
     try:
@@ -91,8 +94,9 @@ for path in ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/pro
 def unescape(p):
     return p.encode().decode("unicode_escape").encode("latin-1").decode()
 points = [unescape(line.split()[4]) for line in open("/proc/self/mountinfo")]
+own = [os.path.realpath(p) for p in spec["writable"]]
 for point in dict.fromkeys(points):
-    if point == "/proc" or any(point == w or point.startswith(w.rstrip("/") + "/") for w in writable):
+    if point == "/proc" or point in writable or any(point.startswith(w.rstrip("/") + "/") for w in own):
         continue
     try:
         st = os.statvfs(point)
@@ -203,30 +207,53 @@ class SandboxPlan:
         return "-p" in self.prefix
 
 
+# The worker's own /tmp and /dev/shm: private tmpfs, capped in bytes and in files (inodes); a candidate that fills
+# one gets ENOSPC there, and nothing of the host's /tmp (its socket files included) is in sight.
+PRIVATE_TMP = "size=2g,nr_inodes=50000"
+PRIVATE_SHM = "size=1g,nr_inodes=10000"
+# Of the project, a worker needs only the packages it imports; hand-written solutions stay out of its sight.
+_PROJECT_PACKAGES = ("eval", "problems")
+_PROJECT_HIDDEN = (Path("problems") / "solutions",)
+# Host folders that hold sockets and other users' files; a worker sees empty read-only folders there.
+_HOST_MASKS = ("/run", "/var/run", "/var/tmp")
+
+
 def _needed_paths() -> list[str]:
-    """What the worker must still read inside a masked home: the interpreter, its libraries, the project."""
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-             str(PROJECT_ROOT)}
+    """What the worker must still read inside a masked folder: the interpreter, its libraries, the project's
+    packages, and this harness's prebuilt extensions. No path that holds the whole project: only its packages."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
     paths |= {p for p in sys.path if p and os.path.isabs(p)}
+    root = os.path.realpath(PROJECT_ROOT)
+    paths = {p for p in (os.path.realpath(q) for q in paths) if not (root + os.sep).startswith(p.rstrip(os.sep) + os.sep)}
+    paths |= {str(PROJECT_ROOT / name) for name in _PROJECT_PACKAGES}
+    token = owner_token()
+    paths |= {str(p) for p in Path(tempfile.gettempdir()).glob(f"kh-extensions-{token}-*")}
     return sorted(p for p in paths if os.path.exists(p))
 
 
-def _masks() -> tuple[list[str], list[str]]:
-    """Folders to hide (the parent's home) and the needed paths inside them to bind back."""
+def _outermost(paths: list[str]) -> list[str]:
+    return sorted(p for p in paths if not any(p.startswith(o.rstrip(os.sep) + os.sep) for o in paths if o != p))
+
+
+def _layout() -> dict[str, Any]:
+    """What the worker sees, beyond the read-only root: folders replaced by empty ones (`mask`), what is bound back
+    into them (`rebind`), what is hidden again inside that (`hide`) and its private tmpfs (`private`)."""
     home = os.path.realpath(os.path.expanduser("~"))
-    if home in ("/", "") or not os.path.isdir(home):
-        return [], []
-    inside = [p for p in (os.path.realpath(q) for q in _needed_paths()) if p.startswith(home + os.sep)]
-    outer = sorted(p for p in inside if not any(p.startswith(o + os.sep) for o in inside if o != p))
-    return [home], outer
+    candidates = [home, os.path.realpath(PROJECT_ROOT), *(os.path.realpath(m) for m in _HOST_MASKS)]
+    masks = _outermost([m for m in dict.fromkeys(candidates) if m not in ("/", "") and os.path.isdir(m)])
+    inside = [p for p in _needed_paths() if any(p.startswith(m + os.sep) for m in masks)]
+    private = [(os.path.realpath("/tmp"), PRIVATE_TMP), ("/dev/shm", PRIVATE_SHM)]
+    private = [(path, opts) for path, opts in private if path not in masks and os.path.isdir(path)]
+    inside += [p for p in _needed_paths() if any(p.startswith(t + os.sep) for t, _ in private)]
+    return {"mask": masks, "rebind": _outermost(sorted(set(inside))), "private": private,
+            "hide": [str(PROJECT_ROOT / h) for h in _PROJECT_HIDDEN]}
 
 
 def confine_command(plan: SandboxPlan, writable: list[str], cmd: list[str], network: bool) -> list[str]:
     """`cmd` wrapped so that it runs confined as `plan` says (unchanged when the plan has no prefix)."""
     if not plan.prefix:
         return cmd
-    mask, rebind = _masks()
-    spec = json.dumps({"writable": writable, "mask": mask, "rebind": rebind, "uid": plan.uid})
+    spec = json.dumps({"writable": writable, "uid": plan.uid, **_layout()})
     prefix = [a for a in plan.prefix if network or a != "-n"]
     return [*prefix, sys.executable, "-I", "-S", "-c", _CONFINE, spec, *cmd]
 

@@ -113,9 +113,9 @@ def test_honest_candidate_reports_isolation(evaluator, problem):
 
 
 @pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
-@pytest.mark.parametrize("where", ["tmp", "project", "home"])
+@pytest.mark.parametrize("where", ["var_tmp", "project", "home"])
 def test_writes_outside_the_worker_folder_fail(evaluator, problem, where, tmp_path_factory):
-    target = {"tmp": Path("/tmp") / f"kh-planted-{os.getpid()}",
+    target = {"var_tmp": Path("/var/tmp") / f"kh-planted-{os.getpid()}",
               "project": PROJECT_ROOT / f".kh-planted-{os.getpid()}",
               "home": Path.home() / f".kh-planted-{os.getpid()}"}[where]
     try:
@@ -133,6 +133,95 @@ def test_writes_outside_the_worker_folder_fail(evaluator, problem, where, tmp_pa
 def test_writes_inside_the_worker_folder_work(evaluator, problem):
     r = evaluator.evaluate(problem, writes("scratch.txt"))
     assert r.status is Status.CORRECT, r.reason + r.error
+
+
+@pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
+def test_tmp_is_private_writable_and_capped(evaluator, problem):
+    """A candidate that builds or writes under /tmp works (e.g. /tmp/cuda_extensions), in a tmpfs of its own: the
+    host never sees the file, and the tmpfs's caps on bytes and files hold (ENOSPC past them)."""
+    target = Path("/tmp") / f"kh-private-{os.getpid()}" / "build.o"
+    r = evaluator.evaluate(problem, variant(FORWARD, f"""        import os
+        os.makedirs({str(target.parent)!r}, exist_ok=True)
+        open({str(target)!r}, 'w').write('object')
+        st = os.statvfs('/tmp')
+        if st.f_blocks * st.f_frsize > (2 << 30) or st.f_files > 50000:
+            raise RuntimeError(f'/tmp is not capped: {{st.f_blocks * st.f_frsize}} bytes, {{st.f_files}} files')
+""" + FORWARD))
+    assert r.status is Status.CORRECT, r.reason + r.error
+    assert not target.parent.exists()  # the host's /tmp never had it
+
+
+@pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
+def test_too_many_files_in_tmp_fail_at_the_cap(evaluator, problem):
+    """The 200,000-file attack: the private /tmp runs out of inodes at its cap, an error inside the candidate."""
+    r = evaluator.evaluate(problem, variant(FORWARD, """        import os
+        os.makedirs('/tmp/many', exist_ok=True)
+        for i in range(60000):
+            open(f'/tmp/many/{i}', 'w').close()
+""" + FORWARD))
+    assert r.status is Status.RUNTIME_ERROR, r.reason + r.error
+    assert "No space left on device" in r.error, r.error
+
+
+@pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
+def test_host_socket_files_are_out_of_reach(evaluator, problem):
+    """A world-writable unix socket in the host's /tmp (and one under /run): the candidate's connect() fails,
+    because neither file exists in its view, and the listener hears nothing."""
+    import socket
+
+    paths = [Path("/tmp") / f"kh-listener-{os.getpid()}.sock"]
+    if os.path.isdir("/run") and os.access("/run", os.W_OK):
+        paths.append(Path("/run") / f"kh-listener-{os.getpid()}.sock")
+    listeners = []
+    try:
+        for path in paths:
+            srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            srv.bind(str(path))
+            os.chmod(path, 0o777)
+            srv.listen(4)
+            srv.setblocking(False)
+            listeners.append(srv)
+        body = "        import socket\n"
+        for path in paths:
+            body += (f"        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+                     f"        try:\n            s.connect({str(path)!r})\n            s.sendall(b'leak')\n"
+                     f"            raise RuntimeError('reached {path}')\n"
+                     f"        except (FileNotFoundError, ConnectionRefusedError, PermissionError):\n            pass\n")
+        r = evaluator.evaluate(problem, variant(FORWARD, body + FORWARD))
+        assert r.status is Status.CORRECT, r.reason + r.error
+        for srv in listeners:
+            with pytest.raises(BlockingIOError):
+                srv.accept()  # nobody connected
+    finally:
+        for srv in listeners:
+            srv.close()
+        for path in paths:
+            path.unlink(missing_ok=True)
+
+
+@pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
+def test_solutions_runs_tests_and_caches_of_the_project_are_hidden(evaluator, problem):
+    """The plagiarist: a candidate that would execute the harness's own solution (or read a run's store, a test,
+    a cache) finds none of them; only the packages a worker imports are bound back."""
+    solution = PROJECT_ROOT / "problems" / "solutions" / "level1" / "13_softmax.py"
+    assert solution.exists()
+    planted = [PROJECT_ROOT / "runs" / f"kh-run-{os.getpid()}" / "config.yaml",
+               PROJECT_ROOT / ".eval_cache" / f"kh-{os.getpid()}.json"]
+    for path in planted:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("secret")
+    try:
+        checks = [solution, *planted, PROJECT_ROOT / "tests" / "hostile.py", PROJECT_ROOT / "README.md"]
+        body = "        import os\n"
+        for path in checks:
+            body += f"        if os.path.exists({str(path)!r}):\n            raise RuntimeError('saw {path.name}')\n"
+        body += f"        assert os.path.isdir({str(PROJECT_ROOT / 'eval')!r})\n"
+        r = evaluator.evaluate(problem, variant(FORWARD, body + FORWARD))
+        assert r.status is Status.CORRECT, r.reason + r.error
+    finally:
+        for path in planted:
+            path.unlink(missing_ok=True)
+        shutil.rmtree(PROJECT_ROOT / "runs" / f"kh-run-{os.getpid()}", ignore_errors=True)
 
 
 @pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")

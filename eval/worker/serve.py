@@ -549,11 +549,14 @@ def _network_isolated() -> bool:
 
 
 def _filesystem_isolated() -> bool:
-    """True when this process cannot create a file outside its own folder: not beside it (the shared
-    temporary directory), not in the project, not in /var/tmp or /dev/shm's parent filesystem."""
+    """True when this process cannot create a file outside its own folder and its private /tmp: not in the project,
+    not in /var/tmp, and not in /tmp or beside its folder unless /tmp is a tmpfs mounted for it."""
     here = Path.cwd().resolve()
     project = Path(__file__).resolve().parents[2]
-    for folder in (here.parent, project, Path("/var/tmp"), Path("/tmp")):
+    folders = [project, Path("/var/tmp")]
+    if not _private_tmp():
+        folders += [here.parent, Path("/tmp")]
+    for folder in folders:
         probe = folder / f".kh-write-probe-{os.getpid()}"
         try:
             fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
@@ -564,6 +567,19 @@ def _filesystem_isolated() -> bool:
             os.unlink(probe)
         return False
     return True
+
+
+def _private_tmp() -> bool:
+    """Whether /tmp is a tmpfs mount point of its own (the sandbox gives each worker one)."""
+    try:
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            fields = line.split()
+            dash = fields.index("-")
+            if fields[4] == "/tmp" and fields[dash + 1] == "tmpfs":
+                return True
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 def main() -> None:
