@@ -55,9 +55,11 @@ _ALLOWED = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH
             "PYTHONPATH", "VIRTUAL_ENV", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 UNPRIVILEGED_UID = 65534
 
-# Runs as `python -I -S -c _CONFINE SPEC CMD...` inside fresh mount (and network) namespaces, as root of
-# them: remounts everything read-only except SPEC's writable folders and /proc (minus /proc/sys & co.), hides SPEC's masked folders behind
-# empty read-only tmpfs (binding back what must stay visible), drops privileges, then execs CMD.
+# Runs as `python -I -S -c _CONFINE SPEC CMD...` inside fresh mount (and network, PID) namespaces, as root of
+# them. It builds the worker's root in a tmpfs: the system folders (SPEC's `system`), what SPEC binds read-only
+# (the interpreter, its packages, the project's packages, prebuilt extensions), the worker's writable folders, a
+# private capped /tmp and /dev/shm; hides SPEC's `hide` folders; pivots into it and lets go of the host's root;
+# remounts all but the writable folders read-only; drops privileges; then execs CMD.
 _CONFINE = r"""
 import ctypes, json, os, sys
 spec = json.loads(sys.argv[1]); cmd = sys.argv[2:]
@@ -68,35 +70,52 @@ def mount(src, dst, fstype, flags, data=None):
     enc = lambda v: None if v is None else os.fsencode(v)
     if libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)) != 0:
         raise OSError(ctypes.get_errno(), f"mount {src} on {dst}: {os.strerror(ctypes.get_errno())}")
+def fail(what):
+    raise OSError(ctypes.get_errno(), f"{what}: {os.strerror(ctypes.get_errno())}")
 mount(None, "/", None, REC | PRIVATE)
+cwd = os.getcwd()
 writable = [os.path.realpath(p) for p in spec["writable"]]
-keep = {p: os.open(p, os.O_PATH) for p in dict.fromkeys(spec["rebind"] + writable) if os.path.exists(p)}
-for mask in spec["mask"]:
-    mount("tmpfs", mask, "tmpfs", NOSUID | NODEV, "mode=0755,size=1m")
-private = [(path, opts) for path, opts in spec["private"] if os.path.isdir(path)]
-for path, opts in private:  # a writable tmpfs of its own, capped in size and files, for /tmp and /dev/shm
-    mount("tmpfs", path, "tmpfs", NOSUID | NODEV, "mode=1777," + opts)
+keep = {p: os.open(p, os.O_PATH) for p in dict.fromkeys(spec["bind"] + writable) if os.path.exists(p)}
+R = spec["build_at"]
+mount("tmpfs", R, "tmpfs", NOSUID | NODEV, "mode=0755,size=16m")
+for name in spec["system"]:
+    src = "/" + name
+    if os.path.islink(src):
+        os.symlink(os.readlink(src), R + src)
+    elif os.path.isdir(src):
+        os.makedirs(R + src, exist_ok=True)
+        mount(src, R + src, None, BIND | REC)
+private = [(path, opts) for path, opts in spec["private"]]
+for path, opts in private:  # a writable tmpfs of its own, capped in bytes and files
+    os.makedirs(R + path, exist_ok=True)
+    mount("tmpfs", R + path, "tmpfs", NOSUID | NODEV, "mode=1777," + opts)
 for path, fd in keep.items():
-    os.makedirs(path, exist_ok=True)
-    mount(f"/proc/self/fd/{fd}", path, None, BIND | REC)
-for fd in keep.values():
+    os.makedirs(R + path, exist_ok=True)
+    mount(f"/proc/self/fd/{fd}", R + path, None, BIND | REC)
     os.close(fd)
-for path in spec["hide"]:  # inside what was bound back: what no worker may read (an empty read-only folder)
-    if os.path.isdir(path):
-        mount("tmpfs", path, "tmpfs", NOSUID | NODEV, "mode=0755,size=4k")
-writable += [path for path, _ in private]
+for path in spec["hide"]:  # inside what was bound: what no worker may read (an empty read-only folder)
+    if os.path.isdir(R + path):
+        mount("tmpfs", R + path, "tmpfs", NOSUID | NODEV, "mode=0755,size=4k")
 # /proc itself stays writable (the CUDA driver fails on a read-only /proc); its system-wide knobs do not
 for path in ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"):
     try:
-        mount(path, path, None, BIND | REC)
+        mount(R + path, R + path, None, BIND | REC)
     except OSError:
         pass
+os.makedirs(R + "/.old")
+pivot_root = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}[os.uname().machine]
+if libc.syscall(pivot_root, os.fsencode(R), os.fsencode(R + "/.old")) != 0:
+    fail("pivot_root")
+os.chdir("/")
+if libc.umount2(b"/.old", 2) != 0:  # MNT_DETACH: nothing of the host's root stays reachable
+    fail("umount /.old")
+os.rmdir("/.old")
 def unescape(p):
     return p.encode().decode("unicode_escape").encode("latin-1").decode()
+open_points = writable + [path for path, _ in private] + ["/proc"]
 points = [unescape(line.split()[4]) for line in open("/proc/self/mountinfo")]
-own = [os.path.realpath(p) for p in spec["writable"]]
 for point in dict.fromkeys(points):
-    if point == "/proc" or point in writable or any(point.startswith(w.rstrip("/") + "/") for w in own):
+    if point in open_points or any(point.startswith(w.rstrip("/") + "/") for w in writable):
         continue
     try:
         st = os.statvfs(point)
@@ -110,7 +129,7 @@ for point in dict.fromkeys(points):
     except OSError:
         if point == "/":
             raise
-os.chdir(os.getcwd())  # re-enter the working folder through its writable bind mount
+os.chdir(cwd)  # the worker's folder, bound at the same path
 uid = spec.get("uid")
 if uid is not None:
     os.setgroups([]); os.setgid(uid); os.setuid(uid)
@@ -211,49 +230,47 @@ class SandboxPlan:
 # one gets ENOSPC there, and nothing of the host's /tmp (its socket files included) is in sight.
 PRIVATE_TMP = "size=2g,nr_inodes=50000"
 PRIVATE_SHM = "size=1g,nr_inodes=10000"
+# The host's folders a worker sees whole (read-only): the system, never a home, /tmp, /run, /var, /opt or /srv.
+_SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "dev", "sys", "proc")
 # Of the project, a worker needs only the packages it imports; hand-written solutions stay out of its sight.
 _PROJECT_PACKAGES = ("eval", "problems")
 _PROJECT_HIDDEN = (Path("problems") / "solutions",)
-# Host folders that hold sockets and other users' files; a worker sees empty read-only folders there.
-_HOST_MASKS = ("/run", "/var/run", "/var/tmp")
+
+
+def _under(path: str, folders: list[str]) -> bool:
+    return any(path == f or path.startswith(f.rstrip(os.sep) + os.sep) for f in folders)
 
 
 def _needed_paths() -> list[str]:
-    """What the worker must still read inside a masked folder: the interpreter, its libraries, the project's
-    packages, and this harness's prebuilt extensions. No path that holds the whole project: only its packages."""
+    """What the worker must read beyond the system folders: the interpreter, its libraries, the CUDA toolkit, the
+    project's packages and this harness's prebuilt extensions. Never a folder that holds the whole project."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
     paths |= {p for p in sys.path if p and os.path.isabs(p)}
+    paths |= {os.environ[k] for k in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(k)}
+    paths |= {p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if os.path.isabs(p)}
     root = os.path.realpath(PROJECT_ROOT)
-    paths = {p for p in (os.path.realpath(q) for q in paths) if not (root + os.sep).startswith(p.rstrip(os.sep) + os.sep)}
+    paths = {p for p in (os.path.realpath(q) for q in paths) if not _under(root, [p])}
     paths |= {str(PROJECT_ROOT / name) for name in _PROJECT_PACKAGES}
-    token = owner_token()
-    paths |= {str(p) for p in Path(tempfile.gettempdir()).glob(f"kh-extensions-{token}-*")}
+    paths |= {str(p) for p in Path(tempfile.gettempdir()).glob(f"kh-extensions-{owner_token()}-*")}
     return sorted(p for p in paths if os.path.exists(p))
 
 
-def _outermost(paths: list[str]) -> list[str]:
-    return sorted(p for p in paths if not any(p.startswith(o.rstrip(os.sep) + os.sep) for o in paths if o != p))
-
-
-def _layout() -> dict[str, Any]:
-    """What the worker sees, beyond the read-only root: folders replaced by empty ones (`mask`), what is bound back
-    into them (`rebind`), what is hidden again inside that (`hide`) and its private tmpfs (`private`)."""
-    home = os.path.realpath(os.path.expanduser("~"))
-    candidates = [home, os.path.realpath(PROJECT_ROOT), *(os.path.realpath(m) for m in _HOST_MASKS)]
-    masks = _outermost([m for m in dict.fromkeys(candidates) if m not in ("/", "") and os.path.isdir(m)])
-    inside = [p for p in _needed_paths() if any(p.startswith(m + os.sep) for m in masks)]
-    private = [(os.path.realpath("/tmp"), PRIVATE_TMP), ("/dev/shm", PRIVATE_SHM)]
-    private = [(path, opts) for path, opts in private if path not in masks and os.path.isdir(path)]
-    inside += [p for p in _needed_paths() if any(p.startswith(t + os.sep) for t, _ in private)]
-    return {"mask": masks, "rebind": _outermost(sorted(set(inside))), "private": private,
-            "hide": [str(PROJECT_ROOT / h) for h in _PROJECT_HIDDEN]}
+def _layout(writable: list[str]) -> dict[str, Any]:
+    """The worker's root, built: system folders, read-only binds, writable folders, private tmpfs, hidden folders."""
+    system = [f"/{name}" for name in _SYSTEM if os.path.exists(f"/{name}")]
+    seen = [os.path.realpath(s) for s in system]
+    binds = [p for p in _needed_paths() if not _under(p, seen)]
+    binds = sorted(p for p in binds if not any(_under(p, [o]) for o in binds if o != p))
+    return {"system": [s.lstrip("/") for s in system], "bind": binds, "writable": writable,
+            "private": [["/tmp", PRIVATE_TMP], ["/dev/shm", PRIVATE_SHM]],
+            "hide": [str(PROJECT_ROOT / h) for h in _PROJECT_HIDDEN], "build_at": "/tmp"}
 
 
 def confine_command(plan: SandboxPlan, writable: list[str], cmd: list[str], network: bool) -> list[str]:
     """`cmd` wrapped so that it runs confined as `plan` says (unchanged when the plan has no prefix)."""
     if not plan.prefix:
         return cmd
-    spec = json.dumps({"writable": writable, "uid": plan.uid, **_layout()})
+    spec = json.dumps({"uid": plan.uid, **_layout([os.path.realpath(w) for w in writable])})
     prefix = [a for a in plan.prefix if network or a != "-n"]
     return [*prefix, sys.executable, "-I", "-S", "-c", _CONFINE, spec, *cmd]
 

@@ -200,6 +200,29 @@ def test_host_socket_files_are_out_of_reach(evaluator, problem):
 
 
 @pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
+def test_a_0600_file_of_the_harness_user_outside_its_home_is_out_of_sight(evaluator, problem):
+    """The view is built, not inherited: a private file of the harness's user in a folder no worker needs
+    (here /var/tmp) does not exist for the candidate, whatever uid it runs as, and neither does /etc/shadow's
+    content (root's)."""
+    secret = Path("/var/tmp") / f"kh-secret-{os.getpid()}"
+    secret.write_text("hmac key")
+    secret.chmod(0o600)
+    try:
+        r = evaluator.evaluate(problem, variant(FORWARD, f"""        import os
+        if os.path.exists({str(secret)!r}):
+            raise RuntimeError('saw the secret')
+        try:
+            open('/etc/shadow').read()
+            raise RuntimeError('read /etc/shadow')
+        except (PermissionError, FileNotFoundError):
+            pass
+""" + FORWARD))
+        assert r.status is Status.CORRECT, r.reason + r.error
+    finally:
+        secret.unlink()
+
+
+@pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
 def test_solutions_runs_tests_and_caches_of_the_project_are_hidden(evaluator, problem):
     """The plagiarist: a candidate that would execute the harness's own solution (or read a run's store, a test,
     a cache) finds none of them; only the packages a worker imports are bound back."""
