@@ -40,7 +40,8 @@ _ADDED_LATER: dict[str, Any] = {
 # The own-share rule changes strict verdicts, so at its default it keys the cache (no strict result cached
 # before the rule existed is reused); off (0, as under eval=kernelbench) it stays out of the key.
 _ADDED_LATER["min_own_time_fraction"] = 0.0
-_WHERE_IT_RUNS = {"cache_dir", "parallel_compiles", "log_cap_bytes", "gpus", "workers_per_gpu"}
+_WHERE_IT_RUNS = {"cache_dir", "parallel_compiles", "log_cap_bytes", "gpus", "workers_per_gpu",
+                  "allow_unconfined_workers"}
 
 
 @dataclass
@@ -59,6 +60,9 @@ class EvalConfig:
     max_output_bytes: the most bytes one forward's outputs may take, or the reference's own outputs where
       they take more (an honest candidate returns exactly those); a worker reply carrying more
       is a verdict on the candidate.
+    allow_unconfined_workers: run candidate code even where no confinement keeps it from this harness's own
+      identity and file access (no mount namespace; or root whose workers cannot become uid 65534). Off: the
+      evaluator refuses to start, saying why. Every result records `filesystem_isolated` and `unprivileged`.
     cpu_timing: without a GPU, still run the staging and timing steps (reference process, blocks,
       captures) with host-clock times that mean nothing: it exercises the whole pipeline in CI.
 
@@ -121,6 +125,7 @@ class EvalConfig:
     log_cap_bytes: int = 16_384
     # sandbox
     isolate_network: bool = True
+    allow_unconfined_workers: bool = False
     parallel_compiles: int = 0  # concurrent CUDA/C++ builds; 0: half the CPU cores (at least 1)
     cache_dir: Optional[str] = ".eval_cache"
     extra_env: dict[str, str] = field(default_factory=dict)

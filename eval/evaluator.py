@@ -34,7 +34,7 @@ from eval.pool import WorkerPool
 from eval.reference import Reference, encode_args, use_small_sizes
 from eval.result import EvalResult, Status, Timing
 from eval.roofline import cached_ceilings
-from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout, protect_parent
+from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout, check_identity, protect_parent
 from problems.problem import Problem
 from problems.runtime import derive_seed, strict_precision
 
@@ -101,6 +101,7 @@ class Evaluator:
         strict_precision()
         reaper.sweep_stale()
         reaper.watch_this_process()  # this process's folders go with it, even on `kill -9`
+        check_identity(self.config.allow_unconfined_workers)
         self.gpu_indices = _gpu_indices(self.config)
         use_cuda = self.gpu_indices != [None]
         self.device = torch.device(f"cuda:{self.gpu_indices[0]}") if use_cuda else torch.device("cpu")

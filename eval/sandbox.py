@@ -357,6 +357,33 @@ def _runs_as_nobody() -> bool:
         shutil.rmtree(probe_dir, ignore_errors=True)
 
 
+def identity_problem(plan: SandboxPlan, euid: int, nobody_runs: bool) -> str | None:
+    """Why candidate code would run with this harness's own identity and file access under `plan` (None when it
+    would not): root's workers become uid 65534 (inside the built view, or without one); a non-root harness's
+    workers keep its uid but see only the built view. Root whose workers keep uid 0 reads root's files in view."""
+    if plan.filesystem and (plan.uid is not None or euid != 0):
+        return None
+    if not plan.filesystem and euid == 0 and nobody_runs:
+        return None
+    why = plan.note or "uid 65534 cannot run the interpreter here"
+    return (f"workers would run candidate code as uid {euid}, with this harness's file access ({why}); run where "
+            "`unshare -U -r -m` works, or as root with the interpreter readable by uid 65534, or set "
+            "eval.allow_unconfined_workers=true to accept it (every result records filesystem_isolated and "
+            "unprivileged)")
+
+
+def check_identity(allow: bool) -> None:
+    """Refuse to start workers that would run candidate code with this harness's identity, unless `allow`."""
+    plan = sandbox_plan()
+    problem = identity_problem(plan, os.geteuid(), os.geteuid() == 0 and not plan.filesystem and _runs_as_nobody())
+    if problem and not allow:
+        raise SandboxRefused(problem)
+
+
+class SandboxRefused(RuntimeError):
+    """No confinement here keeps candidate code from this harness's own identity (a one-line reason)."""
+
+
 def protect_parent() -> None:
     """Make this process non-dumpable so same-user children cannot read its memory or environ."""
     if sys.platform.startswith("linux"):

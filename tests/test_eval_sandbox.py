@@ -21,7 +21,8 @@ import pytest
 from eval import EvalConfig, Evaluator, Status
 from eval import protocol as p
 from eval.cache import JsonCache
-from eval.sandbox import PROJECT_ROOT, WorkerProcess, sandbox_plan
+from eval.sandbox import (PROJECT_ROOT, UNPRIVILEGED_UID, SandboxPlan, WorkerProcess, check_identity,
+                          identity_problem, sandbox_plan)
 from problems.problem import problem_from_source
 from tests.hostile import FORWARD, GOOD, PROBLEM, RELU, variant
 
@@ -356,3 +357,36 @@ def test_planted_result_is_evaluated_again(tmp_path):
             path.write_text(json.dumps(forged))
         again = ev.evaluate(problem, wrong)
     assert not again.cached and again.status is Status.INCORRECT
+
+
+# -- the worker's identity ----------------------------------------------------------------------
+@pytest.mark.parametrize("plan, euid, nobody_runs, refused", [
+    (SandboxPlan(("unshare", "-m", "-n", "--"), UNPRIVILEGED_UID), 0, False, False),  # root: uid 65534, built view
+    (SandboxPlan(("unshare", "-U", "-r", "-m", "-n", "--")), 1001, False, False),  # non-root: its uid, built view
+    (SandboxPlan(("unshare", "-m", "-n", "--")), 0, True, True),  # root keeping uid 0: reads root's files in view
+    (SandboxPlan(note="mount namespaces are not permitted here"), 0, True, False),  # root, no view: uid 65534
+    (SandboxPlan(note="mount namespaces are not permitted here"), 0, False, True),
+    (SandboxPlan(note="mount namespaces are not permitted here"), 1001, False, True),  # its uid, all its files
+])
+def test_candidate_code_never_runs_with_the_harness_identity_unless_allowed(plan, euid, nobody_runs, refused):
+    problem = identity_problem(plan, euid, nobody_runs)
+    assert (problem is not None) is refused
+    if refused:
+        assert f"as uid {euid}" in problem and "eval.allow_unconfined_workers=true" in problem
+        assert "\n" not in problem
+
+
+def test_the_evaluator_starts_here_only_with_a_confinement_that_drops_the_identity():
+    """On this machine (root with uid 65534, or a user namespace) the check passes; the same check with the plan
+    this machine would fall back to without namespaces is what `KH_NO_FS_SANDBOX` exercises."""
+    check_identity(allow=False)  # raises SandboxRefused where the machine offers no such confinement
+    env = dict(os.environ, KH_NO_FS_SANDBOX="1")
+    code = ("import os\nfrom eval.sandbox import check_identity, SandboxRefused\n"
+            "try:\n    check_identity(allow=False)\n    print('started')\n"
+            "except SandboxRefused as exc:\n    print('refused:', exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=PROJECT_ROOT,
+                         timeout=300).stdout
+    if os.geteuid() == 0:  # root without namespaces: uid 65534 if it can run the interpreter, else refused
+        assert out.startswith("started") or "as uid 0" in out, out
+    else:
+        assert out.startswith("refused:") and f"as uid {os.geteuid()}" in out, out
