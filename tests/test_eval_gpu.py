@@ -169,16 +169,28 @@ def test_sandbox_reports_isolation(evaluator, problem):
 
 @pytest.mark.parametrize("backend", ["triton", "cuda"])
 def test_writes_outside_the_worker_folder_fail_on_the_gpu(evaluator, problem, backend, tmp_path):
-    target = f"/tmp/kh-gpu-planted-{backend}"
+    target = f"/var/tmp/kh-gpu-planted-{backend}"  # outside its view (its /tmp is private and writable)
     base = candidates.triton_candidate(512, 4) if backend == "triton" else candidates.cuda_candidate("fswrite", 256)
     head = next(line for line in base.splitlines(keepends=True) if line.startswith("    def forward("))
     source = edit(base, head, head + f"        open({target!r}, 'w').write('x')\n")
     r = evaluator.evaluate(problem, source, backend=backend)
     assert r.status is Status.RUNTIME_ERROR, f"{r.status}: {r.reason} {r.error}"
-    assert "Read-only file system" in r.error or "Permission denied" in r.error, r.error
+    assert any(e in r.error for e in ("Read-only file system", "Permission denied", "No such file")), r.error
     import os
 
     assert not os.path.exists(target)
+
+
+def test_a_cuda_candidate_that_builds_under_tmp_builds(evaluator, problem):
+    """CUDA-L1's kernels that pass `build_directory="/tmp/cuda_extensions"` to load_inline failed with "Read-only
+    file system": each worker's /tmp is now a private writable tmpfs, so they build as they do outside a sandbox."""
+    base = candidates.cuda_candidate("tmpbuild", 256)
+    source = edit(base, 'extra_cuda_cflags=["-O3"], verbose=False)',
+                  'extra_cuda_cflags=["-O3"], verbose=False,\n                  '
+                  'build_directory=__import__("os").makedirs("/tmp/cuda_extensions", exist_ok=True) '
+                  'or "/tmp/cuda_extensions")')
+    r = evaluator.evaluate(problem, source, backend="cuda")
+    assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error}"
 
 
 def test_the_gpu_worker_sees_every_build_folder_read_only(evaluator, problem):
