@@ -248,11 +248,32 @@ def _needed_paths() -> list[str]:
     paths |= {p for p in sys.path if p and os.path.isabs(p)}
     paths |= {os.environ[k] for k in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(k)}
     paths |= {p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if os.path.isabs(p)}
+    paths |= _toolchain_paths()
     root = os.path.realpath(PROJECT_ROOT)
     paths = {p for p in (os.path.realpath(q) for q in paths) if not _under(root, [p])}
     paths |= {str(PROJECT_ROOT / name) for name in _PROJECT_PACKAGES}
     paths |= {str(p) for p in Path(tempfile.gettempdir()).glob(f"kh-extensions-{owner_token()}-*")}
     return sorted(p for p in paths if os.path.exists(p))
+
+
+def _toolchain_paths() -> set[str]:
+    """Where the compilers live (PATH, CC, CXX, Triton's ptxas): Triton builds its driver module with `CC` and
+    nvcc calls the host compiler, which needs its whole installation (`<prefix>/bin` gives `<prefix>`), never a
+    home or the project's parent."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    compilers = []
+    for var in ("CC", "CXX", "TRITON_PTXAS_PATH"):
+        found = shutil.which(os.environ[var]) if os.environ.get(var) else None
+        if found:
+            compilers += [os.path.dirname(found), os.path.dirname(os.path.realpath(found))]
+    paths = set()
+    for entry in [p for p in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(p)] + compilers:
+        path = os.path.realpath(entry)
+        parent = os.path.dirname(path) if os.path.basename(path) == "bin" else path
+        # a PATH folder in the home is bound alone (its parent may hold credentials); a named compiler's whole prefix
+        whole = (entry in compilers or not _under(path, [home])) and parent not in ("/", home)
+        paths.add(parent if whole and not _under(os.path.realpath(PROJECT_ROOT), [parent]) else path)
+    return paths
 
 
 def _layout(writable: list[str]) -> dict[str, Any]:
