@@ -25,7 +25,7 @@ def make(get_stream=lambda i: 0):
 
 
 def run(loop, forward, reps=2, capture=True, copies=None):
-    return loop.run(forward, (), reps, 10, True, False, capture, copies)
+    return loop.run(forward, (), reps, 10, -1, True, False, capture, copies)
 
 
 loop = make()
@@ -40,7 +40,7 @@ def forward(a):
 
 
 plan = array.array("Q", [v for s in sources for v in (buffer.data_ptr(), s.data_ptr(), 48)]).tobytes()
-times, raw, leaves, violations = loop.run(forward, (buffer,), 3, 10, True, False, True, plan)
+times, raw, leaves, violations = loop.run(forward, (buffer,), 3, 10, -1, True, False, True, plan)
 assert times == [1.0, 1.0, 1.0] and violations == [] and seen == [0.0, 1.0, 2.0], (times, violations, seen)
 assert leaves == [("float32", [3, 4]), ("float32", [4, 3]), ("float32", [4])], leaves
 cap = torch.frombuffer(raw, dtype=torch.float64).view(3, 3, S + 16)
@@ -113,6 +113,13 @@ except RuntimeError as e:
     assert str(e) == "cuEventRecord failed: CUresult 700 (FAKE_ERROR)", e
 ctypes.c_int.in_dll(fake, "fake_fail_record").value = 0
 assert run(loop, lambda: x)[3] == []
+
+# the flush: -1 writes the default size before each call, 0 nothing, a larger size grows the buffer first
+words = ctypes.c_size_t.in_dll(fake, "fake_memset_words")
+for flush_bytes, per_call in ((-1, (1 << 20) // 4), (0, 0), (16 << 20, (16 << 20) // 4), (-1, (1 << 20) // 4)):
+    words.value = 0
+    assert loop.run(lambda: x, (), 3, 10, flush_bytes, False, True, False, None)[3] == []
+    assert words.value == 3 * per_call, (flush_bytes, words.value)
 
 before = sys.getrefcount(x)
 for _ in range(50):

@@ -23,7 +23,11 @@ CUresult cuEventRecord(void *e, void *s) { (void)s; if (fake_fail_record) return
 CUresult cuEventElapsedTime(float *ms, void *a, void *b) { *ms = (float)(*(long *)b - *(long *)a); return 0; }
 CUresult cuMemAlloc_v2(unsigned long long *p, size_t n) { *p = (unsigned long long)calloc(1, n); return 0; }
 CUresult cuMemFree_v2(unsigned long long p) { free((void *)p); return 0; }
-CUresult cuMemsetD32Async(unsigned long long p, unsigned v, size_t n, void *s) { (void)p; (void)v; (void)n; (void)s; return 0; }
+size_t fake_memset_words = 0;
+CUresult cuMemsetD32Async(unsigned long long p, unsigned v, size_t n, void *s) { /* writes, so a short buffer shows */
+    (void)s; for (size_t i = 0; i < n; ++i) ((unsigned *)p)[i] = v;
+    fake_memset_words += n; return 0;
+}
 CUresult cuMemcpyDtoH_v2(void *d, unsigned long long s, size_t n) { memcpy(d, (void *)s, n); return 0; }
 CUresult cuMemcpyDtoDAsync_v2(unsigned long long d, unsigned long long s, size_t n, void *st) {
     (void)st; memcpy((void *)d, (const void *)s, n); return 0;
