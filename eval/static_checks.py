@@ -22,6 +22,7 @@ the run-time snapshot.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -169,11 +170,22 @@ def _rebinding(tree: ast.Module) -> tuple[int, str] | None:
     return None
 
 
+# The most a candidate's source may take as sent to its worker (JSON-escaped, within the channel's 8 MiB header
+# limit with the problem's source beside it). Published kernels take tens of kilobytes.
+MAX_SOURCE_BYTES = 4 << 20
+
+
 def analyze(source: str) -> SourceReport:
     """Parse the candidate and classify it; never imports or executes it."""
     report = SourceReport()
     if not source.strip():
         report.status, report.reason = Status.FORMAT_ERROR, "the candidate is empty"
+        return report
+    sent = len(json.dumps(source))
+    if sent > MAX_SOURCE_BYTES:
+        report.status = Status.FORMAT_ERROR
+        report.reason = (f"the candidate's source takes {sent / (1 << 20):.1f} MiB as sent to its worker, over the "
+                         f"limit of {MAX_SOURCE_BYTES >> 20} MiB")
         return report
     try:
         tree = ast.parse(source)

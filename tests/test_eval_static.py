@@ -105,3 +105,16 @@ def test_dynamic_forms_pass_the_static_check(form):
 
 def test_honest_good_candidate():
     assert analyze(GOOD).status is None
+
+
+def test_a_source_over_the_size_limit_is_a_format_error_naming_it():
+    """A valid 24 MB candidate (mostly comments) used to end as "crash: worker exited with code 0": its frame
+    exceeded the channel's header limit inside the worker. Now it is refused before any worker, naming the limit;
+    one just under the limit is analysed as usual."""
+    from eval.static_checks import MAX_SOURCE_BYTES, analyze
+
+    padding = "# " + "x" * 98 + "\n"
+    big = analyze(GOOD + "\n" + padding * ((24 << 20) // len(padding)))
+    assert big.status is Status.FORMAT_ERROR and "over the limit of 4 MiB" in big.reason, big.reason
+    fits = analyze(GOOD + "\n" + padding * ((MAX_SOURCE_BYTES - 2 * len(GOOD)) // (len(padding) + 1)))
+    assert fits.status is None, fits.reason
