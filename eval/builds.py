@@ -37,8 +37,9 @@ class Builder:
     """Runs builds on `parallel` threads, each in its own sandbox."""
 
     def __init__(self, *, parallel: int, arch: str, gpu_available: bool, timeout_s: float, log_cap_bytes: int,
-                 isolate_network: bool, extra_env: dict[str, str], versions: dict[str, str]):
-        self._arch, self._gpu, self._timeout = arch, gpu_available, timeout_s
+                 isolate_network: bool, extra_env: dict[str, str], versions: dict[str, str],
+                 memory_limit_bytes: int | None = None):
+        self._arch, self._gpu, self._timeout, self._memory = arch, gpu_available, timeout_s, memory_limit_bytes
         self._log_cap, self._isolate, self._extra_env, self._versions = log_cap_bytes, isolate_network, extra_env, versions
         self.root = owned_tempdir("extensions")
         self.root.chmod(0o755)  # readable by the unprivileged worker wherever the cache lives
@@ -70,7 +71,8 @@ class Builder:
         env = {"TORCH_CUDA_ARCH_LIST": self._arch, "MAX_JOBS": "2", "TORCH_EXTENSIONS_DIR": str(ext_dir),
                **self._extra_env}
         worker = WorkerProcess(device="cpu", gpu_index=None, log_cap_bytes=self._log_cap,
-                               isolate_network=self._isolate, extra_env=env, kind="build")
+                               isolate_network=self._isolate, extra_env=env, kind="build",
+                               memory_limit_bytes=self._memory)
         try:
             reply, _ = worker.request(protocol.Prepare(candidate_source=source, compile_only=compile_only),
                                       timeout=self._timeout)

@@ -36,6 +36,7 @@ _ADDED_LATER: dict[str, Any] = {
     "copy_reference_state": True, "hidden_shapes": True, "hidden_work_check": True, "timed_output_checks": True,
     "timing_method": "adaptive", "timing_statistic": "median", "l2_flush": True, "fixed_reps": 100,
     "fixed_warmup_calls": 3, "cuda_graphs": "off", "cpu_timing": False, "l2_flush_bytes": 0,
+    "max_worker_memory_gib": 0.0, "max_worker_processes": 4096,
 }
 # The own-share rule changes strict verdicts, so at its default it keys the cache (no strict result cached
 # before the rule existed is reused); off (0, as under eval=kernelbench) it stays out of the key.
@@ -60,6 +61,11 @@ class EvalConfig:
     max_output_bytes: the most bytes one forward's outputs may take, or the reference's own outputs where
       they take more (an honest candidate returns exactly those); a worker reply carrying more
       is a verdict on the candidate.
+    max_worker_memory_gib: the most resident memory a worker's processes may hold together (a parent-side
+      watchdog; over it the worker is killed and the verdict names the limit); 0 gives each worker an even
+      share of the machine's memory among the workers and the parent (two shares), at least 4 GiB.
+    max_worker_processes: RLIMIT_NPROC of each worker in the sandbox: the tasks its uid may hold (the kernel
+      counts them per uid, so all uid-65534 workers of a host share it); a fork bomb gets EAGAIN there.
     allow_unconfined_workers: run candidate code even where no confinement keeps it from this harness's own
       identity and file access (no mount namespace; or root whose workers cannot become uid 65534). Off: the
       evaluator refuses to start, saying why. Every result records `filesystem_isolated` and `unprivileged`.
@@ -126,6 +132,8 @@ class EvalConfig:
     # sandbox
     isolate_network: bool = True
     allow_unconfined_workers: bool = False
+    max_worker_memory_gib: float = 0.0
+    max_worker_processes: int = 4096
     parallel_compiles: int = 0  # concurrent CUDA/C++ builds; 0: half the CPU cores (at least 1)
     cache_dir: Optional[str] = ".eval_cache"
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -153,11 +161,12 @@ class EvalConfig:
         positive = ("trials", "min_reps", "max_reps", "timed_input_sets", "warmup_ms", "time_budget_s",
                     "target_rel_stderr", "import_timeout_s", "call_timeout_s", "timing_timeout_s",
                     "max_output_bytes", "log_cap_bytes", "fixed_reps")
+        positive += ("max_worker_processes",)
         problems += [f"eval.{name} must be > 0, not {getattr(self, name)!r}" for name in positive
                      if not getattr(self, name) > 0]
         problems += [f"eval.{name} must be >= 0, not {getattr(self, name)!r}"
                      for name in ("workers_per_gpu", "parallel_compiles", "fixed_warmup_calls", "public_seed",
-                                  "l2_flush_bytes")
+                                  "l2_flush_bytes", "max_worker_memory_gib")
                     if getattr(self, name) < 0]
         if not 0.0 <= self.min_own_time_fraction < 1.0:
             problems.append(f"eval.min_own_time_fraction must be in [0, 1), not {self.min_own_time_fraction!r}")

@@ -35,6 +35,7 @@ from eval.reference import Reference, encode_args, use_small_sizes
 from eval.result import EvalResult, Status, Timing
 from eval.roofline import cached_ceilings
 from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout, check_identity, protect_parent
+from eval.watchdog import GIB, default_limit_bytes
 from problems.problem import Problem
 from problems.runtime import derive_seed, strict_precision
 
@@ -112,6 +113,8 @@ class Evaluator:
         cores = os.cpu_count() or 2
         per_device = self.config.workers_per_gpu or (
             _GPU_WORKERS_DEFAULT if use_cuda else max(1, min(_CPU_WORKERS_MAX, cores // 2)))
+        gib = self.config.max_worker_memory_gib
+        self._memory_limit = int(gib * GIB) if gib else default_limit_bytes(per_device * len(self.gpu_indices))
         root = self.config.cache_dir
         self._cache = JsonCache(root, "results") if root else None
         self._baselines = JsonCache(root, "baselines") if root else None
@@ -119,7 +122,8 @@ class Evaluator:
         self._builder = Builder(parallel=self.config.parallel_compiles or max(1, cores // 2), arch=self._arch,
                                 gpu_available=use_cuda, timeout_s=self.config.import_timeout_s,
                                 log_cap_bytes=self.config.log_cap_bytes, isolate_network=self.config.isolate_network,
-                                extra_env=self.config.extra_env, versions=self.versions)
+                                extra_env=self.config.extra_env, versions=self.versions,
+                                memory_limit_bytes=self._memory_limit)
         if use_cuda:  # built here, where the project is writable; workers load them read-only
             from eval.worker.native import build, kernels
 
@@ -367,7 +371,9 @@ class Evaluator:
         env = {"TORCH_CUDA_ARCH_LIST": self._arch, **self.config.extra_env}
         worker = WorkerProcess(device="cuda" if gpu_index is not None else "cpu", gpu_index=gpu_index,
                                log_cap_bytes=self.config.log_cap_bytes, isolate_network=self.config.isolate_network,
-                               extra_env=env, max_reply_bytes=checks.reply_cap(self.config))
+                               extra_env=env, max_reply_bytes=checks.reply_cap(self.config),
+                               memory_limit_bytes=self._memory_limit,
+                               max_processes=self.config.max_worker_processes)
         # keys the captures of its timed outputs; sent before any candidate code exists in the worker
         worker.capture_key = secrets.randbits(63) | 1
         try:

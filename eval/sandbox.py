@@ -43,6 +43,7 @@ import torch
 
 from eval import protocol
 from eval.reaper import owned_tempdir, owner_token
+from eval.watchdog import GIB, WATCH
 from eval.wire import Channel, ChannelClosed, ChannelTimeout, ProtocolError, new_region_fd
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -130,6 +131,8 @@ for point in dict.fromkeys(points):
         if point == "/":
             raise
 os.chdir(cwd)  # the worker's folder, bound at the same path
+import resource
+resource.setrlimit(resource.RLIMIT_NPROC, (spec["nproc"], spec["nproc"]))
 uid = spec.get("uid")
 if uid is not None:
     os.setgroups([]); os.setgid(uid); os.setuid(uid)
@@ -230,6 +233,9 @@ class SandboxPlan:
 # one gets ENOSPC there, and nothing of the host's /tmp (its socket files included) is in sight.
 PRIVATE_TMP = "size=2g,nr_inodes=50000"
 PRIVATE_SHM = "size=1g,nr_inodes=10000"
+# RLIMIT_NPROC of a worker: the tasks (processes and threads) its uid may hold, counted by the kernel per uid. A
+# GPU worker holds ~40 threads; the cap stops a fork bomb, with room for every worker of a host under uid 65534.
+MAX_PROCESSES = 4096
 # The host's folders a worker sees whole (read-only): the system, never a home, /tmp, /run, /var, /opt or /srv.
 _SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "dev", "sys", "proc")
 # Of the project, a worker needs only the packages it imports; hand-written solutions stay out of its sight.
@@ -287,11 +293,12 @@ def _layout(writable: list[str]) -> dict[str, Any]:
             "hide": [str(PROJECT_ROOT / h) for h in _PROJECT_HIDDEN], "build_at": "/tmp"}
 
 
-def confine_command(plan: SandboxPlan, writable: list[str], cmd: list[str], network: bool) -> list[str]:
+def confine_command(plan: SandboxPlan, writable: list[str], cmd: list[str], network: bool,
+                    max_processes: int = MAX_PROCESSES) -> list[str]:
     """`cmd` wrapped so that it runs confined as `plan` says (unchanged when the plan has no prefix)."""
     if not plan.prefix:
         return cmd
-    spec = json.dumps({"uid": plan.uid, **_layout([os.path.realpath(w) for w in writable])})
+    spec = json.dumps({"uid": plan.uid, "nproc": max_processes, **_layout([os.path.realpath(w) for w in writable])})
     prefix = [a for a in plan.prefix if network or a != "-n"]
     return [*prefix, sys.executable, "-I", "-S", "-c", _CONFINE, spec, *cmd]
 
@@ -463,7 +470,8 @@ class WorkerProcess:
 
     def __init__(self, *, device: str, gpu_index: int | None, log_cap_bytes: int, isolate_network: bool,
                  extra_env: dict[str, str] | None = None, max_reply_bytes: int = 1 << 30, kind: str = "worker",
-                 isolate_filesystem: bool = True):
+                 isolate_filesystem: bool = True, memory_limit_bytes: int | None = None,
+                 max_processes: int = MAX_PROCESSES):
         self.workdir = owned_tempdir(kind)
         self.gpu_index = gpu_index
         env_extra = dict(extra_env or {})
@@ -496,7 +504,8 @@ class WorkerProcess:
         if child_fds:
             cmd += [str(child_fds[1]), str(child_fds[0])]  # the child sends in to_parent, reads to_child
         if plan.filesystem:
-            cmd = confine_command(plan, self._writable(env_extra), cmd, network=isolate_network)
+            cmd = confine_command(plan, self._writable(env_extra), cmd, network=isolate_network,
+                                  max_processes=max_processes)
         cmd = [*prefix, *cmd]
         try:
             self.proc = subprocess.Popen(
@@ -506,6 +515,9 @@ class WorkerProcess:
         finally:
             for fd in (p2c_r, c2p_w, out_w, *child_fds):
                 os.close(fd)
+        self.killed_for = ""  # why the parent killed it, when it did (a limit), for the verdict
+        if memory_limit_bytes:
+            WATCH.watch(self.proc.pid, memory_limit_bytes, functools.partial(self._over_memory, memory_limit_bytes))
         self.channel = Channel(c2p_r, p2c_w, send_fd=regions[0] if regions else None,
                                recv_fd=regions[1] if regions else None, max_payload_bytes=max_reply_bytes)
         self.output = _CappedOutput(out_r, log_cap_bytes)
@@ -520,6 +532,16 @@ class WorkerProcess:
         if env.get("TORCH_EXTENSIONS_DIR"):
             folders.append(env["TORCH_EXTENSIONS_DIR"])
         return [f for f in dict.fromkeys(folders) if os.path.isdir(f)]
+
+    def _over_memory(self, limit: int, rss: int) -> None:
+        """The watchdog's call (its own thread): record why, then kill the group; the request in flight then ends
+        as `WorkerDied` with this reason."""
+        self.killed_for = (f"its processes held {rss / GIB:.1f} GiB of memory, over the limit of {limit / GIB:.1f} "
+                           "GiB per worker (eval.max_worker_memory_gib)")
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def cap_replies(self, max_bytes: int) -> None:
         """The most tensor bytes one reply may carry from now on; more ends as `WorkerDied` (a verdict)."""
@@ -550,6 +572,9 @@ class WorkerProcess:
         return self.proc.poll() is None
 
     def _death_detail(self) -> str:
+        if self.killed_for:
+            self.kill()
+            return f"worker killed: {self.killed_for}"
         try:
             code = self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -570,6 +595,7 @@ class WorkerProcess:
 
     def kill(self) -> None:
         """Kill the worker's whole process group and remove its directory."""
+        WATCH.forget(self.proc.pid)
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)

@@ -390,3 +390,50 @@ def test_the_evaluator_starts_here_only_with_a_confinement_that_drops_the_identi
         assert out.startswith("started") or "as uid 0" in out, out
     else:
         assert out.startswith("refused:") and f"as uid {os.geteuid()}" in out, out
+
+
+# -- resource limits ----------------------------------------------------------------------------
+def test_a_worker_over_its_memory_limit_is_killed_and_the_verdict_names_the_limit(problem):
+    """The 4 GiB host-RAM attack: the parent's watchdog sums the worker's process tree (children included) and
+    kills it over `eval.max_worker_memory_gib`; the verdict names the limit. An honest candidate under the same
+    limit is correct."""
+    hog = variant(FORWARD, """        import os, time
+        if os.fork() == 0:  # the memory is held by a child: the whole tree counts
+            held = b'x' * (3 << 30)
+            time.sleep(60)
+            os._exit(0)
+        time.sleep(60)
+""" + FORWARD)
+    with Evaluator(EvalConfig(device="cpu", cache_dir=None, max_worker_memory_gib=1.5, call_timeout_s=120)) as ev:
+        honest = ev.evaluate(problem, GOOD)
+        r = ev.evaluate(problem, hog)
+    assert honest.status is Status.CORRECT, honest.reason + honest.error
+    assert r.status is Status.CRASH, f"{r.status}: {r.reason} {r.error}"
+    assert "over the limit of 1.5 GiB per worker (eval.max_worker_memory_gib)" in r.reason + r.error, r.reason
+
+
+@pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
+def test_a_fork_bomb_stops_at_the_process_limit(problem):
+    """RLIMIT_NPROC in the sandbox: forking past `eval.max_worker_processes` fails with EAGAIN inside the
+    candidate (the kernel counts the worker uid's tasks); the honest candidate under the same limit passes."""
+    bomb = variant(FORWARD, """        import os, time
+        kids = []
+        try:
+            for _ in range(400):
+                pid = os.fork()
+                if pid == 0:
+                    time.sleep(30)
+                    os._exit(0)
+                kids.append(pid)
+        except BlockingIOError as exc:
+            raise RuntimeError(f'fork failed after {len(kids)} children: {exc}')
+        finally:
+            for pid in kids:
+                os.kill(pid, 9)
+""" + FORWARD)
+    with Evaluator(EvalConfig(device="cpu", cache_dir=None, max_worker_processes=200)) as ev:
+        honest = ev.evaluate(problem, GOOD)
+        r = ev.evaluate(problem, bomb)
+    assert honest.status is Status.CORRECT, honest.reason + honest.error
+    assert r.status is Status.RUNTIME_ERROR, f"{r.status}: {r.reason} {r.error}"
+    assert "fork failed after" in r.error and "Resource temporarily unavailable" in r.error, r.error
