@@ -39,6 +39,10 @@ class ReplayAgent:
     def __len__(self) -> int:
         return len(self._replies)
 
+    def recorded_keys(self) -> set[tuple[str, int, int]]:
+        """(problem_id, sample, turn) of every recorded attempt."""
+        return set(self._replies)
+
     def respond(self, messages: list[Message], *, problem_id: str, sample: int, turn: int) -> AgentResponse:
         """The recorded reply for (problem_id, sample, turn); a clear `AgentError` when there is none."""
         start = time.perf_counter()

@@ -34,7 +34,7 @@ from harness.executors import make_evaluator
 from harness.loop import MIN_CONCURRENCY, UNREACHABLE, LoopOutcome, LoopSettings, RunLoop, concurrency_for
 from harness.progress import QuietDisplay, RichDisplay
 from harness.response_cache import ResponseCache
-from harness.store import VOLATILE_KEYS, RunStore, StoreError, safe_name
+from harness.store import CONFIG_NAME, VOLATILE_KEYS, RunStore, StoreError, safe_name
 from harness.summary import print_summary
 from problems.problem import Problem, ProblemError
 from problems.select import select_problems
@@ -94,9 +94,11 @@ def _run(cfg: DictConfig) -> int:
     except OmegaConfBaseException as exc:
         raise BadInput(f"config: {exc}") from None
     config["name"] = name
+    _replay_defaults(config)
     settings = _settings(config)
     problems = _problems(config["problems"])
     agent, prompts, eval_config = _build(config, settings)
+    _refuse_partial_replay(agent, settings, problems)
     run_dir = Path(config["runs_dir"]) / name
     quiet = bool(config["quiet"])
     with ExitStack() as stack:
@@ -212,6 +214,55 @@ def _check_name(name: str) -> str:
     if safe_name(name) != name or name.startswith("."):
         raise BadInput(f"name={name!r}: use only letters, digits and . _ + - (it names the run directory)")
     return name
+
+
+def _cli_keys() -> set[str]:
+    """The config keys given on this job's command line (`turns=3`, `problems.spec=...`)."""
+    try:
+        overrides = HydraConfig.get().overrides.task
+    except ValueError:  # not under Hydra (called directly)
+        return set()
+    return {o.partition("=")[0].lstrip("+~") for o in overrides}
+
+
+def _replay_defaults(config: dict[str, Any]) -> None:
+    """Under agent=replay, turns, samples and the problem selection default to the source run's (its config.yaml),
+    so that replaying a run replays all of it; what the command line sets wins."""
+    agent = config["agent"]
+    source = Path(str(agent.get("path") or "")) / CONFIG_NAME if agent.get("kind") == "replay" else None
+    if source is None or not source.is_file():
+        return
+    try:
+        recorded = OmegaConf.to_container(OmegaConf.load(source), resolve=False)
+    except (OSError, OmegaConfBaseException) as exc:
+        raise BadInput(f"replay: cannot read {source}: {exc}") from None
+    given = _cli_keys()
+    for key in ("turns", "samples"):
+        if key not in given and isinstance(recorded, dict) and key in recorded:
+            config[key] = recorded[key]
+    if not given & {"problems", "problems.spec", "problems.limit"} and isinstance(recorded, dict):
+        config["problems"] = dict(config["problems"], **dict(recorded.get("problems") or {}))
+
+
+def _refuse_partial_replay(agent: Any, settings: LoopSettings, problems: list[Problem]) -> None:
+    """A replay whose turns, samples or problems leave recorded attempts out would re-score part of a run and
+    report it as the whole: refused, naming what would be dropped and what to set."""
+    replay = getattr(agent, "inner", agent)  # make_agent wraps every agent in RetryingAgent
+    recorded = getattr(replay, "recorded_keys", None)
+    if recorded is None:
+        return
+    selected = {p.id for p in problems}
+    dropped = sorted(k for k in recorded() if k[0] not in selected or k[1] > settings.samples or k[2] > settings.turns)
+    if not dropped:
+        return
+    keys = recorded()
+    first = dropped[0]
+    raise BadInput(
+        f"replay: {replay.path} holds {len(keys)} attempts ({len({k[0] for k in keys})} problems, samples up to "
+        f"{max(k[1] for k in keys)}, turns up to {max(k[2] for k in keys)}); this run (turns={settings.turns}, "
+        f"samples={settings.samples}, {len(selected)} problems) would leave out {len(dropped)} of them, e.g. "
+        f"problem {first[0]!r} sample {first[1]} turn {first[2]}: set turns, samples and problems to cover them"
+    )
 
 
 def _settings(config: dict[str, Any]) -> LoopSettings:

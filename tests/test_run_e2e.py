@@ -326,3 +326,23 @@ def test_replay_of_a_recorded_run_reproduces_it(server, base, tmp_path) -> None:
     assert rows(tmp_path / "runs" / "again", "sample, turn, status, reply, code") == original
     assert [r[2] for r in original] == ["compile_error", "format_error", "agent_error"]
     assert len(server.requests) == 3
+
+
+def test_replay_takes_turns_samples_and_problems_from_its_source_run(server, base, tmp_path) -> None:
+    """As the README shows it (`agent=replay agent.path=runs/NAME`, no turns or samples): the whole run is
+    replayed, not its first turn (it used to replay 6 of 18 attempts and report the rest as missing)."""
+    server.script(reply(fenced(BROKEN)), reply("no code"), error(400, "context length exceeded"))
+    assert main(["run", *base, *openai_args(server, "orig", turns=2, samples=2, max_concurrency=1)]) == 0
+    original = rows(tmp_path / "runs" / "orig", "sample, turn, status, reply, code")
+    assert main(["run", *base, "agent=replay", f"agent.path={tmp_path / 'runs' / 'orig'}", "name=again"]) == 0
+    assert rows(tmp_path / "runs" / "again", "sample, turn, status, reply, code") == original
+
+
+def test_a_replay_that_would_drop_recorded_attempts_is_refused_naming_them(server, base, tmp_path, capsys) -> None:
+    server.script(reply(fenced(BROKEN)), reply("no code"), error(400, "context length exceeded"))
+    assert main(["run", *base, *openai_args(server, "orig", turns=2, samples=2, max_concurrency=1)]) == 0
+    replay = ["agent=replay", f"agent.path={tmp_path / 'runs' / 'orig'}", "name=part", "turns=1"]
+    assert main(["run", *base, *replay]) == 2
+    err = capsys.readouterr().err
+    assert "would leave out" in err and "turns up to 2" in err and "turns=1" in err, err
+    assert not (tmp_path / "runs" / "part").exists()
