@@ -247,11 +247,9 @@ class Evaluator:
 
     def _judge(self, job: Job, report: static_checks.SourceReport, build: Future[Build] | None,
                result: EvalResult) -> None:
-        if report.status is not None:
-            raise Verdict(report.status, report.reason)
-        if not report.kernels and self.config.own_kernel_policy == "reject":
-            raise Verdict(Status.REJECTED, "the candidate defines no kernel of its own (no @triton.jit function and "
-                                           "no CUDA __global__ function): PyTorch-only solutions are not accepted")
+        refused = static_checks.refusal(report, self.config.own_kernel_policy)
+        if refused:
+            raise Verdict(*refused)
         waited = time.perf_counter()
         if build is None and _needs_build(job, report):
             build = self._builder.submit(job.source)

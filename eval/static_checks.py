@@ -215,3 +215,13 @@ def analyze(source: str) -> SourceReport:
             report.reason = f"integrity: the candidate {why} (line {line}: '{match.group(0).strip()}')"
             return report
     return report
+
+
+def refusal(report: SourceReport, own_kernel_policy: str) -> tuple[Status, str] | None:
+    """The verdict a candidate gets from its source alone (before any build or worker), or None."""
+    if report.status is not None:
+        return report.status, report.reason
+    if not report.kernels and own_kernel_policy == "reject":
+        return Status.REJECTED, ("the candidate defines no kernel of its own (no @triton.jit function and no CUDA "
+                                 "__global__ function): PyTorch-only solutions are not accepted")
+    return None

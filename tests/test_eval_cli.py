@@ -56,3 +56,22 @@ def test_binary_candidates_get_a_verdict(tmp_path, capsys):
     assert main(["eval", "--problem", problem, "--candidate", cand, "--device", "cpu", "--no-cache", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["status"] == "compile_error" and "null bytes" in out["reason"]
+
+
+def test_a_candidate_refused_from_its_source_starts_no_worker(tmp_path, capsys, monkeypatch):
+    """Empty, syntax-error and PyTorch-only candidates are judged before the pool exists (it took 6-20 s to start
+    first), and the report says no worker ran instead of `network isolated=None`."""
+    import harness.commands.eval_cmd as eval_cmd
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("an Evaluator was started for a candidate its source already decides")
+
+    monkeypatch.setattr(eval_cmd, "Evaluator", no_pool)
+    problem, cand = _files(tmp_path, GOOD)
+    pytorch_only = ("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                    "    def forward(self, a, b):\n        return torch.relu(a + b)\n")
+    for source, status in (("", "format_error"), ("def (:\n", "compile_error"), (pytorch_only, "rejected")):
+        (tmp_path / "candidate.py").write_text(source)
+        assert main(["eval", "--problem", problem, "--candidate", cand, "--device", "cpu", "--no-cache"]) == 0
+        out = capsys.readouterr().out
+        assert f"Status: {status}" in out and "sandbox: no worker ran" in out and "None" not in out, out

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from eval import EvalConfig, EvalResult, Evaluator, Status
+from eval import EvalConfig, EvalResult, Evaluator, Status, static_checks
 from eval.feedback import render_feedback
 from problems.problem import ProblemError, load_problem_file
 
@@ -40,20 +40,27 @@ def run(args: argparse.Namespace) -> int:
         result = EvalResult(status=Status.FORMAT_ERROR, problem_id=problem.id, backend=args.backend,
                             reason=f"the candidate is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})")
     else:
-        config = EvalConfig(device=args.device, trials=args.trials, own_kernel_policy=args.own_kernel_policy,
-                            compile_baseline=args.compile_baseline,
-                            cache_dir=None if args.no_cache else EvalConfig.cache_dir)
-        try:
-            with Evaluator(config) as evaluator:
-                result = evaluator.evaluate(problem, source, backend=args.backend)
-        except (ProblemError, RuntimeError, ValueError) as exc:
-            print(f"harness eval: {exc}", file=sys.stderr)
-            return 1
+        refused = static_checks.refusal(static_checks.analyze(source), args.own_kernel_policy)
+        if refused:  # judged from its source alone: no worker needs to start
+            result = EvalResult(status=refused[0], reason=refused[1], problem_id=problem.id, backend=args.backend)
+        else:
+            config = EvalConfig(device=args.device, trials=args.trials, own_kernel_policy=args.own_kernel_policy,
+                                compile_baseline=args.compile_baseline,
+                                cache_dir=None if args.no_cache else EvalConfig.cache_dir)
+            try:
+                with Evaluator(config) as evaluator:
+                    result = evaluator.evaluate(problem, source, backend=args.backend)
+            except (ProblemError, RuntimeError, ValueError) as exc:
+                print(f"harness eval: {exc}", file=sys.stderr)
+                return 1
     if args.json:
         print(json.dumps(result.to_dict(), indent=None))
     else:
         print(f"problem: {problem.id}   candidate: {args.candidate}   device: {result.device}")
         print(render_feedback(result))
-        print(f"sandbox: network isolated={result.network_isolated}, unprivileged={result.unprivileged}; "
-              f"{result.trials} trials; {result.eval_seconds:.1f} s{' (cached)' if result.cached else ''}")
+        if result.network_isolated is None:  # no worker ran: refused from the source, or before any worker
+            print("sandbox: no worker ran")
+        else:
+            print(f"sandbox: network isolated={result.network_isolated}, unprivileged={result.unprivileged}; "
+                  f"{result.trials} trials; {result.eval_seconds:.1f} s{' (cached)' if result.cached else ''}")
     return 0
