@@ -47,7 +47,7 @@ def preset_config(name: str, **overrides: Any) -> EvalConfig:
             raise ValueError(f"unknown evaluator preset {preset!r}; choices: {choices}")
         data = yaml.safe_load(path.read_text()) or {}
         for parent in data.pop("defaults", []) or []:
-            if isinstance(parent, str) and parent not in ("_self_", "schema"):
+            if isinstance(parent, str) and parent != "_self_" and not parent.startswith("/"):  # not the schema
                 merge(parent)
         values.update(data)
 
