@@ -10,6 +10,7 @@ from rich.table import Table
 
 from eval.result import EvalResult, Status
 from eval.scoring import DEFAULT_PS, fast_p
+from harness.report.tables import NOT_TIMED
 from harness.loop import LoopOutcome, best_key
 from harness.store import AGENT_ERROR, Attempt
 
@@ -64,8 +65,10 @@ def fast_p_table(by_turn: dict[int, dict[str, EvalResult | None]], ps: Sequence[
         table.add_column(f"fast_{p:g}", justify="right")
     for t, results in by_turn.items():
         n = len(results) or 1
-        correct = sum(1 for r in results.values() if r is not None and r.is_correct) / n
-        table.add_row(str(t), f"{correct:.2f}", *(f"{fast_p(results, p):.2f}" for p in ps))
+        passed = [r for r in results.values() if r is not None and r.is_correct]
+        untimed = bool(passed) and not any(r.timing_meaningful for r in passed)  # CPU: no speedup, not a 0
+        fast = [NOT_TIMED if untimed else f"{fast_p(results, p):.2f}" for p in ps]
+        table.add_row(str(t), f"{len(passed) / n:.2f}", *fast)
     return table
 
 
