@@ -102,16 +102,16 @@ def _run(cfg: DictConfig) -> int:
     run_dir = Path(config["runs_dir"]) / name
     quiet = bool(config["quiet"])
     with ExitStack() as stack:
-        try:
+        try:  # the store first: a resume with a changed config is refused before any worker starts
+            store = stack.enter_context(
+                RunStore.open(run_dir, config, harness_version=VERSION, volatile=(*VOLATILE_KEYS, "executor"))
+            )
+            _check_problem_sources(store, problems)
             evaluator = stack.enter_context(make_evaluator(config["executor"], eval_config, log=_say))
             if config["max_concurrency"] is None:  # every GPU's workers busy (the evaluator knows how many)
                 settings = dataclasses.replace(settings, max_concurrency=concurrency_for(evaluator.workers))
             if not quiet:
                 _say(f"{evaluator.workers} evaluator worker(s); up to {settings.max_concurrency} trajectories in flight")
-            store = stack.enter_context(
-                RunStore.open(run_dir, config, harness_version=VERSION, volatile=(*VOLATILE_KEYS, "executor"))
-            )
-            _check_problem_sources(store, problems)
             cache = None
             if config["response_cache"]["enabled"]:
                 cache = stack.enter_context(ResponseCache(config["response_cache"]["path"]))

@@ -202,9 +202,15 @@ def test_budget_stops_cleanly_and_a_resume_finishes_without_repeats(server, base
     assert len(set(final)) == 4
 
 
-def test_resume_with_a_different_config_is_refused(server, base, tmp_path, capsys) -> None:
+def test_resume_with_a_different_config_is_refused(server, base, tmp_path, capsys, monkeypatch) -> None:
     server.script(reply("nothing"))
     assert main(["run", *base, *openai_args(server, "cfg")]) == 0
+    import harness.app
+
+    def no_pool(*args, **kwargs):  # refused before any evaluator worker starts (it used to start the pool first)
+        raise AssertionError("the evaluator was started for a resume that the store refuses")
+
+    monkeypatch.setattr(harness.app, "make_evaluator", no_pool)
     assert main(["run", *base, *openai_args(server, "cfg", turns=2)]) == 2
     assert "different config (turns differ)" in capsys.readouterr().err
 
