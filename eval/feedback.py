@@ -2,9 +2,39 @@
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
+
 from eval.result import EvalResult, Status
 
 _LOG_LINES = 30
+
+
+_HARNESS_ROOT = str(Path(__file__).resolve().parent.parent) + os.sep
+_FRAME = re.compile(r'^(\s*)File "([^"]+)", line (\d+)(.*)$')
+
+
+def agent_view(text: str) -> str:
+    """A traceback as the agent may see it: the harness's own frames (and their source lines) left out, and no
+    absolute host path: library files relative to their site-packages, other files by name."""
+    out: list[str] = []
+    skip_source = False
+    for line in text.splitlines():
+        frame = _FRAME.match(line)
+        if frame:
+            indent, path, lineno, rest = frame.groups()
+            skip_source = path.startswith(_HARNESS_ROOT)
+            if skip_source:
+                continue
+            shown = path.split("site-packages" + os.sep, 1)[1] if "site-packages" + os.sep in path else Path(path).name
+            out.append(f'{indent}File "{shown}", line {lineno}{rest}')
+            continue
+        if skip_source and line.startswith(" "):  # the skipped frame's source line (and its ^^^ marker)
+            continue
+        skip_source = False
+        out.append(line)
+    return "\n".join(out)
 
 
 def _tail_lines(text: str, n: int = _LOG_LINES) -> str:
@@ -24,7 +54,7 @@ def render_feedback(result: EvalResult) -> str:
     lines = [f"Status: {result.status.value}", f"Reason: {result.reason}"]
     if result.status in (Status.COMPILE_ERROR, Status.RUNTIME_ERROR, Status.CRASH, Status.TIMEOUT) and result.error:
         label = "Compiler/import log (tail)" if result.status is Status.COMPILE_ERROR else "Traceback / output (tail)"
-        lines += [f"{label}:", "```", _tail_lines(result.error), "```"]
+        lines += [f"{label}:", "```", _tail_lines(agent_view(result.error)), "```"]
     m = result.mismatch
     if m is not None:
         detail = [f"output {m.output}: {m.reason}"]
