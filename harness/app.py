@@ -117,6 +117,8 @@ def _run(cfg: DictConfig) -> int:
                 cache = stack.enter_context(ResponseCache(config["response_cache"]["path"]))
         except (StoreError, ValueError, RuntimeError) as exc:  # unusable run dir or cache, no such device
             raise BadInput(str(exc)) from None
+        except OSError as exc:  # a read-only or full runs directory, a missing parent
+            raise BadInput(f"cannot write the run directory {run_dir}: {exc.strerror or exc}") from None
         store.begin_session()
         if (resumed := store.totals().attempts) and not quiet:
             _say(f"resuming {run_dir}: {resumed} attempt(s) already recorded")

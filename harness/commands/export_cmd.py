@@ -22,5 +22,9 @@ def run(args: argparse.Namespace) -> int:
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        hint = "" if args.out else "; write it elsewhere with --out FILE"
+        print(f"error: cannot write {out}: {exc.strerror or exc}{hint}", file=sys.stderr)
+        return 2
     print(f"{n} attempts -> {out}")
     return 0

@@ -40,7 +40,12 @@ def run(args: argparse.Namespace) -> int:
     except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    paths = write_report(report, out)
+    try:
+        paths = write_report(report, out)
+    except OSError as exc:
+        hint = "" if args.out else "; write it elsewhere with --out DIR"
+        print(f"error: cannot write the report to {out}: {exc.strerror or exc}{hint}", file=sys.stderr)
+        return 2
     for m in report.metrics:
         fast1 = f"fast_1 {m.fast_p[1.0]:.2f}" if m.timing_available else "fast_1 n/t (timings not measured)"
         print(f"{m.name}: {m.n_problems} problems, correct {m.correct_rate:.2f}, {fast1}")
