@@ -92,7 +92,8 @@ def print_summary(
     )
     console.print(f"statuses: {statuses}")
     console.print(
-        f"{st.info()}  wall {outcome.wall_s:.1f}s (agent {outcome.agent_s:.1f}s, evaluator {outcome.eval_s:.1f}s)",
+        f"{st.info()}  wall {outcome.wall_s:.1f}s (summed over attempts in flight at once: agent "
+        f"{outcome.agent_s:.1f}s, evaluator {outcome.eval_s:.1f}s)",
         markup=False,
         soft_wrap=True,
     )

@@ -264,6 +264,7 @@ def test_summary_and_fast_p_table_unless_quiet(server, base, tmp_path, capsys) -
     assert f"run {tmp_path / 'runs' / 'loud'}" in out and "stopped: finished" in out
     assert "statuses: format_error 2" in out and "best attempt per problem" in out
     assert "fast_p by turn" in out and "fast_1.5" in out
+    assert "(summed over attempts in flight at once: agent" in out  # so evaluator time > wall time reads right
     assert main(["run", *base, *openai_args(server, "loud", turns=2), "quiet=true"]) == 0  # resume: nothing to do
     assert capsys.readouterr().out.strip() == str(tmp_path / "runs" / "loud")
 

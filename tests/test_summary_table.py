@@ -29,3 +29,4 @@ def test_untimed_correct_results_show_not_timed_and_timed_ones_their_fast_p() ->
     assert correct == "0.50" and fast[-2:] == ["0.50", "0.00"], fast  # 2.0x: above 1.5, not strictly above 2
     correct, *fast = _row({1: {"a": wrong, "b": None}})
     assert correct == "0.00" and set(fast) == {"0.00"}, fast  # nothing passed: 0 is true
+
