@@ -104,7 +104,8 @@ def _run(cfg: DictConfig) -> int:
     with ExitStack() as stack:
         try:  # the store first: a resume with a changed config is refused before any worker starts
             store = stack.enter_context(
-                RunStore.open(run_dir, config, harness_version=VERSION, volatile=(*VOLATILE_KEYS, "executor"))
+                RunStore.open(run_dir, config, harness_version=VERSION, volatile=(*VOLATILE_KEYS, "executor"),
+                              problem_ids=[p.id for p in problems])
             )
             _check_problem_sources(store, problems)
             evaluator = stack.enter_context(make_evaluator(config["executor"], eval_config, log=_say))

@@ -268,12 +268,16 @@ class RunStore:
         *,
         volatile: Iterable[str] = VOLATILE_KEYS,
         harness_version: str = "",
+        problem_ids: Iterable[str] | None = None,
     ) -> "RunStore":
-        """Create `run_dir`, or reopen it to resume.
+        """Create `run_dir`, or reopen it to resume or extend.
 
         Resuming checks, before changing anything: the database is intact, was written by this
         schema version, and the config matches the one the run started with (keys under a
-        `volatile` prefix, such as budgets, may change). Any failure raises `StoreError`.
+        `volatile` prefix, such as budgets, may change). A config that only grows the run (more
+        `turns` or `samples`, or a problem selection, `problem_ids`, holding every problem already
+        attempted) extends it: the stored config becomes the new one and every attempt is kept.
+        Any failure raises `StoreError`.
         """
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -286,11 +290,17 @@ class RunStore:
                     stored = json.loads(_meta(conn)["config"])
                     diff = config_differences(stored, config, volatile)
                     if diff:
-                        raise StoreError(
-                            f"{run_dir} holds a run with a different config ({', '.join(diff[:8])}"
-                            f"{', ...' if len(diff) > 8 else ''} differ). Resume it with the same settings, "
-                            f"or start a new run with another name=."
-                        )
+                        why = _extension_refusal(stored, config, diff, conn, problem_ids)
+                        if why:
+                            raise StoreError(
+                                f"{run_dir} holds a run with a different config ({', '.join(diff[:8])}"
+                                f"{', ...' if len(diff) > 8 else ''} differ{why}). Resume it with the same "
+                                f"settings, or start a new run with another name=."
+                            )
+                        with conn:  # an extension: the run goes on under the grown config
+                            conn.execute("UPDATE meta SET value = ? WHERE key = 'config'", (_dumps(config),))
+                        _write_atomic(run_dir / CONFIG_NAME, yaml.safe_dump(config, sort_keys=False))
+                        stored = config
                 except BaseException:
                     conn.close()
                     raise
@@ -513,6 +523,26 @@ def _acquire_lock(run_dir: Path) -> int:
 
 def _connect(db_path: Path) -> sqlite3.Connection:
     return sqlite3.connect(db_path, check_same_thread=False, isolation_level="DEFERRED", timeout=30)
+
+
+# Config keys a finished run may grow along (`harness run` with more turns, samples or problems extends it).
+GROWABLE_KEYS = ("turns", "samples", "problems.spec", "problems.limit")
+
+
+def _extension_refusal(stored: dict[str, Any], new: dict[str, Any], diff: list[str], conn: sqlite3.Connection,
+                       problem_ids: Iterable[str] | None) -> str:
+    """Why `new` does not merely extend the run recorded under `stored` ("" when it does)."""
+    if not set(diff) <= set(GROWABLE_KEYS):
+        return "; only turns, samples and the problem selection may change, and only grow"
+    for key in ("turns", "samples"):
+        if isinstance(new.get(key), int) and isinstance(stored.get(key), int) and new[key] < stored[key]:
+            return f"; {key} may grow, not shrink: {stored[key]} -> {new[key]}"
+    if any(key.startswith("problems.") for key in diff):
+        attempted = {row[0] for row in conn.execute("SELECT DISTINCT problem_id FROM attempts")}
+        left_out = sorted(attempted - set(problem_ids or ()))
+        if left_out:
+            return f"; the new selection leaves out {len(left_out)} attempted problem(s), e.g. {left_out[0]}"
+    return ""
 
 
 def _create(db_path: Path, config: dict[str, Any], harness_version: str) -> None:

@@ -211,8 +211,20 @@ def test_resume_with_a_different_config_is_refused(server, base, tmp_path, capsy
         raise AssertionError("the evaluator was started for a resume that the store refuses")
 
     monkeypatch.setattr(harness.app, "make_evaluator", no_pool)
-    assert main(["run", *base, *openai_args(server, "cfg", turns=2)]) == 2
-    assert "different config (turns differ)" in capsys.readouterr().err
+    assert main(["run", *base, *openai_args(server, "cfg"), "context.policy=last_k"]) == 2
+    assert "different config (context.policy differ; only turns, samples" in capsys.readouterr().err
+
+
+def test_more_turns_extend_a_finished_run(server, base, tmp_path) -> None:
+    """"Give the model 2 more turns": the same command with turns=3 continues every sample from its last turn;
+    the first turn's attempt is kept, only the new turns are asked for, and the run is one run."""
+    server.script(reply("nothing"), reply("still nothing"), reply("nothing again"))
+    assert main(["run", *base, *openai_args(server, "grow")]) == 0
+    first = rows(tmp_path / "runs" / "grow", "sample, turn, status, reply")
+    assert main(["run", *base, *openai_args(server, "grow", turns=3)]) == 0
+    grown = rows(tmp_path / "runs" / "grow", "sample, turn, status, reply")
+    assert grown[:1] == first and [r[1] for r in grown] == [1, 2, 3] and len(server.requests) == 3
+    assert "turns: 3" in (tmp_path / "runs" / "grow" / "config.yaml").read_text()
 
 
 def test_response_cache_makes_a_repeated_run_free(server, base, tmp_path) -> None:

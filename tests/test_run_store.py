@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+import yaml
 
 from eval.result import EvalResult, Mismatch, Status
 from harness.store import (
@@ -104,8 +105,30 @@ def test_resume_refuses_a_different_config_but_allows_volatile_keys(tmp_path: Pa
     changed_budget = {**CONFIG, "budget": {"max_tokens": 99},
                       "agent": {**CONFIG["agent"], "retry": {"max_attempts": 5}}}  # fmt: skip
     RunStore.open(run, changed_budget, volatile=VOLATILE).close()
-    with pytest.raises(StoreError, match=r"different config \(turns differ\)"):
-        RunStore.open(run, {**CONFIG, "turns": 3}, volatile=VOLATILE)
+    with pytest.raises(StoreError, match=r"different config \(agent.kind differ; only turns, samples and the "):
+        RunStore.open(run, {**CONFIG, "agent": {**CONFIG["agent"], "kind": "openai"}}, volatile=VOLATILE)
+    with pytest.raises(StoreError, match=r"turns may grow, not shrink: 2 -> 1"):
+        RunStore.open(run, {**CONFIG, "turns": 1}, volatile=VOLATILE)
+
+
+def test_a_run_extends_when_turns_samples_or_problems_grow(tmp_path: Path) -> None:
+    """More turns (or samples, or problems holding every attempted one) extend a finished run: its attempts are
+    kept and its stored config (database and config.yaml) becomes the grown one."""
+    run = tmp_path / "r"
+    base = {**CONFIG, "samples": 1, "problems": {"spec": "smoke", "limit": None}}
+    with RunStore.open(run, base, volatile=VOLATILE) as store:
+        store.begin_session()
+        store.record(Attempt(problem_id="L1/13_softmax", sample=1, turn=1, status="correct", prompt=[]))
+        store.end_session("finished")
+    grown = {**base, "turns": 4, "samples": 2}
+    with RunStore.open(run, grown, volatile=VOLATILE) as store:
+        assert store.config["turns"] == 4 and len(store.attempts()) == 1
+    assert yaml.safe_load((run / "config.yaml").read_text())["turns"] == 4
+    RunStore.open(run, grown, volatile=VOLATILE).close()  # and resumes under it
+    wider = {**grown, "problems": {"spec": "all", "limit": None}}
+    with pytest.raises(StoreError, match=r"leaves out 1 attempted problem\(s\), e.g. L1/13_softmax"):
+        RunStore.open(run, wider, volatile=VOLATILE, problem_ids=["L1/16_rms_norm"])
+    RunStore.open(run, wider, volatile=VOLATILE, problem_ids=["L1/13_softmax", "L1/16_rms_norm"]).close()
 
 
 def test_config_differences_names_nested_keys() -> None:
