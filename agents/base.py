@@ -123,6 +123,7 @@ class AgentResponse:
     raw_id: str | None = None
     finish_reason: str | None = None
     attempts: int = 1
+    abstained: bool = False  # the agent says it has no candidate here (the reference agent without a solution)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data for the run store."""

@@ -1,8 +1,8 @@
 """The `reference` agent: no network, serves the suite's hand-written solutions (`problems/solutions/`).
 
 It is the default agent, so `harness run` works offline and exercises the whole loop. Where a
-problem has no solution it says so honestly, with no code; the loop records that turn as a
-format_error rather than inventing a candidate.
+problem has no solution it says so honestly, with no code, and abstains: the loop records that turn as
+`skipped` (not a format error of a model's reply) rather than inventing a candidate.
 """
 
 from __future__ import annotations
@@ -65,4 +65,5 @@ class ReferenceAgent:
             text = f"The reference solution for {problem_id} ({path.name}):\n\n{fenced(path.read_text(encoding='utf-8'))}\n"
         return AgentResponse(
             text=text, usage=Usage(), cost_usd=0.0, latency_s=time.perf_counter() - start, model="reference",
+            abstained=path is None,
         )

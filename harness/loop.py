@@ -284,15 +284,19 @@ class RunLoop:
             failed = Attempt(status=AGENT_ERROR, error=str(exc), requests=requests, started_at=started, **base)
             return self._commit(failed, history)
         self._charge(response, from_cache)
-        try:
-            code: str | None = extract_code(response.text)
-        except ExtractionError as exc:
-            code = None
-            result = EvalResult(status=Status.FORMAT_ERROR, reason=str(exc), problem_id=problem.id,
-                                backend=self.settings.backend)  # fmt: skip
-            eval_s = 0.0
+        code: str | None = None
+        eval_s = 0.0
+        if response.abstained:  # no candidate offered: nothing to judge, and no reply format to blame
+            result = EvalResult(status=Status.SKIPPED, reason=f"the agent offered no candidate: {response.text}",
+                                problem_id=problem.id, backend=self.settings.backend)
         else:
-            result, eval_s = self._evaluate(problem, code)
+            try:
+                code = extract_code(response.text)
+            except ExtractionError as exc:
+                result = EvalResult(status=Status.FORMAT_ERROR, reason=str(exc), problem_id=problem.id,
+                                    backend=self.settings.backend)  # fmt: skip
+            else:
+                result, eval_s = self._evaluate(problem, code)
         attempt = Attempt(
             status=result.status.value,
             reply=response.text,

@@ -204,7 +204,7 @@ def test_reference_without_solution_says_so_honestly(tmp_path: Path, monkeypatch
 
     monkeypatch.setattr(problems.suite, "SOLUTIONS_DIR", tmp_path)  # an empty solutions tree
     r = ask(make_agent({"kind": "reference"}), problem_id=problem_id)
-    assert "no reference solution" in r.text and problem_id in r.text
+    assert "no reference solution" in r.text and problem_id in r.text and r.abstained
     with pytest.raises(ExtractionError, match="no fenced code block"):
         extract_code(r.text)
 

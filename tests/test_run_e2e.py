@@ -365,3 +365,11 @@ def test_a_replay_that_would_drop_recorded_attempts_is_refused_naming_them(serve
     err = capsys.readouterr().err
     assert "would leave out" in err and "turns up to 2" in err and "turns=1" in err, err
     assert not (tmp_path / "runs" / "part").exists()
+
+
+def test_the_reference_agent_without_a_solution_is_skipped_not_a_format_error(base, tmp_path) -> None:
+    """On a problem it has no solution for (here a problem file), the reference agent abstains: the attempt is
+    recorded as `skipped` with its note, not as a model's malformed reply (69 of 84 read as format errors)."""
+    assert main(["run", *base, "agent=reference", "name=ref"]) == 0
+    ((status, reply),) = rows(tmp_path / "runs" / "ref", "status, reply")
+    assert status == "skipped" and "no reference solution" in reply
