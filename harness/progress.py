@@ -8,7 +8,8 @@ from typing import Protocol
 
 from rich.console import Console, Group
 from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
 from rich.text import Text
 
 from harness.store import Attempt
@@ -82,13 +83,15 @@ class QuietDisplay:
 
 
 class RichDisplay:
-    """Live bars on stderr (problems, attempts) with a line of tokens, cost and best speedup below."""
+    """Live bars on stderr (problems, attempts) with elapsed time and an estimate of the time left (from this
+    session's pace: attempts recorded earlier start the bar, they do not speed up the estimate), and a line of
+    tokens, cost and best speedup below."""
 
     def __init__(self, console: Console | None = None) -> None:
         self._console = console or Console(stderr=True)
         self._progress = Progress(
             TextColumn("{task.description:<9}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=self._console,
+            TextColumn("eta"), TimeRemainingColumn(), console=self._console,
         )  # fmt: skip
         self._info = Text("")
         self._live = Live(Group(self._progress, self._info), console=self._console, refresh_per_second=8)
@@ -98,8 +101,9 @@ class RichDisplay:
 
     def start(self, stats: RunStats) -> None:
         with self._lock:
-            self._problems = self._progress.add_task("problems", total=stats.problems)
-            self._attempts = self._progress.add_task("attempts", total=stats.attempts_planned)
+            self._problems = self._progress.add_task("problems", total=stats.problems, completed=stats.problems_done)
+            self._attempts = self._progress.add_task("attempts", total=stats.attempts_planned,
+                                                     completed=stats.attempts_done)
             self._live.start()
         self.update(stats)
 
