@@ -6,17 +6,18 @@ scrubbed of anything that looks like a secret, its output captured through a pip
 capped, and (where the OS allows) no network: `unshare -n` gives it a namespace with only
 loopback.
 
-Where the OS allows a mount namespace (`unshare -m` as root, `unshare -U -r -m` otherwise),
-the worker sees the whole filesystem read-only except its own folder, the evaluator's build
-folders and a private `/dev/shm`; the parent's home is replaced by an empty read-only folder
-(only the interpreter, `sys.path` and the project are bound back), so files there (keys, the
-cache's HMAC key when it lives there) are out of sight. `_CONFINE` sets this up in a tiny
-interpreter (`python -I -S`, a few ms) and then gives up its privileges before the worker
-starts: as root it becomes uid 65534 when that user can run the interpreter inside the
-sandbox, otherwise it enters a fresh user namespace without a uid mapping, so the worker holds
-no capability anywhere and can neither remount nor unmount anything. Which of these applied is
-probed once (`sandbox_plan`) and reported per worker; the worker also probes for itself
-(`filesystem_isolated`: it tries to create files outside its folder).
+Where the OS allows a mount namespace (`unshare -m` as root, `unshare -U -r -m` otherwise), the
+worker's root is built for it (`_layout`, `_CONFINE`): the system folders, the interpreter, the
+compilers, the project's `eval/` and `problems/` (solutions hidden) and the build folders read-only;
+its own folder writable; a private, capped `/tmp` and `/dev/shm`; nothing else of the host (homes,
+runs, caches, `/run`, `/var`, the host's `/tmp` and its socket files). `_CONFINE` sets this up in a
+tiny interpreter (`python -I -S`, a few ms), pivots into it, caps the worker's task count, and then
+gives up its privileges before the worker starts: as root it becomes uid 65534, otherwise it enters
+a fresh user namespace without a uid mapping, so the worker holds no capability anywhere and can
+neither remount nor unmount anything. Where no confinement keeps candidate code from the harness's own
+identity, `check_identity` refuses to start (unless `eval.allow_unconfined_workers`). Which plan
+applied is probed once (`sandbox_plan`) and reported per worker; the worker also probes for itself
+(`filesystem_isolated`). The parent watches each worker tree's memory (`eval.watchdog`).
 
 Every temporary folder the evaluator makes is named `kh-<kind>-<owner pid>.<start time>-...` (`eval.reaper`), so
 that the owner's reaper, or the next start-up's sweep, removes it (and stops the processes in it)
