@@ -8,6 +8,7 @@
 """
 
 from agents.base import (
+    ABSTENTION_REASON,
     Agent,
     AgentError,
     AgentResponse,
@@ -25,6 +26,7 @@ from agents.prompting import PromptBuilder, PromptError, TurnRecord
 from agents.retry import RateLimiter, RetryingAgent, RetryPolicy
 
 __all__ = [
+    "ABSTENTION_REASON",
     "AGENT_KINDS",
     "Agent",
     "AgentError",

@@ -106,6 +106,10 @@ class Pricing:
         return (uncached * self.input + usage.cached_tokens * cached_price + usage.output_tokens * self.output) / 1e6
 
 
+# How an attempt where the agent offered no candidate is recorded (the reason starts so), and how a replay knows it.
+ABSTENTION_REASON = "the agent offered no candidate"
+
+
 @dataclass(frozen=True)
 class AgentResponse:
     """What one call to an agent produced.

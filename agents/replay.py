@@ -10,7 +10,7 @@ import json
 import time
 from pathlib import Path
 
-from agents.base import AgentError, AgentResponse, ConfigError, Message, Usage
+from agents.base import ABSTENTION_REASON, AgentError, AgentResponse, ConfigError, Message, Usage
 
 RESULTS_FILE = "results.jsonl"
 _KEYS = ("problem_id", "sample", "turn")
@@ -30,7 +30,7 @@ class ReplayAgent:
     def __init__(self, *, path: str | Path) -> None:
         p = Path(path)
         self.path = p / RESULTS_FILE if p.is_dir() else p
-        self._replies, self._models = _load(self.path)
+        self._replies, self._models, self._abstained = _load(self.path)
         self.name = f"replay:{self.path}"
 
     def __repr__(self) -> str:
@@ -62,16 +62,19 @@ class ReplayAgent:
             cost_usd=0.0,
             latency_s=time.perf_counter() - start,
             model=f"replay:{model}" if model else "replay",
+            abstained=key in self._abstained,
         )
 
 
-def _load(path: Path) -> tuple[dict[Key, str | None], dict[Key, str]]:
+def _load(path: Path) -> tuple[dict[Key, str | None], dict[Key, str], set[Key]]:
+    """Replies and models by (problem_id, sample, turn), and the attempts where the agent abstained."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise ConfigError(f"replay: cannot read {path} ({exc.strerror or exc}); give a run directory or a .jsonl file") from None
     replies: dict[Key, str | None] = {}
     models: dict[Key, str] = {}
+    abstained: set[Key] = set()
     where: dict[Key, int] = {}
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
@@ -102,9 +105,13 @@ def _load(path: Path) -> tuple[dict[Key, str | None], dict[Key, str]]:
         replies[key], where[key] = reply, lineno
         if row.get("model"):
             models[key] = str(row["model"])
+        reason = (row.get("result") or {}).get("reason", "") if isinstance(row.get("result"), dict) else ""
+        if row.get("status") == "skipped" and str(reason).startswith(ABSTENTION_REASON):
+            abstained.add(key)
     if not replies:
         raise ConfigError(f"replay: {path} holds no attempts")
     if any(key[1] == 0 for key in replies):  # the old convention: samples from 0
         replies = {(p, s + 1, t): r for (p, s, t), r in replies.items()}
         models = {(p, s + 1, t): m for (p, s, t), m in models.items()}
-    return replies, models
+        abstained = {(p, s + 1, t) for (p, s, t) in abstained}
+    return replies, models, abstained

@@ -102,17 +102,20 @@ def _run(cfg: DictConfig) -> int:
     run_dir = Path(config["runs_dir"]) / name
     quiet = bool(config["quiet"])
     with ExitStack() as stack:
-        try:  # the store first: a resume with a changed config is refused before any worker starts
-            store = stack.enter_context(
-                RunStore.open(run_dir, config, harness_version=VERSION, volatile=(*VOLATILE_KEYS, "executor"),
-                              problem_ids=[p.id for p in problems])
-            )
-            _check_problem_sources(store, problems)
+        volatile, problem_ids = (*VOLATILE_KEYS, "executor"), [p.id for p in problems]
+        try:
+            # a resume the store would refuse is refused before any worker starts; the run directory is made only
+            # once the evaluator is up (a bad executor setting leaves nothing behind)
+            RunStore.check_resume(run_dir, config, volatile=volatile, problem_ids=problem_ids)
             evaluator = stack.enter_context(make_evaluator(config["executor"], eval_config, log=_say))
             if config["max_concurrency"] is None:  # every GPU's workers busy (the evaluator knows how many)
                 settings = dataclasses.replace(settings, max_concurrency=concurrency_for(evaluator.workers))
             if not quiet:
                 _say(f"{evaluator.workers} evaluator worker(s); up to {settings.max_concurrency} trajectories in flight")
+            store = stack.enter_context(
+                RunStore.open(run_dir, config, harness_version=VERSION, volatile=volatile, problem_ids=problem_ids)
+            )
+            _check_problem_sources(store, problems)
             cache = None
             if config["response_cache"]["enabled"]:
                 cache = stack.enter_context(ResponseCache(config["response_cache"]["path"]))

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
 from agents import (
+    ABSTENTION_REASON,
     AgentError,
     AgentResponse,
     AuthError,
@@ -287,7 +288,7 @@ class RunLoop:
         code: str | None = None
         eval_s = 0.0
         if response.abstained:  # no candidate offered: nothing to judge, and no reply format to blame
-            result = EvalResult(status=Status.SKIPPED, reason=f"the agent offered no candidate: {response.text}",
+            result = EvalResult(status=Status.SKIPPED, reason=f"{ABSTENTION_REASON}: {response.text}",
                                 problem_id=problem.id, backend=self.settings.backend)
         else:
             try:

@@ -290,13 +290,7 @@ class RunStore:
                     stored = json.loads(_meta(conn)["config"])
                     diff = config_differences(stored, config, volatile)
                     if diff:
-                        why = _extension_refusal(stored, config, diff, conn, problem_ids)
-                        if why:
-                            raise StoreError(
-                                f"{run_dir} holds a run with a different config ({', '.join(diff[:8])}"
-                                f"{', ...' if len(diff) > 8 else ''} differ{why}). Resume it with the same "
-                                f"settings, or start a new run with another name=."
-                            )
+                        _refuse_a_different_config(run_dir, stored, config, diff, conn, problem_ids)
                         with conn:  # an extension: the run goes on under the grown config
                             conn.execute("UPDATE meta SET value = ? WHERE key = 'config'", (_dumps(config),))
                         _write_atomic(run_dir / CONFIG_NAME, yaml.safe_dump(config, sort_keys=False))
@@ -320,6 +314,31 @@ class RunStore:
         store = cls(run_dir, conn, lock_fd, config)
         store._reconcile_files()
         return store
+
+    @staticmethod
+    def check_resume(run_dir: str | Path, config: dict[str, Any], *, volatile: Iterable[str] = VOLATILE_KEYS,
+                     problem_ids: Iterable[str] | None = None) -> None:
+        """Raise the `StoreError` that `open` would for a run recorded under a config `config` cannot resume or
+        extend, without creating, locking or changing anything (so the caller can refuse before starting work)."""
+        nearest = Path(run_dir)
+        while not nearest.exists() and nearest != nearest.parent:
+            nearest = nearest.parent
+        if not os.access(nearest, os.W_OK):  # read-only filesystem or folder (root too: EROFS)
+            raise StoreError(f"cannot write the run directory {run_dir}: {nearest} is not writable")
+        db_path = Path(run_dir) / DB_NAME
+        if not db_path.exists():
+            return
+        try:
+            conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+            try:
+                stored = json.loads(_meta(conn)["config"])
+                diff = config_differences(stored, config, volatile)
+                if diff:
+                    _refuse_a_different_config(Path(run_dir), stored, config, diff, conn, problem_ids)
+            finally:
+                conn.close()
+        except (sqlite3.Error, OSError, KeyError, ValueError):
+            return  # unreadable here: `open` reports it
 
     # ------------------------------------------------------------------ access
     def attempts(self) -> list[Attempt]:
@@ -527,6 +546,17 @@ def _connect(db_path: Path) -> sqlite3.Connection:
 
 # Config keys a finished run may grow along (`harness run` with more turns, samples or problems extends it).
 GROWABLE_KEYS = ("turns", "samples", "problems.spec", "problems.limit")
+
+
+def _refuse_a_different_config(run_dir: Path, stored: dict[str, Any], new: dict[str, Any], diff: list[str],
+                               conn: sqlite3.Connection, problem_ids: Iterable[str] | None) -> None:
+    """Raise `StoreError` unless `new` merely extends the run recorded under `stored`."""
+    why = _extension_refusal(stored, new, diff, conn, problem_ids)
+    if why:
+        raise StoreError(
+            f"{run_dir} holds a run with a different config ({', '.join(diff[:8])}{', ...' if len(diff) > 8 else ''}"
+            f" differ{why}). Resume it with the same settings, or start a new run with another name=."
+        )
 
 
 def _extension_refusal(stored: dict[str, Any], new: dict[str, Any], diff: list[str], conn: sqlite3.Connection,
