@@ -87,7 +87,7 @@ for name in spec["system"]:
     elif os.path.isdir(src):
         os.makedirs(R + src, exist_ok=True)
         mount(src, R + src, None, BIND | REC)
-private = [(path, opts) for path, opts in spec["private"]]
+private = spec["private"]
 for path, opts in private:  # a writable tmpfs of its own, capped in bytes and files
     os.makedirs(R + path, exist_ok=True)
     mount("tmpfs", R + path, "tmpfs", NOSUID | NODEV, "mode=1777," + opts)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Callable
 
 TICK_S = 0.25
@@ -92,7 +93,6 @@ class MemoryWatch:
             self._watched.pop(pid, None)
 
     def _run(self) -> None:
-        event = threading.Event()
         while True:
             with self._lock:
                 watched = dict(self._watched)
@@ -105,7 +105,7 @@ class MemoryWatch:
                 if rss > limit:
                     self.forget(pid)
                     over(rss)
-            event.wait(TICK_S)
+            time.sleep(TICK_S)
 
 
 WATCH = MemoryWatch()

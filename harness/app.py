@@ -258,10 +258,10 @@ def _refuse_partial_replay(agent: Any, settings: LoopSettings, problems: list[Pr
     if recorded is None:
         return
     selected = {p.id for p in problems}
-    dropped = sorted(k for k in recorded() if k[0] not in selected or k[1] > settings.samples or k[2] > settings.turns)
+    keys = recorded()
+    dropped = sorted(k for k in keys if k[0] not in selected or k[1] > settings.samples or k[2] > settings.turns)
     if not dropped:
         return
-    keys = recorded()
     first = dropped[0]
     raise BadInput(
         f"replay: {replay.path} holds {len(keys)} attempts ({len({k[0] for k in keys})} problems, samples up to "
