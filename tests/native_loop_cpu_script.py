@@ -89,7 +89,7 @@ def boom():
 for forward, copies, error in ((boom, None, KeyError), (lambda: x, b"\0" * 40, ValueError),
                                (lambda: x, [1, 2, 3], TypeError),
                                (lambda: run(loop, lambda: x), None, RuntimeError),
-                               (lambda: loop.calibrate(1.0), None, RuntimeError)):
+                               (lambda: loop.set_lead(1.0), None, RuntimeError)):
     try:
         run(loop, forward, copies=copies)
     except error:

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from eval.capture import CAPTURE_EXTRA, SUM_ABS, capture
+from eval.worker.timing import _cycles_per_us
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -213,7 +214,7 @@ def test_errors_propagate_and_the_loop_is_not_reentrant(loop: Any) -> None:
 
 
 def test_times_hide_launch_latency(loop: Any) -> None:
-    cycles_1ms = int(loop.cycles_per_us * 1000)
+    cycles_1ms = int(_cycles_per_us() * 1000)
     res = loop.block(lambda: torch.cuda._sleep(cycles_1ms) or torch.zeros(1, device=DEV), [], 20, first_rep=0,
                      capture=False)
     med = statistics.median(res.times_ms)
@@ -222,3 +223,22 @@ def test_times_hide_launch_latency(loop: Any) -> None:
     tiny = statistics.median(loop.block(lambda: x + 1, [], 50, first_rep=0).times_ms)
     assert tiny < 0.03, tiny  # a few microseconds of GPU work, not the host's launch latency
     print(f"1 ms sleep: {med:.4f} ms; x + 1 on 1024 floats: {tiny * 1000:.1f} us; info {loop.info()}")
+
+
+def test_the_lead_lasts_its_time_whatever_the_clock(loop: Any) -> None:
+    """The lead spins on the global timer: it lasts its set time in every process, however the SM clock moved
+    since it was set (a clock64 spin calibrated once per process did not, and offset the wall bound)."""
+    import time
+
+    busy = torch.empty(1 << 28, device=DEV)
+    x = torch.ones(1024, device=DEV)
+    for _ in range(20):  # load the GPU so its clocks move from where they were when the lead was set
+        busy.mul_(1.0001)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    res = loop.block(lambda: x + 1, [], 200, first_rep=0, capture=False, flush=False)
+    per_rep_us = (time.perf_counter() - t0) * 1e6 / 200
+    info = loop.info()
+    assert info["lead_us"] == 200.0 and abs(info["lead_measured_us"] - 200.0) < 10.0, info
+    assert 195.0 < per_rep_us < 230.0, (per_rep_us, info)  # the GPU spends the lead on every repetition
+    assert max(res.times_ms) < 0.03, res.times_ms  # and it stays outside the events

@@ -51,14 +51,14 @@ class NativeLoop:
             dtype_descr=base.__dict__["dtype"], strided=torch.strided, dtypes=SUPPORTED_DTYPES,
             dtype_names=tuple(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES),
         )
-        self.cycles_per_us = self._loop.calibrate(lead_us)
+        self.lead_measured_us = self._loop.set_lead(lead_us)
 
     def rekey(self, key: int) -> None:
         """Key the captures anew (the reference process serves each evaluation with that candidate worker's key)."""
         self._loop.rekey(key)
 
     def info(self) -> dict[str, Any]:
-        """Spin rate and lead, flush size, and whether this device lets the L2 checks run."""
+        """The GPU lead (set and measured), flush size, and whether this device lets the L2 checks run."""
         return self._loop.info()
 
     def block(self, forward: Callable[..., Any], args: list[Any], reps: int, *, first_rep: int, flush: bool = True,

@@ -82,10 +82,15 @@ __device__ double kh_load(const kh_leaf& L, long long i) {
     }
 }
 
-extern "C" __global__ void kh_spin(unsigned long long cycles) {
-    long long start = clock64();
-    while ((unsigned long long)(clock64() - start) < cycles) {
-    }
+// Spins on the global timer (nanoseconds), not clock64: the SM clock changes with load and power, so a
+// lead counted in cycles lasted a different time in each process that calibrated it, and that difference
+// showed up in the parent's wall bound as a per-process offset.
+extern "C" __global__ void kh_spin(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
 }
 
 // Grid: a fixed number of blocks of KH_THREADS. Writes the samples to out[0, samples) and

@@ -173,7 +173,7 @@ static unsigned long long splitmix64(unsigned long long z) {
 /* ---- the Loop object ---- */
 typedef struct {
     PyObject_HEAD
-    int busy;                       /* run/calibrate in progress: no re-entry from candidate code */
+    int busy;                       /* run/set_lead in progress: no re-entry from candidate code */
     int device_index;
     int samples;
     int checks_limit;               /* the persisting-L2 limit can be read in this context */
@@ -181,8 +181,8 @@ typedef struct {
     CUcontext ctx;
     CUstream stream;
     unsigned long long key;
-    unsigned long long spin_cycles;
-    double cycles_per_us;
+    unsigned long long spin_ns;     /* the GPU lead before each start event, in global-timer nanoseconds */
+    double lead_measured_us;        /* one spin of that length, as the events measured it */
     CUfunction spin, partial, final;
     CUdeviceptr flush_buf;
     size_t flush_words;             /* the default flush: words written before each call */
@@ -536,8 +536,8 @@ static PyObject *Loop_run(Loop *self, PyObject *args) {
         if (!ok) break;
         if (check_reset_l2(self, violations) < 0) goto fail;
         if (flush_words) CU(MemsetD32Async, (self->flush_buf, 0, flush_words, self->stream));
-        if (lead && self->spin_cycles) {
-            void *spin_args[] = {&self->spin_cycles};
+        if (lead && self->spin_ns) {
+            void *spin_args[] = {&self->spin_ns};
             CU(LaunchKernel, (self->spin, 1, 1, 1, 1, 1, 1, 0, self->stream, spin_args, NULL));
         }
         CU(EventRecord, (self->starts[i], self->stream));
@@ -622,40 +622,45 @@ fail:
     return result;
 }
 
-PyDoc_STRVAR(calibrate_doc,
-"calibrate(lead_us) -> cycles_per_us\n\nMeasure the spin kernel's clock rate and set the lead before each timed call.");
+PyDoc_STRVAR(set_lead_doc,
+"set_lead(lead_us) -> measured_us\n\nSet the GPU lead queued before each start event (a spin on the global timer, so it\n"
+"lasts the same in every process whatever the SM clock), and measure one spin of it with events.");
 
-static PyObject *Loop_calibrate(Loop *self, PyObject *args) {
+static PyObject *Loop_set_lead(Loop *self, PyObject *args) {
     double lead_us;
     if (!PyArg_ParseTuple(args, "d", &lead_us)) return NULL;
     if (self->busy) {
         PyErr_SetString(PyExc_RuntimeError, "the timed loop is running");
         return NULL;
     }
+    if (lead_us < 0.0 || lead_us > 1e6) {
+        PyErr_SetString(PyExc_ValueError, "lead_us must be between 0 and 1e6");
+        return NULL;
+    }
     if (grow_events(self, 1) < 0) return NULL;
-    unsigned long long cycles = 1000000ULL;
-    void *spin_args[] = {&cycles};
+    unsigned long long ns = (unsigned long long)(lead_us * 1000.0);
+    void *spin_args[] = {&ns};
     float ms = 0.0f;
-    CU(LaunchKernel, (self->spin, 1, 1, 1, 1, 1, 1, 0, self->stream, spin_args, NULL));  /* warm the clocks */
+    CU(LaunchKernel, (self->spin, 1, 1, 1, 1, 1, 1, 0, self->stream, spin_args, NULL));  /* load the module */
     CU(EventRecord, (self->starts[0], self->stream));
     CU(LaunchKernel, (self->spin, 1, 1, 1, 1, 1, 1, 0, self->stream, spin_args, NULL));
     CU(EventRecord, (self->ends[0], self->stream));
     CU(StreamSynchronize, (self->stream));
     CU(EventElapsedTime, (&ms, self->starts[0], self->ends[0]));
-    if (ms <= 0.0f) {
-        PyErr_SetString(PyExc_RuntimeError, "spin calibration measured no time");
+    if (ns && ms <= 0.0f) {
+        PyErr_SetString(PyExc_RuntimeError, "the GPU lead's spin measured no time (no global timer?)");
         return NULL;
     }
-    self->cycles_per_us = (double)cycles / (ms * 1000.0);
-    self->spin_cycles = (unsigned long long)(lead_us * self->cycles_per_us);
-    return PyFloat_FromDouble(self->cycles_per_us);
+    self->spin_ns = ns;
+    self->lead_measured_us = ms * 1000.0;
+    return PyFloat_FromDouble(self->lead_measured_us);
 fail:
     return NULL;
 }
 
 static PyObject *Loop_info(Loop *self, PyObject *Py_UNUSED(ignored)) {
-    return Py_BuildValue("{s:d,s:K,s:n,s:i,s:i,s:i}", "cycles_per_us", self->cycles_per_us, "spin_cycles",
-                         self->spin_cycles, "flush_bytes", (Py_ssize_t)(self->flush_words * 4), "samples",
+    return Py_BuildValue("{s:d,s:d,s:n,s:i,s:i,s:i}", "lead_us", self->spin_ns / 1000.0, "lead_measured_us",
+                         self->lead_measured_us, "flush_bytes", (Py_ssize_t)(self->flush_words * 4), "samples",
                          self->samples, "checks_l2_limit", self->checks_limit, "checks_window", self->checks_window);
 }
 
@@ -779,7 +784,7 @@ static PyMethodDef Loop_methods[] = {
     {"run", (PyCFunction)Loop_run, METH_VARARGS, run_doc},
     {"rekey", (PyCFunction)Loop_rekey, METH_O,
      "Set the capture key (the trusted reference process takes each evaluation's; a candidate's is set at start)."},
-    {"calibrate", (PyCFunction)Loop_calibrate, METH_VARARGS, calibrate_doc},
+    {"set_lead", (PyCFunction)Loop_set_lead, METH_VARARGS, set_lead_doc},
     {"info", (PyCFunction)Loop_info, METH_NOARGS, "Lead, flush size and which L2 checks this device allows."},
     {NULL, NULL, 0, NULL},
 };
