@@ -83,5 +83,10 @@ class Builder:
         finally:
             worker.close()
         note = "compiled with nvcc (compile-only check): CUDA candidates cannot run without a GPU" if compile_only else ""
+        if reply.ok and reply.handled:
+            failed = reply.handled.strip().splitlines()[0] if reply.handled.strip() else "no message"
+            note = (f"a load_inline build failed and the candidate caught the error, so it runs its own fallback (as "
+                    f"with torch's load_inline): {failed}" + ("; CUDA candidates cannot run without a GPU"
+                                                              if compile_only else ""))
         return Build(ok=reply.ok, error=reply.error, extensions_dir=str(ext_dir), note=note,
                      seconds=round(time.perf_counter() - t0, 3))

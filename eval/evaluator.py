@@ -259,10 +259,11 @@ class Evaluator:
             raise Verdict(Status.COMPILE_ERROR, "building the candidate failed", built.error)
         if self.device.type == "cpu" and (report.cuda_kernels or report.uses_load_inline or job.backend == "cuda"):
             raise Verdict(Status.SKIPPED, (built.note if built else "") or "CUDA candidates cannot run without a GPU")
+        notes = [f"build: {built.note}"] if built is not None and built.note else []
         alone, graphs, retried = False, self.config.cuda_graphs == "auto", []
         while True:  # each retry turns one thing off, so this ends
             attempt = self._new_result(job) if retried else result
-            attempt.flags.extend(retried)
+            attempt.flags.extend(notes + retried)
             try:
                 self._run_on_worker(job, report, built, attempt, alone=alone, graphs=graphs)
             except RetryAlone:

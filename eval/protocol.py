@@ -83,10 +83,19 @@ class Load(Request):
 
 
 @dataclass
+class PrepareReply(Reply):
+    """`handled`: a build failure the candidate caught itself (it falls back, as it would with torch's own
+    `load_inline`), so the build did not fail."""
+
+    handled: str = ""
+
+
+@dataclass
 class Prepare(Request):
     """Import a candidate only to build its CUDA/C++ extensions (compile-only without a GPU)."""
 
     cmd: ClassVar[str] = "prepare"
+    reply: ClassVar[type[Reply]] = PrepareReply
     candidate_source: str = ""
     compile_only: bool = False
 

@@ -77,3 +77,25 @@ def test_the_compile_check_builds_with_torchs_own_flags(tmp_path):
     assert honest.status is Status.SKIPPED and "compiled with nvcc" in honest.reason, honest.reason + honest.error
     assert halves.status is Status.COMPILE_ERROR, halves.reason
     assert "kh_h * kh_h" in halves.error and "error" in halves.error
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="the build runs only with nvcc")
+def test_a_build_failure_the_candidate_catches_is_not_a_compile_error(tmp_path):
+    """Published kernels (CUDA-L1's L1/12 and L1/25) wrap a `load_inline` that cannot build in try/except and fall
+    back to PyTorch. With torch's own `load_inline` they run; the build must not fail them either. A candidate that
+    re-raises (its own error, chained to the build's) still failed because of its build."""
+    broken = candidates.cuda_candidate("caught", 256, "this is not C++;")
+    guarded = candidates.edit(broken, "ext = load_inline(", "_kh_built = True\ntry:\n    ext = load_inline(")
+    guarded = candidates.edit(guarded, "verbose=False)\n", "verbose=False)\nexcept Exception:\n    _kh_built = False\n")
+    caught = candidates.edit(guarded, "        return ext.add_relu_scale(x.contiguous(), y.contiguous(), self.scale)",
+                             "        if not _kh_built:\n            return torch.relu(x + y) * self.scale\n"
+                             "        return ext.add_relu_scale(x.contiguous(), y.contiguous(), self.scale)")
+    reraised = candidates.edit(guarded.replace("caught", "reraised"), "    _kh_built = False\n",
+                               "    raise RuntimeError('no kernel, no model')\n")
+    problem = candidates.problem(4096)
+    with Evaluator(EvalConfig(device="cpu", cache_dir=str(tmp_path), import_timeout_s=BUILD_LIMIT_S)) as ev:
+        handled, fatal = ev.evaluate_many([Job(problem, caught, "cuda"), Job(problem, reraised, "cuda")])
+    assert handled.status is Status.SKIPPED, f"{handled.status}: {handled.reason} {handled.error}"
+    assert "the candidate caught the error" in handled.reason and "add_relu_scale_caught" in handled.reason
+    assert fatal.status is Status.COMPILE_ERROR, f"{fatal.status}: {fatal.reason}"
+    assert "this is not C++" in fatal.error

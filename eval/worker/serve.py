@@ -36,6 +36,18 @@ _load_inline = cpp_extension.load_inline
 Handled = tuple[p.Reply, list[torch.Tensor]]
 
 
+def _caused_by(exc: BaseException | None, cause: BaseException) -> bool:
+    """True when `cause` is `exc` or in its chain of causes and contexts (a candidate that re-raises its own error
+    after a failed build still failed because of the build)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if exc is cause:
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def _tail(text: str, n: int = _TRACEBACK_CHARS) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
@@ -179,8 +191,9 @@ class Worker:
 
     def cmd_prepare(self, msg: p.Prepare, tensors: list[torch.Tensor]) -> Handled:
         """Import a candidate only to build its extensions (no GPU needed), each call recorded for the evaluating
-        worker (`eval.worker.prebuilt`); report build failures."""
-        failures: list[str] = []
+        worker (`eval.worker.prebuilt`). A failed build fails the candidate only when its error ends the import,
+        as with torch's own `load_inline`: a candidate that catches it and falls back builds fine."""
+        failures: list[BaseException] = []
         build = compile_only(_load_inline) if msg.compile_only else _load_inline
         light_first = light_build.wrap(prebuilt.recording(build, Path(os.environ["TORCH_EXTENSIONS_DIR"])))
 
@@ -190,21 +203,23 @@ class Worker:
             except CompileOnlyDone:
                 raise
             except BaseException as exc:  # noqa: BLE001
-                failures.append(_tail(str(exc) or traceback.format_exc()))
+                failures.append(exc)
                 raise
 
         cpp_extension.load_inline = recording_load_inline
         path = Path.cwd() / "candidate_prepare.py"
         path.write_text(msg.candidate_source)
+        ended_by: BaseException | None = None
         try:
             _import_file(path, "kh_candidate_prepare")
-        except BaseException:  # noqa: BLE001  non-build failures are judged later, on the GPU
-            pass
+        except BaseException as exc:  # noqa: BLE001  non-build failures are judged later, on the GPU
+            ended_by = exc
         finally:
             cpp_extension.load_inline = _load_inline
-        if failures:
-            return p.Reply(ok=False, stage="build", error=failures[0]), []
-        return p.Reply(), []
+        fatal = next((f for f in failures if _caused_by(ended_by, f)), None)
+        if fatal is not None:
+            return p.PrepareReply(ok=False, stage="build", error=_tail(str(fatal) or repr(fatal))), []
+        return p.PrepareReply(handled=_tail(str(failures[0]) or repr(failures[0])) if failures else ""), []
 
     def cmd_run(self, msg: p.Run, tensors: list[torch.Tensor]) -> Handled:
         """One correctness trial on the given or drawn inputs, memory poisoned while it runs."""
