@@ -19,7 +19,7 @@ LAUNCH = f"        {TRITON_LAUNCH.format(warps=4)}\n"
 # the pointer-keyed memo is caught by the second correctness trial, whose inputs sit at the first one's
 # addresses with new values. (Before the worker kept trial inputs at stable addresses, that depended on
 # the allocator: on the H100, 2026-11-25, the memo missed every trial and only the timed check caught it.)
-PHASE_DETECTION_STATUS, PHASE_DETECTION_PHRASE = Status.INCORRECT, "(fresh inputs) is wrong"
+PHASE_DETECTION_STATUS, PHASE_DETECTION_PHRASE = Status.INCORRECT, "the output of timed repetition"
 POINTER_CACHE_STATUS, POINTER_CACHE_PHRASE = Status.INCORRECT, "values differ"
 POINTER_CACHE_DEFENCE = "(trial 1)"  # the correctness trials' reason; the timed repetitions' says "(fresh inputs)"
 
