@@ -234,6 +234,10 @@ class SandboxPlan:
 # one gets ENOSPC there, and nothing of the host's /tmp (its socket files included) is in sight.
 PRIVATE_TMP = "size=2g,nr_inodes=50000"
 PRIVATE_SHM = "size=1g,nr_inodes=10000"
+# The worker's own folder (its cwd, HOME and TMPDIR: the candidate file, Triton's cache, its own builds) is a private
+# tmpfs too, mounted over the host folder's path: the host folder stays empty, and a candidate that fills it hits
+# these caps, not the host's disk. A build of a torch extension takes a few hundred MB.
+PRIVATE_OWN = "size=4g,nr_inodes=100000"
 # RLIMIT_NPROC of a worker: the tasks (processes and threads) its uid may hold, counted by the kernel per uid. A
 # GPU worker holds ~40 threads; the cap stops a fork bomb, with room for every worker of a host under uid 65534.
 MAX_PROCESSES = 4096
@@ -242,6 +246,17 @@ _SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "dev"
 # Of the project, a worker needs only the packages it imports; hand-written solutions stay out of its sight.
 _PROJECT_PACKAGES = ("eval", "problems")
 _PROJECT_HIDDEN = (Path("problems") / "solutions",)
+
+
+def limit_hit(error: str) -> str:
+    """The sandbox limit that a failure's text shows was hit, as a sentence for the verdict (or "")."""
+    if "No space left on device" in error or "[Errno 28]" in error:
+        return (f"a sandbox limit was hit: the worker's own folder ({PRIVATE_OWN}), /tmp ({PRIVATE_TMP}) and "
+                f"/dev/shm ({PRIVATE_SHM}) are private tmpfs capped in bytes and files (eval/sandbox.py)")
+    if "can't start new thread" in error or "[Errno 11] Resource temporarily unavailable" in error:
+        return (f"a sandbox limit may have been hit: a worker's uid may hold at most eval.max_worker_processes "
+                "processes and threads")
+    return ""
 
 
 def _under(path: str, folders: list[str]) -> bool:
@@ -289,8 +304,10 @@ def _layout(writable: list[str]) -> dict[str, Any]:
     seen = [os.path.realpath(s) for s in system]
     binds = [p for p in _needed_paths() if not _under(p, seen)]
     binds = sorted(p for p in binds if not any(_under(p, [o]) for o in binds if o != p))
-    return {"system": [s.lstrip("/") for s in system], "bind": binds, "writable": writable,
-            "private": [["/tmp", PRIVATE_TMP], ["/dev/shm", PRIVATE_SHM]],
+    own = writable[:1]  # the worker's own folder comes first (`WorkerProcess._writable`)
+    shared = [w for w in writable[1:] if not _under(w, own)]  # a build folder outside it stays the host's
+    return {"system": [s.lstrip("/") for s in system], "bind": binds, "writable": shared,
+            "private": [["/tmp", PRIVATE_TMP], ["/dev/shm", PRIVATE_SHM]] + [[f, PRIVATE_OWN] for f in own],
             "hide": [str(PROJECT_ROOT / h) for h in _PROJECT_HIDDEN], "build_at": "/tmp"}
 
 
@@ -329,20 +346,23 @@ def _confinement_works(plan: SandboxPlan, gpu: bool) -> bool:
     """Run a probe confined by `plan` in a fresh folder where workers' folders go (the temporary folder): it must
     import what a worker imports, start CUDA when there is a GPU, and write there."""
     probe_dir = owned_tempdir("probe")  # a fresh one: an earlier attempt may have chowned its own
+    own, out = probe_dir / "own", probe_dir / "out"  # its private folder (a tmpfs inside), and one the host sees
     try:
-        if plan.uid is not None:
-            os.chown(probe_dir, plan.uid, plan.uid)
+        for folder in (probe_dir, own, out):
+            folder.mkdir(exist_ok=True)
+            if plan.uid is not None:
+                os.chown(folder, plan.uid, plan.uid)
         check = "import statistics, torch, triton" if plan.uid is not None else "import statistics"
         if gpu:  # a confinement the CUDA driver cannot work in is no plan (the next, weaker one is tried)
             check += "; import torch; assert torch.ones(1, device='cuda').sum().item() == 1"
-        check += f"; open({str(probe_dir / 'ok')!r}, 'w').write('1')"
-        cmd = confine_command(plan, [str(probe_dir)], [sys.executable, "-c", check], network=True)
+        check += f"; open({str(own / 'scratch')!r}, 'w').write('1'); open({str(out / 'ok')!r}, 'w').write('1')"
+        cmd = confine_command(plan, [str(own), str(out)], [sys.executable, "-c", check], network=True)
         try:
             proc = subprocess.run(cmd, capture_output=True, timeout=120, cwd="/",
                                   env=scrubbed_env({"HOME": str(probe_dir), "TMPDIR": str(probe_dir)}))
         except (OSError, subprocess.SubprocessError):
             return False
-        return proc.returncode == 0 and (probe_dir / "ok").exists()
+        return proc.returncode == 0 and (out / "ok").exists()
     finally:
         shutil.rmtree(probe_dir, ignore_errors=True)
 
@@ -379,7 +399,7 @@ def _runs_as_nobody() -> bool:
         proc = subprocess.run([sys.executable, "-c", check], user=UNPRIVILEGED_UID, group=UNPRIVILEGED_UID,
                               extra_groups=[], cwd="/", capture_output=True, timeout=120,
                               env=scrubbed_env({"HOME": "/tmp"}))
-        return proc.returncode == 0 and (probe_dir / "ok").exists()
+        return proc.returncode == 0 and (out / "ok").exists()
     except (OSError, subprocess.SubprocessError):
         return False
     finally:

@@ -162,6 +162,28 @@ def test_too_many_files_in_tmp_fail_at_the_cap(evaluator, problem):
 """ + FORWARD))
     assert r.status is Status.RUNTIME_ERROR, r.reason + r.error
     assert "No space left on device" in r.error, r.error
+    assert "a sandbox limit was hit" in r.reason and "nr_inodes=50000" in r.reason, r.reason
+
+
+@pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
+def test_the_worker_folder_is_private_and_capped(evaluator, problem):
+    """The 8 GiB-in-its-folder attack: the worker's own folder (its cwd) is a private tmpfs over the host folder's
+    path, capped in bytes (`sandbox.PRIVATE_OWN`): a file past the cap fails with ENOSPC, the verdict names the limit,
+    and nothing of it reaches the host's disk (the folder is a tmpfs mount of its own)."""
+    r = evaluator.evaluate(problem, variant(FORWARD, """        import os
+        st = os.statvfs('.')
+        if st.f_blocks * st.f_frsize > (4 << 30) or st.f_files > 100000:
+            raise RuntimeError(f'the worker folder is not capped: {st.f_blocks * st.f_frsize} bytes, {st.f_files} files')
+        own = [line for line in open('/proc/self/mountinfo') if line.split()[4] == os.getcwd()]
+        if not own or ' - tmpfs ' not in own[-1]:
+            raise RuntimeError(f'the worker folder is not a private tmpfs: {own}')
+        with open('big.bin', 'wb') as f:
+            for _ in range(5 * 1024):
+                f.write(bytes(1 << 20))
+""" + FORWARD))
+    assert r.status is Status.RUNTIME_ERROR, r.reason + r.error
+    assert "No space left on device" in r.error, r.error
+    assert "a sandbox limit was hit" in r.reason and "size=4g" in r.reason, r.reason
 
 
 @pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
