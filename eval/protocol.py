@@ -60,6 +60,7 @@ class Hello(Request):
 class LoadReply(Reply):
     import_s: float = 0.0
     state_copied: int = 0
+    state_note: str = ""  # why the reference's parameters were not copied (ModelNew keeps its own, same seed)
 
 
 @dataclass

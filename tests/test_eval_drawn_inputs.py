@@ -96,3 +96,22 @@ def test_a_candidate_that_makes_the_draw_easy_is_rejected(evaluator, tamper, rep
     assert lazy != candidates.triton_candidate()
     result = evaluator.evaluate(candidates.problem(N), tamper + lazy)
     assert result.status is Status.REJECTED and f"replaced {replaced}" in result.reason, (result.status, result.reason)
+
+
+def test_a_candidate_whose_parameters_refuse_the_copy_keeps_its_own_same_seed_ones(evaluator):
+    """A published kernel (CUDA-L1) builds its parameters under `torch.inference_mode()`: copying the reference's
+    parameters into them raises "Inplace update to inference tensor outside InferenceMode". KernelBench copies
+    nothing (both models are built after the same seed), so the candidate keeps its own, built after the same seed
+    as the reference, is judged on them, and the result says which state was used."""
+    from pathlib import Path
+
+    from problems.suite import suite_problem
+
+    solution = (Path(__file__).parents[1] / "problems/solutions/level1/16_rms_norm.py").read_text()
+    built_under_inference = candidates.edit(solution, "        self.weight = nn.Parameter(torch.rand(hidden) + 0.5)\n",
+                                            "        with torch.inference_mode():\n"
+                                            "            self.weight = nn.Parameter(torch.rand(hidden) + 0.5)\n")
+    r = evaluator.evaluate(suite_problem("L1/16_rms_norm"), built_under_inference)
+    assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-600:]}"
+    assert any(f.startswith("state: the reference's parameters could not be copied") and "inference tensor" in f
+               for f in r.flags), r.flags

@@ -179,7 +179,15 @@ class Worker:
             candidate = runtime.build_model(_Constructor(model_new, problem), msg.weight_seed)
             if not isinstance(candidate, torch.nn.Module):
                 return p.LoadReply(ok=False, stage="format", error="ModelNew(...) is not a torch.nn.Module"), []
+        except BaseException as exc:  # noqa: BLE001
+            return _failure("construct", exc, p.LoadReply), []
+        copied, note = 0, ""
+        try:
             copied = _copy_matching_state(reference, candidate) if msg.copy_state else 0
+        except Exception as exc:  # noqa: BLE001  how ModelNew built its own tensors refuses the copy
+            note = (f"the reference's parameters could not be copied into ModelNew ({_tail(str(exc), 200)}); it keeps "
+                    "its own, built after the same seed as the reference (KernelBench's way)")
+        try:
             self.subjects[msg.subject] = Subject(problem, candidate.to(self.device))
         except BaseException as exc:  # noqa: BLE001
             return _failure("construct", exc, p.LoadReply), []
@@ -187,7 +195,7 @@ class Worker:
         violations = self.snapshot.violations()
         if violations:
             return p.LoadReply(ok=False, stage="integrity", error="; ".join(violations)), []
-        return p.LoadReply(import_s=import_s, state_copied=copied), []
+        return p.LoadReply(import_s=import_s, state_copied=copied, state_note=note), []
 
     def cmd_prepare(self, msg: p.Prepare, tensors: list[torch.Tensor]) -> Handled:
         """Import a candidate only to build its extensions (no GPU needed), each call recorded for the evaluating
