@@ -58,6 +58,7 @@ class SourceReport:
     triton_kernels: list[str] = field(default_factory=list)
     cuda_kernels: list[str] = field(default_factory=list)
     uses_load_inline: bool = False
+    uses_torch_compile: bool = False  # torch.compile / dynamo / inductor: generated kernels, not the candidate's
 
     @property
     def kernels(self) -> list[str]:
@@ -68,6 +69,22 @@ def _is_jit_decorator(node: ast.expr) -> bool:
     target = node.func if isinstance(node, ast.Call) else node
     text = ast.unparse(target)
     return text.endswith(("jit", "autotune", "heuristics")) and ("triton" in text or text in ("jit", "autotune", "heuristics"))
+
+
+def _uses_torch_compile(tree: ast.Module) -> bool:
+    """Whether the source calls torch.compile or reaches dynamo or inductor (by attribute or import)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("compile", "_dynamo", "_inductor"):
+            if ast.unparse(node.value) == "torch":
+                return True
+        if isinstance(node, ast.ImportFrom) and node.module and (
+                node.module.startswith(("torch._dynamo", "torch._inductor"))
+                or (node.module == "torch" and any(a.name in ("compile", "_dynamo", "_inductor") for a in node.names))):
+            return True
+        if isinstance(node, ast.Import) and any(a.name.startswith(("torch._dynamo", "torch._inductor"))
+                                                for a in node.names):
+            return True
+    return False
 
 
 def _defines_model_new(tree: ast.Module) -> bool:
@@ -201,6 +218,7 @@ def analyze(source: str) -> SourceReport:
             report.triton_kernels.append(node.name)
     report.cuda_kernels = sorted(set(_CUDA_KERNEL.findall(_LAUNCH_BOUNDS.sub(" ", source))))
     report.uses_load_inline = "load_inline" in source or "cpp_extension" in source
+    report.uses_torch_compile = _uses_torch_compile(tree)
     rebinding = _rebinding(tree)
     if rebinding is not None:
         line, what = rebinding
@@ -221,6 +239,10 @@ def refusal(report: SourceReport, own_kernel_policy: str) -> tuple[Status, str] 
     """The verdict a candidate gets from its source alone (before any build or worker), or None."""
     if report.status is not None:
         return report.status, report.reason
+    if not report.kernels and own_kernel_policy == "reject" and report.uses_torch_compile:
+        return Status.REJECTED, ("the candidate uses torch.compile, whose kernels PyTorch's compiler generates: they "
+                                 "are not the candidate's own, and it defines none (no @triton.jit function and no "
+                                 "CUDA __global__ function); write the kernel itself")
     if not report.kernels and own_kernel_policy == "reject":
         return Status.REJECTED, ("the candidate defines no kernel of its own (no @triton.jit function and no CUDA "
                                  "__global__ function): PyTorch-only solutions are not accepted")
