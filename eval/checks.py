@@ -35,7 +35,7 @@ from eval.pool import Lease
 from eval.reference_process import Session
 from eval.reference import Reference, encode_args, problem_size
 from eval.result import EvalResult, KernelShare, Status, Timing
-from eval.roofline import IMPLAUSIBLE_BELOW_FLOOR, Ceilings
+from eval.roofline import IMPLAUSIBLE_BELOW_FLOOR, REJECT_BELOW_BYTE_FLOOR, Ceilings
 from problems import runtime
 from problems.compare import compare, compare_structure
 from problems.runtime import derive_seed
@@ -200,6 +200,8 @@ def load(ctx: Context) -> None:
                extensions_dir=ctx.build.extensions_dir if ctx.build else None, **rules),
         timeout=ctx.config.import_timeout_s)
     if reply.ok:
+        if reply.state_note:
+            ctx.result.flags.append(f"state: {reply.state_note}")
         if ctx.timed:
             ctx.session = ctx.lease.reference.open(
                 p.Load(problem_source=ctx.problem.source, problem_label=label, weight_seed=weight_seed,
@@ -559,28 +561,43 @@ def in_order(ctx: Context) -> None:
 
 
 def speed_of_light(ctx: Context) -> None:
-    """SOL fraction against the probed ceilings; flag times under the roofline floor."""
+    """SOL fraction against the probed ceilings; flag times under the roofline floor, and reject times under the
+    byte floor that no correct kernel can reach (`roofline.REJECT_BELOW_BYTE_FLOOR`)."""
     result = ctx.result
     if ctx.ceilings is None or result.candidate_timing is None:
         return
-    result.sol_fraction, flag = judge_speed(ctx.problem, ctx.ceilings, result.candidate_timing.median_ms / 1000.0)
+    flushed = ctx.config.l2_flush and not ctx.small  # the floor holds for full-size inputs fetched from memory
+    result.sol_fraction, flag, rejection = judge_speed(ctx.problem, ctx.ceilings,
+                                                       result.candidate_timing.median_ms / 1000.0, flushed=flushed)
     if flag:
         result.flags.append(flag)
+    if rejection:
+        raise Verdict(Status.REJECTED, rejection)
 
 
-def judge_speed(problem: Problem, ceilings: Ceilings, seconds: float) -> tuple[float | None, str]:
-    """SOL fraction of a measured time, and an audit flag when it beats the roofline floor.
+def judge_speed(problem: Problem, ceilings: Ceilings, seconds: float, *, flushed: bool = True
+                ) -> tuple[float | None, str, str]:
+    """SOL fraction of a measured time, an audit flag when it beats the roofline floor, and a rejection when it
+    beats the byte floor by more than any correct kernel can (only for a timing that flushed the L2).
 
     FLOPs and bytes come from the problem's META, or are traced from its source when it has none.
     """
     flops, nbytes = problem_size(problem)
     floor = ceilings.floor_s(flops, nbytes, problem.dtype)
     if floor is None:
-        return None, ""
+        return None, "", ""
+    byte_floor = ceilings.byte_floor_s(nbytes)
+    if flushed and byte_floor and seconds < REJECT_BELOW_BYTE_FLOOR * byte_floor:
+        return floor / seconds, "", (
+            f"implausible: {seconds * 1e6:.1f} us is under {REJECT_BELOW_BYTE_FLOOR:.0%} of the {byte_floor * 1e6:.1f} "
+            f"us that reading every input and parameter once and writing every output once ({nbytes / 1e6:.1f} MB) "
+            f"takes at this device's measured copy bandwidth ({ceilings.copy_bytes_per_s / 1e12:.2f} TB/s): the "
+            "kernel cannot have done the work (an input a correct kernel need not read is declared in "
+            "META['unread_inputs'])")
     if seconds < IMPLAUSIBLE_BELOW_FLOOR * floor:
-        return floor / seconds, (f"implausible: {seconds * 1e6:.1f} us beats the roofline floor of {floor * 1e6:.1f} us "
-                                 "(FLOPs / peak, bytes / bandwidth); audit this result")
-    return floor / seconds, ""
+        return floor / seconds, (f"implausible: {seconds * 1e6:.1f} us beats the roofline floor of {floor * 1e6:.1f} "
+                                 "us (FLOPs / peak, bytes / bandwidth); audit this result"), ""
+    return floor / seconds, "", ""
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from eval.config import EvalConfig
 from eval.pool import WorkerPool
 from eval.reference import Reference, encode_args, use_small_sizes
 from eval.result import EvalResult, Status, Timing
-from eval.roofline import cached_ceilings
+from eval.roofline import Ceilings, cached_ceilings, probe, probe_and_cache
 from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout, check_identity, protect_parent
 from eval.watchdog import GIB, default_limit_bytes
 from problems.problem import Problem
@@ -118,7 +118,7 @@ class Evaluator:
         root = self.config.cache_dir
         self._cache = JsonCache(root, "results") if root else None
         self._baselines = JsonCache(root, "baselines") if root else None
-        self._ceilings = cached_ceilings(root, self.device_name) if use_cuda and root else None
+        self._ceilings = _ceilings(root, self.device, self.device_name) if use_cuda else None
         self._builder = Builder(parallel=self.config.parallel_compiles or max(1, cores // 2), arch=self._arch,
                                 gpu_available=use_cuda, timeout_s=self.config.import_timeout_s,
                                 log_cap_bytes=self.config.log_cap_bytes, isolate_network=self.config.isolate_network,
@@ -391,3 +391,12 @@ class Evaluator:
             raise RuntimeError(f"the evaluation worker for GPU {gpu_index} ({expected}) runs on another GPU "
                                f"({reply.info.get('device_uuid') or 'unknown'}); its timings would not be this GPU's")
         return worker
+
+
+def _ceilings(cache_dir: str | None, device: torch.device, device_name: str) -> Ceilings:
+    """The device's measured ceilings: from the cache, else probed now (about a second), so that every GPU result
+    has a floor and a SOL fraction, KernelBench's problems and single files included."""
+    cached = cached_ceilings(cache_dir, device_name) if cache_dir else None
+    if cached is not None:
+        return cached
+    return probe_and_cache(cache_dir, device) if cache_dir else probe(device)

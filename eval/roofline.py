@@ -19,6 +19,13 @@ from eval.cache import JsonCache, cache_key
 
 # a measured time this far under the floor is flagged (measurement noise stays well inside it)
 IMPLAUSIBLE_BELOW_FLOOR = 0.9
+# A time under this share of the byte floor (every input and parameter read once, every output written once, at the
+# measured copy bandwidth, with the L2 flushed before the call) is rejected: no correct kernel moves its bytes that
+# fast. Why not closer to 1: the copy bandwidth counts reads and writes, a read-only stream runs ~10 % faster, and
+# an output that fits the L2 may not reach memory inside the timed call, so an elementwise kernel's physical limit
+# is about half its byte floor. The FLOP floor is never a rejection: an algebraic shortcut (a diagonal matmul as a
+# scaling) legitimately does less arithmetic than the reference.
+REJECT_BELOW_BYTE_FLOOR = 0.25
 _MATMUL_DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -30,6 +37,10 @@ class Ceilings:
     copy_bytes_per_s: float
     matmul_flops_per_s: dict[str, float]
 
+    def byte_floor_s(self, nbytes: float | None) -> float | None:
+        """Seconds to move `nbytes` at the measured copy bandwidth, or None without a byte count."""
+        return nbytes / self.copy_bytes_per_s if nbytes else None
+
     def floor_s(self, flops: float | None, nbytes: float | None, dtype: str) -> float | None:
         """Roofline floor in seconds, or None when the problem gives neither FLOPs nor bytes."""
         terms = []
@@ -38,7 +49,7 @@ class Ceilings:
             if peak:
                 terms.append(flops / peak)
         if nbytes:
-            terms.append(nbytes / self.copy_bytes_per_s)
+            terms.append(self.byte_floor_s(nbytes))
         return max(terms) if terms else None
 
 

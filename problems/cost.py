@@ -9,7 +9,8 @@ tensors; with `allow_real=True` they run for real on the CPU instead.
   count elementwise or reduction arithmetic, which never bounds the roofline of our problems, and it
   knows nothing of causality, so causal attention problems state their FLOPs by hand
   (`META["flops_method"] = "hand"`).
-- bytes: every input, parameter, buffer and output touched exactly once (a perfect fusion).
+- bytes: every input, parameter, buffer and output touched exactly once (a perfect fusion), less the inputs
+  the problem declares a correct kernel need not read (`Problem.unread_inputs`).
 - peak_bytes: the most memory alive at once during a reference forward (inputs, parameters and
   the live intermediates), traced op by op; a second copy for the candidate is the caller's to add
   (`estimate_memory`).
@@ -38,11 +39,12 @@ class Cost:
     output_bytes: int
     peak_bytes: int
     method: str  # "fake" (traced without data) or "real" (ran on the CPU)
+    unread_bytes: int = 0  # of the inputs declared unread (`Problem.unread_inputs`)
 
     @property
     def bytes(self) -> int:
-        """Minimum bytes moved: inputs, parameters/buffers and outputs, each once."""
-        return self.input_bytes + self.param_bytes + self.output_bytes
+        """Minimum bytes moved: inputs (less those declared unread), parameters/buffers and outputs, each once."""
+        return self.input_bytes - self.unread_bytes + self.param_bytes + self.output_bytes
 
 
 class _LiveBytes(TorchDispatchMode):
@@ -99,6 +101,8 @@ def _measure(problem: Problem, small: bool) -> Cost:
         output_bytes=_unique_bytes(outputs),
         peak_bytes=input_bytes + param_bytes + live.peak,
         method="real",
+        unread_bytes=_unique_bytes([x for i, x in enumerate(inputs)
+                                    if i in problem.unread_inputs and isinstance(x, torch.Tensor)]),
     )
 
 

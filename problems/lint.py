@@ -306,6 +306,7 @@ def _run_checks(problem: Problem, device: str, scale: str, budget: int, report: 
     checks.extend(_check_degenerate(out_a, out_b, atol, rtol))
     del out_b
     checks.append(_check_trivial_expression(model, inputs_a, out_a, atol, rtol))
+    checks.append(_check_unread_inputs(problem, module, model, inputs_a, out_a, device, atol, rtol))
     del inputs_a, out_a  # the extra input sets run beside the model alone
     checks.append(_check_extra_inputs(module, model, device))
 
@@ -467,6 +468,44 @@ def _check_trivial_expression(model: torch.nn.Module, inputs: list, outs: list[t
                                                    f"({per_element:.3g} per output element)")
     return Check("trivial-expression", "pass", f"{found}: the problem's own elementwise form "
                                                f"({describe_flops(flops)} counted)")
+
+
+def _check_unread_inputs(problem: Problem, module, model: torch.nn.Module, inputs: list, out: list[torch.Tensor],
+                         device: str, atol: float, rtol: float) -> Check:
+    """Does each input the byte floor counts change the output, and does none declared unread?
+
+    The evaluator rejects a time under a share of the byte floor (every input read once), so an input whose values
+    never reach the output must be declared in META['unread_inputs'], or an honest kernel that skips it may be
+    rejected; and a declared one must truly not matter. Each input in turn is redrawn (another seed), the rest
+    kept."""
+    try:
+        other = make_inputs(module, SEED_B, device)
+        ignored, needed = [], []
+        for i, (a, b) in enumerate(zip(inputs, other)):
+            if not isinstance(a, torch.Tensor) or _identical(a, b):
+                continue  # not a tensor, or the same in every draw: nothing to learn by redrawing it
+            mixed = list(inputs)
+            mixed[i] = b
+            changed = _made_mismatch(out, lambda k, o=output_tensors(run_forward(model, mixed)): o[k], atol, rtol)
+            if changed is None and i not in problem.unread_inputs:
+                ignored.append(i)
+            elif changed is not None and i in problem.unread_inputs:
+                needed.append(i)
+        del other
+    except Exception as exc:
+        return Check("unread-inputs", "skip", _short_exc(exc))
+    if needed:
+        return Check("unread-inputs", "fail", f"META['unread_inputs'] declares input(s) {needed} unread, but redrawing "
+                                              "them changes the output")
+    if ignored:
+        return Check("unread-inputs", "fail", f"redrawing input(s) {ignored} leaves the output unchanged within "
+                                              "tolerance: either a correct kernel need not read them (declare them "
+                                              "in META['unread_inputs'], or the byte floor counts their bytes), or "
+                                              "under get_inputs()'s distribution the output does not depend on their "
+                                              "values (a shortcut that reads only the rest passes: draw them so "
+                                              "that it does)")
+    declared = f"; declared unread: {list(problem.unread_inputs)}" if problem.unread_inputs else ""
+    return Check("unread-inputs", "pass", f"every counted input changes the output{declared}")
 
 
 def _check_extra_inputs(module, model: torch.nn.Module, device: str) -> Check:

@@ -6,8 +6,10 @@ It may also define a literal `META = {...}` dict (tolerances, FLOPs, tags, ...) 
 checks for correctness but never shows to the agent.
 
 META keys: level, dtype, tags, atol/rtol (or tolerance), flops, bytes (minimum bytes moved),
-flops_method ("hand" where FLOPs were counted by hand, see `problems.cost`), and small
-(shape-constant overrides for reduced-size runs, see `problems.runtime`).
+flops_method ("hand" where FLOPs were counted by hand, see `problems.cost`), small
+(shape-constant overrides for reduced-size runs, see `problems.runtime`), and unread_inputs
+(indices into get_inputs() of inputs a correct kernel need not read whole: the byte floor leaves them
+out, and `harness problems lint` checks the declaration).
 
 Loading only parses the source (no import): the trusted evaluator parent must be able to
 describe a problem without running it, and a broken file must fail with a clear message.
@@ -42,6 +44,7 @@ class Problem:
     rtol: float | None = None
     flops: float | None = None
     bytes_moved: float | None = None
+    unread_inputs: tuple[int, ...] = ()  # inputs a correct kernel need not read whole (META["unread_inputs"])
     tags: tuple[str, ...] = ()
     has_extra_inputs: bool = False
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
@@ -101,6 +104,9 @@ def problem_from_source(
     if missing:
         raise ProblemError(f"{origin}: missing {', '.join(missing)} (a problem defines {', '.join(REQUIRED_NAMES)})")
     meta = _literal_meta(tree, origin)
+    unread = meta.get("unread_inputs", [])
+    if not isinstance(unread, (list, tuple)) or not all(isinstance(i, int) and i >= 0 for i in unread):
+        raise ProblemError(f"{origin}: META['unread_inputs'] must be a list of input indices, got {unread!r}")
     tol = meta.get("tolerance")
     atol = meta.get("atol", tol)
     rtol = meta.get("rtol", tol)
@@ -116,6 +122,7 @@ def problem_from_source(
         flops=None if meta.get("flops") is None else float(meta["flops"]),
         bytes_moved=None if meta.get("bytes") is None else float(meta["bytes"]),
         tags=tuple(meta.get("tags", ())),
+        unread_inputs=tuple(unread),
         has_extra_inputs="get_extra_inputs" in names,
         meta=meta,
     )

@@ -180,9 +180,11 @@ def test_channel_close_is_idempotent():
     b.close()
 
 
-def test_a_problem_without_meta_still_gets_a_floor_and_the_implausibility_flag():
-    """KernelBench problems carry no FLOPs or bytes: they are traced from the source, so a 674x-style
-    result on a KernelBench problem is flagged like one on ours."""
+def test_a_problem_without_meta_still_gets_a_floor_a_flag_and_a_rejection():
+    """KernelBench problems carry no FLOPs or bytes: they are traced from the source, so a 2111x-style result on a
+    KernelBench problem is judged like one on ours: under a quarter of the byte floor (every input and output moved
+    once at the measured copy bandwidth) it is rejected, naming the floor; a time that beats only the FLOP floor is
+    a flag (an algebraic shortcut may do less arithmetic); and without an L2 flush the byte floor proves nothing."""
     from pathlib import Path
 
     from eval.checks import judge_speed
@@ -193,10 +195,38 @@ def test_a_problem_without_meta_still_gets_a_floor_and_the_implausibility_flag()
     problem = load_problem_file(path)
     assert problem.flops is None and problem.bytes_moved is None
     ceilings = Ceilings(device="test", copy_bytes_per_s=3e12, matmul_flops_per_s={"float32": 5e13})
-    fraction, flag = judge_speed(problem, ceilings, 1e-9)
-    assert fraction is not None and fraction > 1 and flag.startswith("implausible")
-    fraction, flag = judge_speed(problem, ceilings, 10.0)
-    assert 0 < fraction < 1 and flag == ""
+    byte_floor = ceilings.byte_floor_s(problem_bytes(problem))
+    from eval.reference import problem_size
+
+    flops, nbytes = problem_size(problem)
+    assert flops and ceilings.floor_s(flops, nbytes, "float32") == byte_floor  # bytes bound this one, FLOPs traced
+    fraction, flag, rejection = judge_speed(problem, ceilings, 0.2 * byte_floor)
+    assert fraction is not None and fraction > 1 and flag == ""
+    assert rejection.startswith("implausible") and f"{byte_floor * 1e6:.1f} us" in rejection, rejection
+    fraction, flag, rejection = judge_speed(problem, ceilings, 0.2 * byte_floor, flushed=False)
+    assert flag.startswith("implausible") and rejection == ""
+    fraction, flag, rejection = judge_speed(problem, ceilings, 0.3 * byte_floor)  # under the floor, over a quarter
+    assert flag.startswith("implausible") and rejection == ""
+    fraction, flag, rejection = judge_speed(problem, ceilings, 10.0)
+    assert 0 < fraction < 1 and flag == "" and rejection == ""
+
+
+def problem_bytes(problem) -> float:
+    from eval.reference import problem_size
+
+    return problem_size(problem)[1]
+
+
+def test_an_input_declared_unread_leaves_the_byte_floor():
+    """META['unread_inputs'] takes an input out of the byte floor: a kernel that may skip it is not rejected."""
+    from pathlib import Path
+
+    source = (Path(__file__).parent / "fixtures/kernelbench/KernelBench/level1/1_Sound_matmul.py").read_text()
+    whole = problem_from_source(source, name="m", problem_id="t/whole")
+    declared = problem_from_source(source + "\nMETA = {'unread_inputs': [1]}\n", name="m", problem_id="t/declared")
+    assert problem_bytes(whole) - problem_bytes(declared) == 48 * 32 * 4  # B, one float32 matrix
+    with pytest.raises(ProblemError, match="unread_inputs"):
+        problem_from_source(source + "\nMETA = {'unread_inputs': 'B'}\n", name="m", problem_id="t/bad")
 
 
 @pytest.mark.parametrize("profiled, base", [

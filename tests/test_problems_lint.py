@@ -18,16 +18,16 @@ FIXTURE = Path(__file__).parent / "fixtures" / "kernelbench"
 # problem id -> the checks that must fail (and no others)
 EXPECTED_FAILURES = {
     "KB/L1/1_Sound_matmul": set(),
-    "KB/L1/2_Constant_output": {"input-dependence", "constant-output"},
-    "KB/L1/3_Zero_output": {"input-dependence", "zero-output", "constant-output"},
+    "KB/L1/2_Constant_output": {"input-dependence", "constant-output", "unread-inputs"},
+    "KB/L1/3_Zero_output": {"input-dependence", "zero-output", "constant-output", "unread-inputs"},
     "KB/L1/4_Random_forward": {"deterministic"},
-    "KB/L1/5_Input_independent": {"input-dependence"},
+    "KB/L1/5_Input_independent": {"input-dependence", "unread-inputs"},
     "KB/L1/6_Too_big_for_memory": {"memory"},
     "KB/L1/7_Missing_get_inputs": {"load"},
     "KB/L1/8_Nan_output": {"finite"},
     "KB/L2/1_Sound_gemm_relu": set(),
-    "KB/L2/2_Min_clamp_zero": {"input-dependence", "zero-output", "constant-output"},
-    "KB/L2/3_Scalar_mean_loss": {"input-dependence", "constant-output"},
+    "KB/L2/2_Min_clamp_zero": {"input-dependence", "zero-output", "constant-output", "unread-inputs"},
+    "KB/L2/3_Scalar_mean_loss": {"input-dependence", "constant-output", "unread-inputs"},
     "KB/L3/1_Sound_mlp": set(),
     "KB/L3/2_Hangs": {"run"},
 }
@@ -36,7 +36,7 @@ EXPECTED_FAILURES = {
 @pytest.fixture(scope="module")
 def fixture_reports():
     entries = load_kernelbench_dir(FIXTURE)
-    return {r.problem_id: r for r in lint_entries(entries, device="cpu", timeout_s=20, jobs=2)}
+    return {r.problem_id: r for r in lint_entries(entries, device="cpu", timeout_s=120, jobs=2)}
 
 
 def test_each_planted_defect_is_caught_and_sound_problems_pass(fixture_reports):
@@ -153,7 +153,9 @@ def test_gemm_collapsing_to_y_times_y_fails_trivial_expression():
         "h = self.norm(h.unsqueeze(-1)).squeeze(-1)\n        h = h + y\n        return h * y")
     assert check.status == "fail"
     assert "`inputs[1] * inputs[1]`" in check.detail and "FLOP" in check.detail
-    assert [c.name for c in report.failures] == ["trivial-expression"]  # the older checks miss it
+    # the older checks miss it; the per-input check sees that x never reaches the output
+    assert [c.name for c in report.failures] == ["trivial-expression", "unread-inputs"]
+    assert "input(s) [0]" in next(c for c in report.failures if c.name == "unread-inputs").detail
 
 
 def test_gemm_collapsing_to_a_sum_of_inputs_fails_trivial_expression():
@@ -181,3 +183,37 @@ def test_a_matched_output_beside_real_work_passes():
     _, check = _trivial_check("return h, torch.tanh(x)")
     assert check.status == "pass"
     assert "output 1 is matched by `tanh(inputs[0])`" in check.detail
+
+
+_TWO_INPUTS = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x, y):
+        return x * 2.0 + y[:1].sum() * 0.0{extra}
+
+
+def get_inputs():
+    return [torch.randn(64, 32), torch.randn(16, 32)]
+
+
+def get_init_inputs():
+    return []
+{meta}"""
+
+
+@pytest.mark.parametrize("extra, meta, verdict", [
+    ("", "", "fail"),  # y never reaches the output and is not declared: the byte floor would count it
+    ("", "META = {'unread_inputs': [1]}", "pass"),  # declared: the floor leaves it out
+    (" + y.mean()", "META = {'unread_inputs': [1]}", "fail"),  # declared, yet the output depends on it
+])
+def test_inputs_the_byte_floor_counts_must_change_the_output(extra, meta, verdict):
+    """The evaluator rejects a time under a quarter of the byte floor (every input read once); lint makes sure
+    each counted input matters, and that an input declared unread (META['unread_inputs']) truly does not."""
+    problem = problem_from_source(_TWO_INPUTS.format(extra=extra, meta=meta), name="two", problem_id="t/two")
+    check = next(c for c in lint_problem_here(problem).checks if c.name == "unread-inputs")
+    assert check.status == verdict, check
+    if verdict == "fail":
+        assert "[1]" in check.detail, check.detail
