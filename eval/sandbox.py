@@ -267,7 +267,12 @@ def _needed_paths() -> list[str]:
     """What the worker must read beyond the system folders: the interpreter, its libraries, the CUDA toolkit, the
     project's packages and this harness's prebuilt extensions. Never a folder that holds the whole project."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    paths |= {p for p in sys.path if p and os.path.isabs(p)}
+    # an import path is bound whole, unless it is a shared area itself or holds one (a script run from /tmp puts
+    # /tmp on sys.path; from a home, the home): its packages then stay out of the worker's view
+    shared = {os.path.realpath(a) for a in (tempfile.gettempdir(), "/tmp", "/var", "/run", "/home",
+                                            os.path.expanduser("~"))}
+    paths |= {p for p in sys.path if p and os.path.isabs(p) and not any(_under(a, [os.path.realpath(p)])
+                                                                        for a in shared)}
     paths |= {os.environ[k] for k in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(k)}
     paths |= {p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if os.path.isabs(p)}
     paths |= _toolchain_paths()

@@ -459,3 +459,22 @@ def test_a_fork_bomb_stops_at_the_process_limit(problem):
     assert honest.status is Status.CORRECT, honest.reason + honest.error
     assert r.status is Status.RUNTIME_ERROR, f"{r.status}: {r.reason} {r.error}"
     assert "fork failed after" in r.error and "Resource temporarily unavailable" in r.error, r.error
+
+
+def test_an_import_path_that_is_or_holds_a_shared_area_is_not_bound(monkeypatch):
+    """A harness started by a script in /tmp (or in a home) has that folder on sys.path. Bound whole, it showed the
+    worker the host's /tmp (its socket files) or the home; it also broke the built root, so the evaluator refused to
+    start. Such a path is left out; a package folder inside one (say /tmp/site on PYTHONPATH) is still bound."""
+    import tempfile
+
+    from eval.sandbox import _needed_paths
+
+    site = Path(tempfile.mkdtemp(prefix="kh-test-site-"))
+    try:
+        monkeypatch.setattr(sys, "path", [tempfile.gettempdir(), os.path.expanduser("~"), "/", str(site), *sys.path])
+        bound = _needed_paths()
+        for shared in (tempfile.gettempdir(), os.path.expanduser("~"), "/"):
+            assert os.path.realpath(shared) not in bound, (shared, bound)
+        assert str(site.resolve()) in bound, bound
+    finally:
+        site.rmdir()
