@@ -230,35 +230,55 @@ def reply_cap(config: EvalConfig, reference_output_bytes: int = 0) -> int:
 
 
 def trials(ctx: Context) -> None:
-    """Fresh inputs per trial (and every hidden shape set, unless off), outputs compared here, inputs
-    must stay unchanged. Each trial holds the GPU gate shared on its own (the step is "per_trial")."""
+    """Fresh inputs per trial (and every hidden shape set, unless off, and the inputs moved off the published
+    distribution, unless off), outputs compared here, inputs must stay unchanged. Each trial holds the GPU gate shared
+    on its own (the step is "per_trial")."""
     assert ctx.reference is not None
     ref, atol_rtol = ctx.reference, ctx.tolerance()
-    plan: list[tuple[str, int | None]] = [(f"trial{t}", None) for t in range(max(2, ctx.config.trials))]
+    plan: list[tuple[str, int | None, str]] = [(f"trial{t}", None, "") for t in range(max(2, ctx.config.trials))]
     if ctx.config.hidden_shapes:
-        plan += [(f"extra{j}", j) for j in range(ref.extra_count())]
+        plan += [(f"extra{j}", j, "") for j in range(ref.extra_count())]
+    if ctx.config.distribution_trials and not ctx.kernelbench_seeding:
+        plan += [(f"dist-{name}", None, name) for name in runtime.DISTRIBUTIONS]
     public = runtime.kernelbench_trial_seeds(ctx.config.public_seed, len(plan)) if ctx.kernelbench_seeding else []
-    for trial, (label, extra) in enumerate(plan):
+    for trial, (label, extra, distribution) in enumerate(plan):
         seed = public[trial] if public else derive_seed(ctx.secret, label)
         with ctx.lease.gate.hold("shared"):
-            inputs = runtime.draw_inputs(ref.module, seed, ctx.lease.device, extra, on_cpu=bool(public))
+            inputs = runtime.draw_inputs(ref.module, seed, ctx.lease.device, extra, on_cpu=bool(public),
+                                         distribution=distribution)
             fingerprint = runtime.input_fingerprint(inputs) if ctx.worker_draws else []
             expected = ctx.expected(inputs)
+            if distribution and not all(_finite(t) for t in expected):
+                ctx.result.distributions[distribution] = "skipped: the reference is not finite on these inputs"
+                continue
             ctx.allow_outputs(expected)
             reply, outputs = _run_trial(ctx, inputs, fingerprint, p.Run(seed=seed, extra=-1 if extra is None else extra,
-                                                                         on_cpu=bool(public)))
-            ctx.result.trials = trial + 1
+                                                                         on_cpu=bool(public), distribution=distribution))
+            ctx.result.trials += 1
             mismatch = (compare_structure(ref.structure, reply.output_structure, trial)
                         or compare(expected, outputs, *atol_rtol, trial=trial))
             del inputs, expected, outputs
         if mismatch is not None:
             shape_note = f" on hidden input shapes #{extra}" if extra is not None else ""
+            if distribution:
+                shape_note += f", inputs off the published distribution: {runtime.DISTRIBUTIONS[distribution]}"
             where = f"output {mismatch.output}: " if mismatch.output >= 0 else ""
             ctx.result.mismatch = mismatch
+            if distribution:
+                ctx.result.distributions[distribution] = "failed"
             raise Verdict(Status.INCORRECT, f"{where}{mismatch.reason} (trial {trial}{shape_note})")
         if reply.mutated_inputs:
             raise Verdict(Status.INCORRECT, f"the candidate modified input(s) {reply.mutated_inputs} in place; "
                                             "the reference leaves its inputs unchanged")
+        if distribution:
+            ctx.result.distributions[distribution] = "passed"
+
+
+def _finite(t: torch.Tensor) -> bool:
+    """Whether a reference output holds no NaN or infinity (float8 has no isfinite of its own)."""
+    if not t.is_floating_point():
+        return True
+    return bool(torch.isfinite(t.float() if t.element_size() == 1 else t).all())
 
 
 def _run_trial(ctx: Context, inputs: list[Any], fingerprint: list[str], drawn: p.Run) -> tuple[Any, list[torch.Tensor]]:

@@ -41,6 +41,7 @@ _ADDED_LATER: dict[str, Any] = {
 # The own-share rule changes strict verdicts, so at its default it keys the cache (no strict result cached
 # before the rule existed is reused); off (0, as under eval=kernelbench) it stays out of the key.
 _ADDED_LATER["min_own_time_fraction"] = 0.0
+_ADDED_LATER["distribution_trials"] = False  # the same: on (the default) it changes strict verdicts
 _WHERE_IT_RUNS = {"cache_dir", "parallel_compiles", "log_cap_bytes", "gpus", "workers_per_gpu",
                   "allow_unconfined_workers"}
 
@@ -82,6 +83,8 @@ class EvalConfig:
     copy_reference_state: copy the reference's parameters into same-named ModelNew entries
       (KernelBench does not: its two models only share the construction seed).
     hidden_shapes: also check the problem's hidden input shapes (`get_extra_inputs()`).
+    distribution_trials: also check inputs moved off get_inputs()'s distribution (`runtime.DISTRIBUTIONS`: scaled,
+      shifted, negated), each skipped where the reference is not finite on them.
     hidden_work_check: reject work left running after forward returns (side streams, threads).
     timed_output_checks: capture every timed output and check it against the reference's output for the
       same inputs (`eval.capture`).
@@ -144,6 +147,7 @@ class EvalConfig:
     public_seed: int = 42
     copy_reference_state: bool = True
     hidden_shapes: bool = True
+    distribution_trials: bool = True
     hidden_work_check: bool = True
     timed_output_checks: bool = True
     timing_method: str = "adaptive"

@@ -124,6 +124,7 @@ class Run(Request):
     seed: int = 0  # 0: the inputs are the tensors carried
     extra: int = -1  # hidden shape set to draw; -1: get_inputs()
     on_cpu: bool = False
+    distribution: str = ""  # a key of `runtime.DISTRIBUTIONS` applied to the drawn inputs; "": as published
 
 
 @dataclass

@@ -183,15 +183,34 @@ def make_inputs(module: types.ModuleType, seed: int, device: str | torch.device 
     return list(to_device(list(raw), device))
 
 
+# Correctness trials beyond the published distribution: each applies to every floating-point input at once. A
+# shortcut that uses get_inputs()'s distribution instead of the inputs (a loss that is, on average, a function of a
+# few statistics) fails on them; an honest kernel computes the same formula on any values.
+DISTRIBUTIONS: dict[str, str] = {
+    "scaled": "every floating-point input multiplied by 4",
+    "shifted": "every floating-point input plus 2",
+    "flipped": "every floating-point input negated",
+}
+
+
+def transformed(inputs: list[Any], distribution: str) -> list[Any]:
+    """`inputs` with `distribution` (a key of DISTRIBUTIONS, or "" for none) applied to each floating-point tensor."""
+    if not distribution:
+        return inputs
+    change = {"scaled": lambda t: t * 4, "shifted": lambda t: t + 2, "flipped": torch.neg}[distribution]
+    return [change(x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+
+
 def draw_inputs(module: types.ModuleType, seed: int, device: str | torch.device, extra_index: int | None = None,
-                on_cpu: bool = False) -> list[Any]:
-    """The inputs of `seed` on `device`: drawn there, or on the CPU and moved (`on_cpu`, KernelBench's values).
+                on_cpu: bool = False, distribution: str = "") -> list[Any]:
+    """The inputs of `seed` on `device`: drawn there, or on the CPU and moved (`on_cpu`, KernelBench's values),
+    then moved off the published distribution when asked (`DISTRIBUTIONS`).
 
     The parent and the worker both call this, so the same seed gives the same values on either side.
     """
     if on_cpu:
-        return make_inputs_on_cpu(module, seed, device, extra_index)
-    return make_inputs(module, seed, device, extra_index)
+        return transformed(make_inputs_on_cpu(module, seed, device, extra_index), distribution)
+    return transformed(make_inputs(module, seed, device, extra_index), distribution)
 
 
 _FINGERPRINT_VALUES = 64

@@ -49,8 +49,9 @@ def test_kernelbench_preset_sets_kernelbench_rules() -> None:
 def test_default_preset_is_the_strict_rules_unchanged() -> None:
     default = hydra_eval("default")
     assert default == EvalConfig() and default.preset == "default"
-    # cached strict results are still found, except that the own-share rule (issue 10) changed strict verdicts
-    assert set(default.cache_fields()) == LEGACY_CACHE_FIELDS | {"min_own_time_fraction"}
+    # cached strict results are still found, except that the own-share rule and the trials off the published
+    # distribution changed strict verdicts, so they key the cache
+    assert set(default.cache_fields()) == LEGACY_CACHE_FIELDS | {"min_own_time_fraction", "distribution_trials"}
     rule = default.timing_rule()
     assert (rule.min_reps, rule.max_reps, rule.target_rel_stderr, rule.budget_s, rule.warmup_ms) == (
         20, 1000, 0.01, 6.0, 25.0)

@@ -234,7 +234,8 @@ class Worker:
         assert self.candidate is not None and self.snapshot is not None
         fingerprint: list[str] = []
         if msg.seed:
-            inputs = self._draw(msg.seed, None if msg.extra < 0 else msg.extra, msg.on_cpu)
+            inputs = runtime.transformed(self._draw(msg.seed, None if msg.extra < 0 else msg.extra, msg.on_cpu),
+                                         msg.distribution)
             fingerprint = runtime.input_fingerprint(inputs)
         else:
             inputs = _rebuild_args(msg.args, [t.to(self.device) for t in tensors])
