@@ -2,8 +2,9 @@
 
 KernelBench's L1/100 (HingeLoss) as first published draws predictions uniformly in [0, 1) and targets as +-1, so
 mean(clamp(1 - p*t, 0)) is within tolerance of 1 - mean(t)/2: a kernel that reads only the targets passes every
-correctness check (2111x, with no flag, on the landed evaluator). The defence asserted here: the byte floor
-(every input read once, the output written once, at the probed copy bandwidth) rejects it, naming the floor."""
+correctness check on the published distribution (2111x, with no flag, on the landed evaluator). Two defences are
+asserted, each on its own: the byte floor (every input read once, the output written once, at the probed copy
+bandwidth) rejects it, naming the floor; and the trials off the published distribution find it wrong."""
 
 from __future__ import annotations
 
@@ -67,9 +68,19 @@ class ModelNew(nn.Module):
 
 
 def test_a_distribution_shortcut_under_the_byte_floor_is_rejected():
+    """The floor alone (the trials off the published distribution, which also catch it, turned off)."""
     problem = problem_from_source(HINGE, name="hinge", problem_id="floor/hinge_uniform")
-    with Evaluator(EvalConfig(device="cuda", cache_dir=None)) as ev:
+    with Evaluator(EvalConfig(device="cuda", cache_dir=None, distribution_trials=False)) as ev:
         r = ev.evaluate(problem, TARGETS_ONLY)
     assert r.status is Status.REJECTED, f"{r.status}: {r.reason}"
     assert "reading every input and parameter once" in r.reason and "implausible" in r.reason, r.reason
     assert r.sol_fraction is not None and r.sol_fraction > 4, r.sol_fraction
+
+
+def test_the_same_shortcut_fails_the_trials_off_the_published_distribution():
+    """With the default rules the scaled inputs catch it first (measured on the H100: trial 5, scaled by 4)."""
+    problem = problem_from_source(HINGE, name="hinge", problem_id="floor/hinge_uniform")
+    with Evaluator(EvalConfig(device="cuda", cache_dir=None)) as ev:
+        r = ev.evaluate(problem, TARGETS_ONLY)
+    assert r.status is Status.INCORRECT, f"{r.status}: {r.reason}"
+    assert "inputs off the published distribution" in r.reason and r.distributions.get("scaled") == "failed", r.reason
