@@ -250,6 +250,10 @@ class Evaluator:
         refused = static_checks.refusal(report, self.config.own_kernel_policy)
         if refused:
             raise Verdict(*refused)
+        if self.device.type == "cpu":
+            too_big = _too_big_for_a_worker(job.problem, self.config.problem_scale, self._memory_limit)
+            if too_big:
+                raise Verdict(Status.SKIPPED, too_big)
         waited = time.perf_counter()
         if build is None and _needs_build(job, report):
             build = self._builder.submit(job.source)
@@ -400,3 +404,21 @@ def _ceilings(cache_dir: str | None, device: torch.device, device_name: str) -> 
     if cached is not None:
         return cached
     return probe_and_cache(cache_dir, device) if cache_dir else probe(device)
+
+
+def _too_big_for_a_worker(problem: Problem, scale: str, limit_bytes: int) -> str:
+    """Why a problem cannot be evaluated on this CPU at the sizes it would run at (or ""): a KernelBench problem has
+    no reduced sizes, and its full-size inputs can exceed a worker's memory (a 6.4 GB softmax input on a laptop)."""
+    from problems.cost import estimate_memory, measure_cost
+
+    small = use_small_sizes(problem, scale, torch.device("cpu"))
+    try:
+        need = estimate_memory(measure_cost(problem, small=small))
+    except Exception:  # noqa: BLE001  a forward that cannot be traced without data: the worker's watchdog still holds
+        return ""
+    if need <= limit_bytes:
+        return ""
+    return (f"at {'its reduced' if small else 'full'} size this problem needs about {need / 1e9:.1f} GB (inputs, "
+            f"parameters, outputs and the reference's intermediates), over a worker's memory limit of "
+            f"{limit_bytes / 1e9:.1f} GB (eval.max_worker_memory_gib); evaluate it on a GPU, or give it reduced sizes "
+            "for CPU runs (META['small'], see problems/problem.py)")

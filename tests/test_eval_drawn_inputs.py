@@ -115,3 +115,18 @@ def test_a_candidate_whose_parameters_refuse_the_copy_keeps_its_own_same_seed_on
     assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-600:]}"
     assert any(f.startswith("state: the reference's parameters could not be copied") and "inference tensor" in f
                for f in r.flags), r.flags
+
+
+def test_a_problem_too_big_for_a_cpu_worker_is_skipped_with_its_size(evaluator):
+    """A KernelBench problem has no reduced sizes: at full size on a CPU its inputs alone can exceed a worker's
+    memory (a 6.4 GB softmax input on a laptop). It is skipped before any worker draws them, naming the size, the
+    limit and how to proceed."""
+    big = problem_from_source(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+        "        return torch.softmax(x, dim=-1)\n\n\nbatch_size = 4096\ndim = 393216\n\n\n"
+        "def get_inputs():\n    return [torch.randn(batch_size, dim)]\n\n\ndef get_init_inputs():\n    return []\n",
+        name="big_softmax", problem_id="t/big_softmax")
+    r = evaluator.evaluate(big, candidates.triton_candidate())
+    assert r.status is Status.SKIPPED, f"{r.status}: {r.reason}"
+    assert "this problem needs about" in r.reason and "eval.max_worker_memory_gib" in r.reason, r.reason
+    assert "META['small']" in r.reason and r.trials == 0
