@@ -58,12 +58,15 @@ def test_lint_exit_codes_and_output(capsys):
     assert main(["problems", "lint", f"file:{SOUND},file:{ZERO}"]) == 1
     out = capsys.readouterr().out
     assert "FAIL 2_Min_clamp_zero" in out and "zero-output: an all-zero output passes" in out
+    assert "[1/2, " in out and "[2/2, " in out  # progress as each problem finishes
     assert "2 problems linted, 1 failed: 2_Min_clamp_zero" in out
 
 
 def test_lint_json_and_verbose(capsys):
     assert main(["problems", "lint", "L1/13_softmax", "--json"]) == 0
-    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    captured = capsys.readouterr()
+    report = json.loads(captured.out.strip().splitlines()[-1])
+    assert "[1/1, " in captured.err and "L1/13_softmax" in captured.err  # progress on stderr, stdout stays JSON
     assert report["problem_id"] == "L1/13_softmax" and report["ok"] and report["scale"] == "small"
     assert {c["name"] for c in report["checks"]} >= {"memory", "metadata", "run", "zero-output", "constant-output"}
     assert main(["problems", "lint", "L1/13_softmax", "--verbose"]) == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import asdict
 
 from problems.cost import describe_bytes, describe_flops
@@ -130,9 +131,9 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_report(report: LintReport, verbose: bool) -> None:
+def _print_report(report: LintReport, verbose: bool, progress: str) -> None:
     verdict = "PASS" if report.ok else "FAIL"
-    print(f"{verdict} {report.problem_id} ({report.scale} size, {report.seconds:.1f} s)", flush=True)
+    print(f"{progress} {verdict} {report.problem_id} ({report.scale} size, {report.seconds:.1f} s)", flush=True)
     for check in report.checks:
         if verbose or check.status == "fail":
             print(f"    {check.status.upper():4} {check.name}: {check.detail}", flush=True)
@@ -147,13 +148,18 @@ def _lint(args: argparse.Namespace) -> int:
             return 2
     entries = select_entries(args.selection)
     jobs = max(1, args.jobs)
+    done = [0]
+    started = time.monotonic()
 
     def on_report(report: LintReport) -> None:
-        if args.json:
+        done[0] += 1
+        progress = f"[{done[0]}/{len(entries)}, {time.monotonic() - started:.0f} s]"
+        if args.json:  # stdout stays one JSON object per line; the progress goes to stderr
             print(json.dumps({"problem_id": report.problem_id, "ok": report.ok, "scale": report.scale,
                               "seconds": report.seconds, "checks": [asdict(c) for c in report.checks]}), flush=True)
+            print(f"{progress} {report.problem_id}", file=sys.stderr, flush=True)
         else:
-            _print_report(report, args.verbose)
+            _print_report(report, args.verbose, progress)
 
     reports = lint_entries(entries, device=args.device, scale=args.scale, budget=int(args.budget_gb * 1e9),
                            timeout_s=args.timeout, jobs=jobs, on_report=on_report)
