@@ -51,8 +51,8 @@ ERROR_CHARS = 3000
 # max(_HIDDEN_WORK_FLOOR_MS, _HIDDEN_WORK_SHARE x the candidate's median event time per call). Why these:
 # an undisturbed batch's excess is the host's loop between two event records (a few us per call, on both
 # sides alike) plus one synchronisation spread over the batch (<= ~1 us per call at 50 calls); a us-scale
-# candidate's single 20-call batch used to exceed 20 us per call from one 0.4 ms host stall (issue 10:
-# correct at 674x, then rejected), which the lowest of 7 batches no longer sees. The attacks stay far
+# candidate's single 20-call batch used to exceed 20 us per call from one 0.4 ms host stall
+# (correct at 674x, then rejected), which the lowest of 7 batches no longer sees. The attacks stay far
 # above the floor: the side-stream candidates queue 0.1-1 ms of hidden GPU work per call (5-50x), in every
 # batch. `harness bench eval --part flips` prints the largest honest statistic seen against this limit.
 _HIDDEN_WORK_SHARE = 0.5

@@ -113,7 +113,7 @@ class EvalConfig:
     # ~50 TFLOP/s IEEE fp32, TF32 off: ~2.7 ms) against a 16M-element fp32 bias+ReLU epilogue (128 MB
     # at ~3 TB/s: ~45 us) is 1.6 %; a bf16 GEMM on tensor cores raises the share (~10 %), not lowers it.
     # The 15 reference solutions measured 32.7 % at least (L3/04). Decoys measured 0.0 % (decoy_kernel),
-    # 0.12 % (side_stream) and 0.34 % (the one-element copy of issue 10). 0.5 % is a third of the lowest
+    # 0.12 % (side_stream) and 0.34 % (the one-element copy decoy). 0.5 % is a third of the lowest
     # honest estimate (room for GEMMs up to ~3x deeper per output than 4096, or faster epilogues) and
     # above every decoy measured. `harness bench eval --part own-share` prints the measured shares.
     min_own_time_fraction: float = 0.005

@@ -1,4 +1,4 @@
-"""Forged frames on the worker's channel (issue 10, item 8).
+"""Forged frames on the worker's channel.
 
 The candidate runs inside the worker, so it can find the channel's write end (`sys.argv` of
 `python -m eval.worker READ WRITE ...`, or /proc/self/fd) and write anything into it. Whatever

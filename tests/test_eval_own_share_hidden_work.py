@@ -48,7 +48,7 @@ def test_hydra_schema_accepts_the_setting() -> None:
 @pytest.mark.parametrize("share, minimum, rejects", [
     (None, 0.005, False),   # CPU: not measurable, never rejects
     (0.0, 0.005, True),     # decoy_kernel on the H100
-    (0.0034, 0.005, True),  # the one-element copy of issue 10
+    (0.0034, 0.005, True),  # the one-element copy decoy
     (0.0049, 0.005, True),
     (0.005, 0.005, False),  # at the minimum: kept
     (0.016, 0.005, False),  # GEMM + epilogue hybrid (estimate)

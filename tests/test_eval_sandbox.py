@@ -1,4 +1,4 @@
-"""Filesystem isolation of workers and authenticated cache entries (issue 10, item 9).
+"""Filesystem isolation of workers and authenticated cache entries.
 
 On this machine and in CI `unshare -m` works (as root; `unshare -U -r -m` otherwise), so a
 worker must see the filesystem read-only except its own folder and the build folders, and

@@ -1,5 +1,5 @@
 """Static checks: a real rebinding of a comparison or timing function is refused from the source,
-while local names that merely share a protected name never are (issue 10, item 4).
+while local names that merely share a protected name never are.
 
 The static check is a first line only; disguised rebinding is caught at run time by the identity
 snapshot (see the `*_dynamic` cases in tests/hostile.py, evaluated end to end).

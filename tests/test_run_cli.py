@@ -1,4 +1,4 @@
-"""`harness run` and the `harness` command as a new user meets them (issue 11): a wrong or unreachable
+"""`harness run` and the `harness` command as a new user meets them: a wrong or unreachable
 agent, binary files, documented examples run as written, clear refusals, pipes, the summary."""
 
 from __future__ import annotations
