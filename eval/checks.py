@@ -272,6 +272,45 @@ def trials(ctx: Context) -> None:
                                             "the reference leaves its inputs unchanged")
         if distribution:
             ctx.result.distributions[distribution] = "passed"
+    if ctx.config.hidden_shapes and not public and ref.extra_count() == 0:
+        derived_workload_trial(ctx, len(plan))
+
+
+def derived_workload_trial(ctx: Context, trial: int) -> None:
+    """A problem without hidden shapes (KernelBench's) gets one derived workload, never shown to the agent: its
+    constants that only get_inputs() reads (batch, sequence...) roughly halved (`runtime.derived_workload`). The
+    inputs are drawn here from that module and carried; skipped where the reference itself fails on them."""
+    assert ctx.reference is not None
+    ref = ctx.reference
+    workload = runtime.derived_workload(ref.module, runtime.input_only_constants(ctx.problem.source))
+    if not workload:
+        return
+    name = ", ".join(f"{k}={v}" for k, v in workload.items())
+    overrides = {**(ctx.problem.meta["small"] if ctx.small else {}), **workload}
+    with ctx.lease.gate.hold("shared"):
+        try:
+            module = runtime.load_source(ctx.problem.source, f"<{ctx.problem.id} derived>", overrides)
+            inputs = runtime.make_inputs(module, derive_seed(ctx.secret, "derived"), ctx.lease.device)
+            expected = ctx.expected(inputs)
+        except Exception as exc:  # noqa: BLE001  the reference's own limits: not the candidate's fault
+            ctx.result.workloads[name] = f"skipped: the reference fails on it ({trim(str(exc), 160)})"
+            return
+        if not all(_finite(t) for t in expected):
+            ctx.result.workloads[name] = "skipped: the reference is not finite on it"
+            return
+        ctx.allow_outputs(expected)
+        spec, tensors = encode_args(inputs)
+        reply, outputs = ctx.request(p.Run(args=spec, poison=True), tensors, timeout=ctx.config.call_timeout_s)
+        ctx.result.trials += 1
+        mismatch = (compare_structure(ref.structure, reply.output_structure, trial)
+                    or compare(expected, outputs, *ctx.tolerance(), trial=trial))
+        del inputs, expected, outputs
+    if mismatch is not None:
+        ctx.result.workloads[name] = "failed"
+        ctx.result.mismatch = mismatch
+        where = f"output {mismatch.output}: " if mismatch.output >= 0 else ""
+        raise Verdict(Status.INCORRECT, f"{where}{mismatch.reason} (trial {trial}, on a hidden workload: {name})")
+    ctx.result.workloads[name] = "passed"
 
 
 def _finite(t: torch.Tensor) -> bool:

@@ -77,6 +77,7 @@ class EvalResult:
     stdout_tail: str = ""
     trials: int = 0
     distributions: dict[str, str] = field(default_factory=dict)  # off-distribution trials: name -> passed/failed/skipped
+    workloads: dict[str, str] = field(default_factory=dict)  # derived hidden workloads ("batch=9") -> the same
     problem_scale: str = "full"  # "small" when the problem's reduced sizes (META["small"]) were used
     network_isolated: bool | None = None
     filesystem_isolated: bool | None = None  # the worker could write nowhere but its own folder

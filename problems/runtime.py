@@ -15,6 +15,7 @@ call time (all of ours do).
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import itertools
@@ -52,6 +53,35 @@ def load_source(source: str, label: str, overrides: dict[str, Any] | None = None
             raise ProblemError(f"{label}: META['small'] names {key!r}, which the module does not define")
         setattr(module, key, value)
     return module
+
+
+def input_only_constants(source: str) -> list[str]:
+    """Module-level names that get_inputs() reads and nothing else in the problem does (a batch size, a sequence
+    length): changing one changes the inputs, never the model, so the model built once runs on both workloads."""
+    tree = ast.parse(source)
+    reads: dict[str, set[str]] = {}
+    assigned: set[str] = set()
+    for node in tree.body:
+        loads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            reads[node.name] = loads
+        else:  # a module-level expression reading a constant (input_shape = (batch, dim)) keeps it
+            reads.setdefault("<module>", set()).update(loads)
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                assigned.add(node.targets[0].id)
+    elsewhere = set().union(*(names for owner, names in reads.items() if owner != "get_inputs"))
+    return sorted(n for n in assigned & reads.get("get_inputs", set()) if n not in elsewhere)
+
+
+def derived_workload(module: types.ModuleType, names: list[str]) -> dict[str, int]:
+    """A hidden workload: each of `names` that is an int of at least 4 roughly halved and made odd (4096 -> 2049),
+    so a kernel that hard-codes the published sizes, or assumes they fill its blocks, is found; {} when none."""
+    workload = {}
+    for name in names:
+        value = getattr(module, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 4:
+            workload[name] = value // 2 + 1
+    return workload
 
 
 def load_module(problem: Problem, *, small: bool = False) -> types.ModuleType:

@@ -98,3 +98,53 @@ def test_a_distribution_the_reference_is_not_finite_on_is_skipped(evaluator):
     assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
     assert r.distributions["shifted"] == "passed", r.distributions
     assert r.distributions["scaled"].startswith("skipped: the reference is not finite"), r.distributions
+
+
+KB_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.clamp(x, min=-10.0)
+
+
+batch_size = 64
+dim = 128
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_kernelbench_problem_gets_a_hidden_derived_workload(evaluator):
+    """A KernelBench problem has no get_extra_inputs(): its constants that only get_inputs() reads are roughly
+    halved (batch_size 64 -> 33, dim 128 -> 65) for one more trial the agent never sees. A kernel that hard-codes
+    the published shape fails there, and the verdict names the workload; the honest kernel passes it."""
+    problem = problem_from_source(KB_PROBLEM, name="kb_clamp", problem_id="t/kb_clamp")
+    honest = CANDIDATE.format(value="tl.maximum(x, -10.0)")
+    r = evaluator.evaluate(problem, honest)
+    assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
+    assert r.workloads == {"batch_size=33, dim=65": "passed"}, r.workloads
+    hard_coded = honest.replace("out = torch.empty_like(x)", "out = torch.empty(64, 128)")
+    r = evaluator.evaluate(problem, hard_coded)
+    assert r.status is Status.INCORRECT, f"{r.status}: {r.reason}"
+    assert "on a hidden workload: batch_size=33, dim=65" in r.reason and r.workloads == {
+        "batch_size=33, dim=65": "failed"}, (r.reason, r.workloads)
+
+
+def test_constants_the_model_reads_are_never_scaled():
+    from problems.runtime import input_only_constants
+
+    source = KB_PROBLEM.replace("return torch.clamp(x, min=-10.0)", "return torch.clamp(x, min=-10.0)[:, :dim]")
+    assert input_only_constants(KB_PROBLEM) == ["batch_size", "dim"]
+    assert input_only_constants(source) == ["batch_size"]  # Model reads dim: the model built once could not follow
