@@ -1,0 +1,361 @@
+"""The service behind the HTTP routes: a request to a verdict, a reward, feedback and a stored attempt.
+
+No HTTP here (the routes are `harness.serve.app`), so `KernelEnv` can use a `Service` in-process and see
+exactly what an HTTP client sees. Every part is the one `harness run` uses: the Hydra config
+(`harness.overrides.compose_config`), the problem selection, the prompts (`harness.app.prompt_builder`), the reply
+extraction and the crash-safe evaluation (`harness.loop`), the feedback (`eval.feedback`), the executors
+(`harness.executors.make_evaluator`) and the run store (`runs/serve-<name>/`).
+
+Identical requests (same problem, code, backend, evaluator settings and device) are coalesced while in flight
+(`WorkQueue`); afterwards the evaluator's authenticated result cache (`eval.cache_dir`) answers them.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from agents import PromptError, TurnRecord
+from agents.prompting import BACKENDS, visible_source
+from eval.cache import cache_key
+from eval.config import EvalConfig
+from eval.feedback import render_feedback
+from eval.result import EvalResult, Status
+from harness import overrides as ov
+from harness.app import prompt_builder
+from harness.cli import VERSION
+from harness.executors import make_evaluator
+from harness.loop import evaluate_safely, extract_candidate
+from harness.serve import rewards
+from harness.serve.metrics import Metrics
+from harness.serve.queue import QueueFull, Ticket, WorkQueue
+from harness.store import VOLATILE_KEYS, Attempt, RunStore, safe_name
+from problems.problem import Problem, ProblemError, problem_from_source
+from problems.select import select_problems
+
+MAX_CODE_CHARS = 1 << 20  # one reply or candidate
+MAX_SOURCE_CHARS = 1 << 20  # one problem source
+_ANSWERS_KEPT = 16384  # answers kept by request id, so a retried request gets the same answer
+
+
+class BadRequest(ValueError):
+    """A request the service cannot take: HTTP 400 naming `field`."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class NotFound(LookupError):
+    """An unknown problem id: HTTP 404."""
+
+
+@dataclass
+class EvalRequest:
+    """One parsed `/v1/evaluate` request."""
+
+    id: str
+    problem: Problem
+    reply: str
+    backend: str = "triton"
+    preset: str | None = None
+    reward: str | None = None
+    turn: int = 1
+
+
+@dataclass
+class Pending:
+    """A request on its way: answered at once (`answer`) or waiting on a queue `ticket`."""
+
+    request: EvalRequest
+    code: str | None = None
+    answer: dict[str, Any] | None = None
+    result: EvalResult | None = None
+    ticket: Ticket | None = None
+    queue: WorkQueue | None = None
+    coalesced: bool = False
+    started: float = dataclasses.field(default_factory=time.time)
+
+
+@dataclass
+class Lane:
+    """One evaluator (one preset's settings) and the queue that feeds it."""
+
+    preset: str
+    config: EvalConfig
+    evaluator: Any
+    queue: WorkQueue
+
+    @property
+    def device(self) -> str:
+        return str(getattr(self.evaluator, "device_name", "ray"))
+
+
+class Service:
+    """See the module docstring. Thread-safe; `close()` stops every evaluator and the store."""
+
+    def __init__(self, overrides: list[str], *, name: str = "default", max_queue: int = 256,
+                 reward: str | None = None, log: Callable[[str], None] = print) -> None:
+        self.config = ov.compose_config(overrides)
+        self._overrides = [o for o in overrides if ov.parse([o])[0].key_or_group != "eval"]
+        self.default_preset = next((v for v in ov.values_of(overrides, "eval")), "default")
+        self.presets = ov.groups()["eval"]
+        self.default_reward = reward or rewards.DEFAULT
+        rewards.get(self.default_reward)  # an unknown name fails here, at start
+        self.max_queue = max_queue
+        self.metrics = Metrics()
+        self._log = log
+        self._lock = threading.Lock()
+        self._lanes: dict[str, Lane] = {}
+        self._prompts: dict[str, Any] = {}
+        self._answers: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+        self._problems = {p.id: p for p in select_problems(str(self.config["problems"]["spec"]))}
+        self.run_dir = Path(self.config["runs_dir"]) / f"serve-{safe_name(name)}"
+        self.config["name"] = self.run_dir.name
+        self.store: RunStore | None = None
+        try:
+            self.lane(self.default_preset)
+            self.store = RunStore.open(self.run_dir, self.config, harness_version=VERSION,
+                                       volatile=(*VOLATILE_KEYS, "executor", "problems"))
+            self.store.begin_session()
+        except BaseException:
+            self.close()
+            raise
+        self._samples = collections.Counter({a.problem_id: 0 for a in self.store.attempts()})
+        for a in self.store.attempts():
+            self._samples[a.problem_id] = max(self._samples[a.problem_id], a.sample)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        with self._lock:
+            lanes, self._lanes = list(self._lanes.values()), {}
+        for lane in lanes:
+            lane.queue.close()
+            lane.evaluator.close()
+        if self.store is not None:
+            self.store.end_session("stopped")
+            self.store.close()
+            self.store = None
+
+    def lane(self, preset: str) -> Lane:
+        """The evaluator of `preset` (started on first use, with the server's other settings)."""
+        with self._lock:
+            if preset in self._lanes:
+                return self._lanes[preset]
+            config = ov.compose_config([*self._overrides, f"eval={preset}"])
+            eval_config = EvalConfig(**config["eval"])
+            evaluator = make_evaluator(config["executor"], eval_config, log=self._log)
+            queue = WorkQueue(max(1, int(evaluator.workers)), self.max_queue, name=f"kh-serve-{preset}",
+                              on_cancel=lambda n: self.metrics.count("cancelled", n),
+                              on_coalesce=lambda n: self.metrics.count("coalesced", n))
+            lane = self._lanes[preset] = Lane(preset, eval_config, evaluator, queue)
+            return lane
+
+    @property
+    def lanes(self) -> list[Lane]:
+        with self._lock:
+            return list(self._lanes.values())
+
+    # -- problems and prompts ----------------------------------------------------------------
+    def problem_ids(self) -> list[str]:
+        return sorted(self._problems)
+
+    def find_problem(self, spec: Any, field: str = "problem") -> Problem:
+        """A served problem id, or `{"source": ..., "name": ...}` (a KernelBench-format file's text)."""
+        if isinstance(spec, str):
+            if spec not in self._problems:
+                raise NotFound(f"unknown problem {spec!r}; GET /v1/problems lists the {len(self._problems)} served")
+            return self._problems[spec]
+        if isinstance(spec, dict):
+            source, name = spec.get("source"), spec.get("name", "problem")
+            if not isinstance(source, str) or not source.strip():
+                raise BadRequest(f"{field}.source", "must be the problem file's text")
+            if len(source) > MAX_SOURCE_CHARS:
+                raise BadRequest(f"{field}.source", f"longer than {MAX_SOURCE_CHARS} characters")
+            if not isinstance(name, str) or not name or safe_name(name) != name:
+                raise BadRequest(f"{field}.name", "must be a name of letters, digits and . _ + -")
+            try:
+                return problem_from_source(source, name=name, problem_id=f"custom/{name}")
+            except ProblemError as exc:
+                raise BadRequest(f"{field}.source", str(exc)) from None
+        raise BadRequest(field, "must be a problem id (string) or {\"source\": ..., \"name\": ...}")
+
+    def messages(self, problem: Problem, backend: str, history: list[TurnRecord] = ()) -> list[dict[str, str]]:
+        """The exact conversation `harness run` would send for `problem` after `history`."""
+        with self._lock:
+            builder = self._prompts.get(backend)
+            if builder is None:
+                try:
+                    builder = self._prompts[backend] = prompt_builder(self.config, backend)
+                except PromptError as exc:
+                    raise BadRequest("backend", str(exc)) from None
+        return [{"role": m.role, "content": m.content} for m in builder.messages(problem.source, list(history))]
+
+    @staticmethod
+    def describe(problem: Problem) -> dict[str, Any]:
+        """A problem as clients see it (its hidden shapes and metadata left out, as in the prompt)."""
+        return {"id": problem.id, "name": problem.name, "level": problem.level, "dtype": problem.dtype,
+                "tags": list(problem.tags), "source": visible_source(problem.source)}
+
+    # -- requests ----------------------------------------------------------------------------
+    def parse(self, body: Any, prefix: str = "") -> EvalRequest:
+        """Check one evaluate request; `BadRequest` names the first bad field, `NotFound` an unknown problem."""
+        if not isinstance(body, dict):
+            raise BadRequest(prefix.rstrip(".") or "body", "must be a JSON object")
+        for key in ("problem", "code"):
+            if key not in body:
+                raise BadRequest(prefix + key, "is required")
+        code = body["code"]
+        if not isinstance(code, str):
+            raise BadRequest(prefix + "code", "must be a string (a reply or bare code)")
+        if len(code) > MAX_CODE_CHARS:
+            raise BadRequest(prefix + "code", f"longer than {MAX_CODE_CHARS} characters")
+        backend = body.get("backend", "triton")
+        if backend not in BACKENDS:
+            raise BadRequest(prefix + "backend", f"must be one of {', '.join(BACKENDS)}")
+        preset = body.get("eval")
+        if preset is not None and preset not in self.presets:
+            raise BadRequest(prefix + "eval", f"unknown preset {preset!r}; valid: {', '.join(self.presets)}")
+        reward = body.get("reward")
+        try:
+            rewards.get(reward if reward is not None else self.default_reward)
+        except rewards.RewardError as exc:
+            raise BadRequest(prefix + "reward", str(exc)) from None
+        rid, turn = body.get("id"), body.get("turn", 1)
+        if rid is not None and (not isinstance(rid, str) or not 0 < len(rid) <= 128):
+            raise BadRequest(prefix + "id", "must be a string of 1 to 128 characters")
+        if isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
+            raise BadRequest(prefix + "turn", "must be an integer >= 1")
+        problem = self.find_problem(body["problem"], prefix + "problem")
+        return EvalRequest(id=rid or uuid.uuid4().hex, problem=problem, reply=code, backend=backend,
+                           preset=preset, reward=reward, turn=turn)
+
+    def submit(self, requests: list[EvalRequest]) -> list[Pending]:
+        """Start every request (all or nothing: `QueueFull`); format errors and repeated ids are answered at once."""
+        pending: list[Pending] = []
+        by_lane: dict[str, list[tuple[int, tuple[str, Callable[[], Any]]]]] = collections.defaultdict(list)
+        for i, req in enumerate(requests):
+            p = Pending(req)
+            pending.append(p)
+            with self._lock:
+                p.answer = self._answers.get(req.id)
+            if p.answer is not None:
+                continue
+            code, refused = extract_candidate(req.reply, req.problem.id, req.backend)
+            p.code, p.result = code, refused
+            if refused is not None:
+                continue
+            lane = self.lane(req.preset or self.default_preset)
+            key = cache_key(problem=req.problem.source_hash, candidate=code, backend=req.backend,
+                            config=lane.config.cache_fields(), device=lane.device)
+            by_lane[lane.preset].append((i, (key, self._job(lane, req.problem, code, req.backend))))
+        for preset, items in by_lane.items():
+            tickets = self.lane(preset).queue.submit([item for _, item in items])
+            for (i, _), ticket in zip(items, tickets):
+                pending[i].ticket, pending[i].queue = ticket, self.lane(preset).queue
+                pending[i].coalesced = ticket.waiters > 1
+        return pending
+
+    def _job(self, lane: Lane, problem: Problem, code: str, backend: str) -> Callable[[], tuple[EvalResult, float]]:
+        def run() -> tuple[EvalResult, float]:
+            t0 = time.perf_counter()
+            result = evaluate_safely(lane.evaluator, problem, code, backend)
+            elapsed = time.perf_counter() - t0
+            if not result.cached:
+                device = "cpu" if result.gpu_index is None else f"{result.node or 'local'}:gpu{result.gpu_index}"
+                self.metrics.evaluated(device, elapsed)
+            return result, elapsed
+        return run
+
+    def release(self, pending: list[Pending]) -> None:
+        """The client went away: its queued work is cancelled unless someone else waits for it."""
+        by_queue: dict[int, tuple[WorkQueue, list[Ticket]]] = {}
+        for p in pending:
+            if p.ticket is not None and p.queue is not None and not p.ticket.future.done():
+                by_queue.setdefault(id(p.queue), (p.queue, []))[1].append(p.ticket)
+        for queue, tickets in by_queue.values():
+            queue.release(tickets)
+
+    def finish(self, p: Pending) -> dict[str, Any]:
+        """The answer to a request whose result is known: reward, feedback, and the attempt stored."""
+        if p.answer is not None:
+            return p.answer
+        if p.result is None:
+            assert p.ticket is not None
+            result, eval_s = p.ticket.future.result()
+        else:
+            result, eval_s = p.result, 0.0
+        req = p.request
+        with self._lock:
+            if req.id in self._answers:  # the same id answered meanwhile (a retry raced the first try)
+                return self._answers[req.id]
+        reward = rewards.score(req.reward or self.default_reward, result, req.turn)
+        feedback = render_feedback(result)
+        speedup = result.speedup if result.is_correct else None
+        answer = {"id": req.id, "status": result.status.value, "speedup": speedup, "reward": reward,
+                  "feedback": feedback, "problem": req.problem.id, "reward_name": req.reward or self.default_reward,
+                  "coalesced": p.coalesced, "result": result.to_dict()}
+        self._record(p, result, feedback, speedup, eval_s)
+        self.metrics.verdict(result.status.value, cached=result.cached)
+        with self._lock:
+            self._answers[req.id] = answer
+            while len(self._answers) > _ANSWERS_KEPT:
+                self._answers.popitem(last=False)
+        return answer
+
+    def _record(self, p: Pending, result: EvalResult, feedback: str, speedup: float | None, eval_s: float) -> None:
+        """Every served evaluation is an attempt of `runs/serve-<name>/`: sample n of its problem, the request's turn."""
+        req = p.request
+        if self.store is None:
+            return
+        with self._lock:
+            self._samples[req.problem.id] += 1
+            sample = self._samples[req.problem.id]
+        attempt = Attempt(problem_id=req.problem.id, sample=sample, turn=req.turn, status=result.status.value,
+                          prompt=[], reply=req.reply, code=p.code, result=result, feedback=feedback, speedup=speedup,
+                          problem_hash=req.problem.source_hash, eval_s=eval_s, started_at=p.started,
+                          finish_reason=f"request {req.id}")
+        if result.status is Status.CORRECT:
+            attempt.best_turn, attempt.best_status, attempt.best_speedup = req.turn, result.status.value, speedup
+        self.store.record(attempt)
+
+    def evaluate(self, body: dict[str, Any]) -> dict[str, Any]:
+        """One request, answered in this thread (what `KernelEnv` uses in-process); waits while the queue is full."""
+        req = self.parse(body)
+        while True:
+            try:
+                (p,) = self.submit([req])
+                break
+            except QueueFull as exc:
+                time.sleep(min(exc.retry_after, 5))
+        return self.finish(p)
+
+    # -- status ------------------------------------------------------------------------------
+    def queued(self) -> int:
+        return sum(l.queue.depth for l in self.lanes)
+
+    def in_flight(self) -> int:
+        return sum(l.queue.in_flight for l in self.lanes)
+
+    def workers_on(self, device: str) -> int:
+        """Workers per device label (for the busy share): a lane's workers over its devices."""
+        lanes = self.lanes
+        if not lanes:
+            return 1
+        ev = lanes[0].evaluator
+        gpus = len(getattr(ev, "gpu_indices", [None]) or [None])
+        return max(1, int(ev.workers) // max(1, gpus))
+
+    def health(self) -> dict[str, Any]:
+        lanes = self.lanes
+        return {"status": "ok", "version": VERSION, "run_dir": str(self.run_dir),
+                "presets": {l.preset: {"device": l.device, "workers": int(l.evaluator.workers)} for l in lanes},
+                "queued": self.queued(), "in_flight": self.in_flight(), "max_queue": self.max_queue,
+                "problems": len(self._problems), "rewards": rewards.names(), "default_reward": self.default_reward}
