@@ -300,7 +300,7 @@ class Service:
         feedback = render_feedback(result)
         speedup = result.speedup if result.is_correct else None
         answer = {"id": req.id, "status": result.status.value, "speedup": speedup, "reward": reward,
-                  "feedback": feedback, "problem": req.problem.id, "reward_name": req.reward or self.default_reward,
+                  "feedback": feedback, "code": p.code, "problem": req.problem.id, "reward_name": req.reward or self.default_reward,
                   "coalesced": p.coalesced, "result": result.to_dict()}
         self._record(p, result, feedback, speedup, eval_s)
         self.metrics.verdict(result.status.value, cached=result.cached)
