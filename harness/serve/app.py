@@ -51,6 +51,25 @@ def _item_error(exc: Exception) -> dict[str, Any]:
     return {"error": {"code": 404, "message": str(exc)}}
 
 
+class _CountResponses:
+    """Counts responses by status code. Plain ASGI (not `BaseHTTPMiddleware`, whose wrapped `receive` hides a
+    client's disconnect from `Request.is_disconnected`, which cancellation depends on)."""
+
+    def __init__(self, app: Any, metrics: Any) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def counting_send(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                self.metrics.response(int(message["status"]))
+            await send(message)
+
+        await self.app(scope, receive, counting_send)
+
+
 def create_app(service: Service, *, token: str | None, max_body_bytes: int = 8 << 20, max_batch: int = 256) -> FastAPI:
     """The ASGI app. `token`: the bearer token every route but /v1/health requires (None: no auth)."""
     app = FastAPI(title="harness serve", version=service.health()["version"], docs_url=None, redoc_url=None)
@@ -63,14 +82,7 @@ def create_app(service: Service, *, token: str | None, max_body_bytes: int = 8 <
     async def _any_error(request: Request, exc: Exception) -> JSONResponse:  # a harness bug: answered, not fatal
         return HTTPError(500, f"internal error: {type(exc).__name__}: {exc}").response()
 
-    @app.middleware("http")
-    async def _count(request: Request, call_next: Any) -> Response:
-        try:
-            response = await call_next(request)
-        except Exception as exc:  # noqa: BLE001
-            response = HTTPError(500, f"internal error: {type(exc).__name__}: {exc}").response()
-        service.metrics.response(response.status_code)
-        return response
+    app.add_middleware(_CountResponses, metrics=service.metrics)
 
     def authorize(request: Request) -> None:
         if token is None:
