@@ -83,11 +83,13 @@ def test_verl_adapter(server, monkeypatch):
 def test_trl_grpo_step_with_rewards_from_the_service(server, tmp_path):
     """One real GRPO step: a tiny random GPT-2 (built from a config, a word-level tokenizer made here; nothing
     downloaded); its completions are judged by the live service (format errors: it writes no code)."""
-    datasets = pytest.importorskip("datasets")
-    pytest.importorskip("trl")
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-    from trl import GRPOConfig, GRPOTrainer
+    try:
+        import datasets
+        from tokenizers import Tokenizer, models, pre_tokenizers
+        from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+        from trl import GRPOConfig, GRPOTrainer
+    except ImportError as exc:
+        pytest.fail(f'the rl extra is not installed ({exc}): pip install -e ".[cpu,test,ray,rl]" (the README test command)')
 
     from harness.rl.trl import TRLReward
 
