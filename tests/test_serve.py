@@ -12,6 +12,7 @@ import pytest
 
 from agents import extract_code
 from harness.app import prompt_builder
+from harness.cli import main
 from harness.client import AsyncEvalClient, EvalClient, ServeError
 from harness.overrides import compose_config
 from harness.store import read_run
@@ -186,7 +187,7 @@ def test_load_64_clients_each_get_exactly_one_answer(server):
         'harness_serve_verdicts_total{status="correct"}', 0) == 64
 
 
-def test_metrics_and_audit_trail(client, server):
+def test_metrics_and_audit_trail(client, server, capsys):
     text = client.get("/metrics").text
     for name in ("harness_serve_queue_depth", "harness_serve_in_flight", "harness_serve_evaluations_per_second",
                  'harness_serve_verdicts_total{status="correct"}', 'harness_serve_device_busy_share{device="cpu"}'):
@@ -196,3 +197,8 @@ def test_metrics_and_audit_trail(client, server):
     assert "correct" in statuses and "incorrect" in statuses and "format_error" in statuses
     ok = next(a for a in run.attempts if a.status == "correct")
     assert ok.code == extract_code(ok.reply) and ok.feedback.startswith("Status: correct")
+    # `harness report` works on the served study: its problems are the ones clients asked about
+    out = server.tmp / "report"
+    assert main(["report", str(server.tmp / "runs" / "serve-contract"), "--out", str(out)]) == 0
+    assert f"{len({a.problem_id for a in run.attempts})} problems, correct" in capsys.readouterr().out
+    assert (out / "leaderboard.html").is_file()

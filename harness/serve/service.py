@@ -119,6 +119,7 @@ class Service:
         self._problems = {p.id: p for p in select_problems(str(self.config["problems"]["spec"]))}
         self.run_dir = Path(self.config["runs_dir"]) / f"serve-{safe_name(name)}"
         self.config["name"] = self.run_dir.name
+        self.config["serve"] = {"name": name}  # tells `harness report` the problems are those clients asked about
         self.store: RunStore | None = None
         try:
             self.lane(self.default_preset)
