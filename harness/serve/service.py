@@ -122,7 +122,9 @@ class Service:
         self.config["serve"] = {"name": name}  # tells `harness report` the problems are those clients asked about
         self.store: RunStore | None = None
         try:
-            self.lane(self.default_preset)
+            first = self.lane(self.default_preset)
+            if hasattr(first.evaluator, "wait_warm"):  # listen once the workers are up, not before
+                first.evaluator.wait_warm(600)
             self.store = RunStore.open(self.run_dir, self.config, harness_version=VERSION,
                                        volatile=(*VOLATILE_KEYS, "executor", "problems"))
             self.store.begin_session()
