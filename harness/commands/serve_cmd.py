@@ -26,6 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-queue", type=int, default=256, help="evaluations waiting per preset before 429")
     parser.add_argument("--max-body-bytes", type=int, default=8 << 20, help="largest request body (413 beyond)")
     parser.add_argument("--max-batch", type=int, default=256, help="most items in one batch request (413 beyond)")
+    parser.add_argument("--no-problem-source", action="store_true",
+                        help="refuse {source, name} problems (their reference code runs in the trusted parent)")
     parser.add_argument("--reward", default=None, help="default reward (log_speedup, fast_1, kevin, ...)")
     parser.add_argument("--rewards", action="append", default=[], metavar="MODULE",
                         help="import MODULE first (it registers its own rewards with harness.serve.rewards.register)")
@@ -71,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
         from harness.serve.service import Service
         from harness.store import StoreError
 
-        service = Service(overrides, name=args.name, max_queue=args.max_queue, reward=args.reward, log=_say)
+        service = Service(overrides, name=args.name, max_queue=args.max_queue, reward=args.reward,
+                          allow_problem_source=not args.no_problem_source, log=_say)
     except (ov.OverrideError, ImportError, RewardError, StoreError, ValueError, RuntimeError) as exc:
         _say(f"error: {exc}")
         return 2

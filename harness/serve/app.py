@@ -205,7 +205,10 @@ def create_app(service: Service, *, token: str | None, max_body_bytes: int = 8 <
                 if not isinstance(h, dict) or not isinstance(h.get("reply", ""), str) \
                         or not isinstance(h.get("feedback", ""), str) or not isinstance(h.get("code"), (str, type(None))):
                     raise BadRequest(f"history[{i}]", "must be {\"reply\": str, \"code\": str|null, \"feedback\": str}")
-                records.append(TurnRecord(turn=int(h.get("turn", i + 1)), reply=h.get("reply", ""), code=h.get("code"),
+                turn = h.get("turn", i + 1)
+                if isinstance(turn, bool) or not isinstance(turn, int):
+                    raise BadRequest(f"history[{i}].turn", "must be an integer")
+                records.append(TurnRecord(turn=turn, reply=h.get("reply", ""), code=h.get("code"),
                                           feedback=h.get("feedback", "")))
         except BadRequest as exc:
             raise HTTPError(400, str(exc), field=exc.field) from None

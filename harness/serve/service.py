@@ -102,7 +102,8 @@ class Service:
     """See the module docstring. Thread-safe; `close()` stops every evaluator and the store."""
 
     def __init__(self, overrides: list[str], *, name: str = "default", max_queue: int = 256,
-                 reward: str | None = None, log: Callable[[str], None] = print) -> None:
+                 reward: str | None = None, allow_problem_source: bool = True,
+                 log: Callable[[str], None] = print) -> None:
         self.config = ov.compose_config(overrides)
         self._overrides = [o for o in overrides if ov.parse([o])[0].key_or_group != "eval"]
         self.default_preset = next((v for v in ov.values_of(overrides, "eval")), "default")
@@ -110,9 +111,11 @@ class Service:
         self.default_reward = reward or rewards.DEFAULT
         rewards.get(self.default_reward)  # an unknown name fails here, at start
         self.max_queue = max_queue
+        self.allow_problem_source = allow_problem_source
         self.metrics = Metrics()
         self._log = log
         self._lock = threading.Lock()
+        self._lane_lock = threading.Lock()  # held while a preset's evaluator starts (slow); requests go on meanwhile
         self._lanes: dict[str, Lane] = {}
         self._prompts: dict[str, Any] = {}
         self._answers: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
@@ -152,13 +155,18 @@ class Service:
         with self._lock:
             if preset in self._lanes:
                 return self._lanes[preset]
+        with self._lane_lock:
+            if preset in self._lanes:
+                return self._lanes[preset]
             config = ov.compose_config([*self._overrides, f"eval={preset}"])
             eval_config = EvalConfig(**config["eval"])
             evaluator = make_evaluator(config["executor"], eval_config, log=self._log)
             queue = WorkQueue(max(1, int(evaluator.workers)), self.max_queue, name=f"kh-serve-{preset}",
                               on_cancel=lambda n: self.metrics.count("cancelled", n),
                               on_coalesce=lambda n: self.metrics.count("coalesced", n))
-            lane = self._lanes[preset] = Lane(preset, eval_config, evaluator, queue)
+            lane = Lane(preset, eval_config, evaluator, queue)
+            with self._lock:
+                self._lanes[preset] = lane
             return lane
 
     @property
@@ -171,12 +179,18 @@ class Service:
         return sorted(self._problems)
 
     def find_problem(self, spec: Any, field: str = "problem") -> Problem:
-        """A served problem id, or `{"source": ..., "name": ...}` (a KernelBench-format file's text)."""
+        """A served problem id, or `{"source": ..., "name": ...}` (a KernelBench-format file's text).
+
+        A problem's source is reference code: the trusted parent runs it (as `harness eval --problem FILE` does), so
+        only a token holder can send one, and `--no-problem-source` refuses them."""
         if isinstance(spec, str):
             if spec not in self._problems:
                 raise NotFound(f"unknown problem {spec!r}; GET /v1/problems lists the {len(self._problems)} served")
             return self._problems[spec]
         if isinstance(spec, dict):
+            if not self.allow_problem_source:
+                raise BadRequest(field, "this server evaluates only its own problems (started with --no-problem-source); "
+                                        "give a problem id")
             source, name = spec.get("source"), spec.get("name", "problem")
             if not isinstance(source, str) or not source.strip():
                 raise BadRequest(f"{field}.source", "must be the problem file's text")
@@ -259,11 +273,15 @@ class Service:
             key = cache_key(problem=req.problem.source_hash, candidate=code, backend=req.backend,
                             config=lane.config.cache_fields(), device=lane.device)
             by_lane[lane.preset].append((i, (key, self._job(lane, req.problem, code, req.backend))))
-        for preset, items in by_lane.items():
-            tickets = self.lane(preset).queue.submit([item for _, item in items])
-            for (i, _), ticket in zip(items, tickets):
-                pending[i].ticket, pending[i].queue = ticket, self.lane(preset).queue
-                pending[i].coalesced = ticket.waiters > 1
+        try:
+            for preset, items in by_lane.items():
+                tickets = self.lane(preset).queue.submit([item for _, item in items])
+                for (i, _), ticket in zip(items, tickets):
+                    pending[i].ticket, pending[i].queue = ticket, self.lane(preset).queue
+                    pending[i].coalesced = ticket.waiters > 1
+        except QueueFull:  # all or nothing: what another preset's queue took is given back
+            self.release(pending)
+            raise
         return pending
 
     def _job(self, lane: Lane, problem: Problem, code: str, backend: str) -> Callable[[], tuple[EvalResult, float]]:
@@ -296,21 +314,20 @@ class Service:
         else:
             result, eval_s = p.result, 0.0
         req = p.request
-        with self._lock:
-            if req.id in self._answers:  # the same id answered meanwhile (a retry raced the first try)
-                return self._answers[req.id]
         reward = rewards.score(req.reward or self.default_reward, result, req.turn)
         feedback = render_feedback(result)
         speedup = result.speedup if result.is_correct else None
         answer = {"id": req.id, "status": result.status.value, "speedup": speedup, "reward": reward,
                   "feedback": feedback, "code": p.code, "problem": req.problem.id, "reward_name": req.reward or self.default_reward,
                   "coalesced": p.coalesced, "result": result.to_dict()}
-        self._record(p, result, feedback, speedup, eval_s)
-        self.metrics.verdict(result.status.value, cached=result.cached)
-        with self._lock:
+        with self._lock:  # one answer per id, recorded once, even when two tries of it finish together
+            if req.id in self._answers:
+                return self._answers[req.id]
             self._answers[req.id] = answer
             while len(self._answers) > _ANSWERS_KEPT:
                 self._answers.popitem(last=False)
+        self.metrics.verdict(result.status.value, cached=result.cached)
+        self._record(p, result, feedback, speedup, eval_s)
         return answer
 
     def _record(self, p: Pending, result: EvalResult, feedback: str, speedup: float | None, eval_s: float) -> None:
