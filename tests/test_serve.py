@@ -13,7 +13,7 @@ import pytest
 from agents import extract_code
 from harness.app import prompt_builder
 from harness.cli import main
-from harness.client import AsyncEvalClient, EvalClient, ServeError
+from harness.client import AsyncEvalClient, EvalClient
 from harness.overrides import compose_config
 from harness.store import read_run
 from problems.select import select_problems

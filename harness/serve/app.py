@@ -22,7 +22,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from agents import TurnRecord
 from agents.prompting import BACKENDS
 from harness.serve.queue import QueueFull
-from harness.serve.service import BadRequest, NotFound, Pending, Service
+from harness.serve.catalog import BadRequest, NotFound
+from harness.serve.service import Pending, Service
 
 _POLL_S = 0.1  # how often a waiting request checks that its client is still there
 
@@ -171,7 +172,7 @@ def create_app(service: Service, *, token: str | None, max_body_bytes: int = 8 <
     @app.get("/v1/problems")
     async def problems(request: Request) -> Response:
         authorize(request)
-        return JSONResponse({"problems": [service.describe(service.find_problem(i)) for i in service.problem_ids()]})
+        return JSONResponse({"problems": [service.catalog.describe(service.find_problem(i)) for i in service.catalog.ids()]})
 
     @app.get("/v1/problems/{problem_id:path}")
     async def problem(problem_id: str, request: Request) -> Response:
@@ -182,7 +183,7 @@ def create_app(service: Service, *, token: str | None, max_body_bytes: int = 8 <
         except NotFound as exc:
             raise HTTPError(404, str(exc), field="problem") from None
         messages = await asyncio.to_thread(service.messages, p, backend)
-        return JSONResponse({"problem": service.describe(p), "backend": backend, "messages": messages})
+        return JSONResponse({"problem": service.catalog.describe(p), "backend": backend, "messages": messages})
 
     @app.post("/v1/messages")
     async def messages(request: Request) -> Response:

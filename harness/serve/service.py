@@ -2,9 +2,9 @@
 
 No HTTP here (the routes are `harness.serve.app`), so `KernelEnv` can use a `Service` in-process and see
 exactly what an HTTP client sees. Every part is the one `harness run` uses: the Hydra config
-(`harness.overrides.compose_config`), the problem selection, the prompts (`harness.app.prompt_builder`), the reply
+(`harness.overrides.compose_config`), the problems and prompts (`catalog`), the reply
 extraction and the crash-safe evaluation (`harness.loop`), the feedback (`eval.feedback`), the executors
-(`harness.executors.make_evaluator`) and the run store (`runs/serve-<name>/`).
+(`harness.executors.make_evaluator`) and the run store (`audit`: `runs/serve-<name>/`).
 
 Identical requests (same problem, code, backend, evaluator settings and device) are coalesced while in flight
 (`WorkQueue`); afterwards the evaluator's authenticated result cache (`eval.cache_dir`) answers them.
@@ -17,44 +17,27 @@ import dataclasses
 import threading
 import time
 import uuid
-from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
-from agents import PromptError, TurnRecord
-from agents.prompting import BACKENDS, visible_source
+from agents.prompting import BACKENDS
 from eval.cache import cache_key
 from eval.config import EvalConfig
 from eval.feedback import render_feedback
-from eval.result import EvalResult, Status
+from eval.result import EvalResult
 from harness import overrides as ov
-from harness.app import prompt_builder
 from harness.cli import VERSION
 from harness.executors import make_evaluator
 from harness.loop import evaluate_safely, extract_candidate
 from harness.serve import rewards
+from harness.serve.audit import AuditTrail
+from harness.serve.catalog import BadRequest, Catalog
 from harness.serve.metrics import Metrics
 from harness.serve.queue import QueueFull, Ticket, WorkQueue
-from harness.store import VOLATILE_KEYS, Attempt, RunStore, safe_name
-from problems.problem import Problem, ProblemError, problem_from_source
-from problems.select import select_problems
+from problems.problem import Problem
 
 MAX_CODE_CHARS = 1 << 20  # one reply or candidate
-MAX_SOURCE_CHARS = 1 << 20  # one problem source
 _ANSWERS_KEPT = 16384  # answers kept by request id, so a retried request gets the same answer
-
-
-class BadRequest(ValueError):
-    """A request the service cannot take: HTTP 400 naming `field`."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
-
-
-class NotFound(LookupError):
-    """An unknown problem id: HTTP 404."""
 
 
 @dataclass
@@ -111,32 +94,23 @@ class Service:
         self.default_reward = reward or rewards.DEFAULT
         rewards.get(self.default_reward)  # an unknown name fails here, at start
         self.max_queue = max_queue
-        self.allow_problem_source = allow_problem_source
         self.metrics = Metrics()
+        self.catalog = Catalog(self.config, allow_problem_source=allow_problem_source)
         self._log = log
         self._lock = threading.Lock()
         self._lane_lock = threading.Lock()  # held while a preset's evaluator starts (slow); requests go on meanwhile
         self._lanes: dict[str, Lane] = {}
-        self._prompts: dict[str, Any] = {}
         self._answers: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
-        self._problems = {p.id: p for p in select_problems(str(self.config["problems"]["spec"]))}
-        self.run_dir = Path(self.config["runs_dir"]) / f"serve-{safe_name(name)}"
-        self.config["name"] = self.run_dir.name
-        self.config["serve"] = {"name": name}  # tells `harness report` the problems are those clients asked about
-        self.store: RunStore | None = None
+        self.audit: AuditTrail | None = None
         try:
             first = self.lane(self.default_preset)
             if hasattr(first.evaluator, "wait_warm"):  # listen once the workers are up, not before
                 first.evaluator.wait_warm(600)
-            self.store = RunStore.open(self.run_dir, self.config, harness_version=VERSION,
-                                       volatile=(*VOLATILE_KEYS, "executor", "problems"))
-            self.store.begin_session()
+            self.audit = AuditTrail(self.config, name)
         except BaseException:
             self.close()
             raise
-        self._samples = collections.Counter({a.problem_id: 0 for a in self.store.attempts()})
-        for a in self.store.attempts():
-            self._samples[a.problem_id] = max(self._samples[a.problem_id], a.sample)
+        self.run_dir = self.audit.run_dir
 
     # -- lifecycle ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -145,10 +119,9 @@ class Service:
         for lane in lanes:
             lane.queue.close()
             lane.evaluator.close()
-        if self.store is not None:
-            self.store.end_session("stopped")
-            self.store.close()
-            self.store = None
+        if self.audit is not None:
+            self.audit.close()
+            self.audit = None
 
     def lane(self, preset: str) -> Lane:
         """The evaluator of `preset` (started on first use, with the server's other settings)."""
@@ -174,52 +147,12 @@ class Service:
         with self._lock:
             return list(self._lanes.values())
 
-    # -- problems and prompts ----------------------------------------------------------------
-    def problem_ids(self) -> list[str]:
-        return sorted(self._problems)
-
+    # -- problems and prompts (the catalog's) ----------------------------------------------------
     def find_problem(self, spec: Any, field: str = "problem") -> Problem:
-        """A served problem id, or `{"source": ..., "name": ...}` (a KernelBench-format file's text).
+        return self.catalog.find(spec, field)
 
-        A problem's source is reference code: the trusted parent runs it (as `harness eval --problem FILE` does), so
-        only a token holder can send one, and `--no-problem-source` refuses them."""
-        if isinstance(spec, str):
-            if spec not in self._problems:
-                raise NotFound(f"unknown problem {spec!r}; GET /v1/problems lists the {len(self._problems)} served")
-            return self._problems[spec]
-        if isinstance(spec, dict):
-            if not self.allow_problem_source:
-                raise BadRequest(field, "this server evaluates only its own problems (started with --no-problem-source); "
-                                        "give a problem id")
-            source, name = spec.get("source"), spec.get("name", "problem")
-            if not isinstance(source, str) or not source.strip():
-                raise BadRequest(f"{field}.source", "must be the problem file's text")
-            if len(source) > MAX_SOURCE_CHARS:
-                raise BadRequest(f"{field}.source", f"longer than {MAX_SOURCE_CHARS} characters")
-            if not isinstance(name, str) or not name or safe_name(name) != name:
-                raise BadRequest(f"{field}.name", "must be a name of letters, digits and . _ + -")
-            try:
-                return problem_from_source(source, name=name, problem_id=f"custom/{name}")
-            except ProblemError as exc:
-                raise BadRequest(f"{field}.source", str(exc)) from None
-        raise BadRequest(field, "must be a problem id (string) or {\"source\": ..., \"name\": ...}")
-
-    def messages(self, problem: Problem, backend: str, history: list[TurnRecord] = ()) -> list[dict[str, str]]:
-        """The exact conversation `harness run` would send for `problem` after `history`."""
-        with self._lock:
-            builder = self._prompts.get(backend)
-            if builder is None:
-                try:
-                    builder = self._prompts[backend] = prompt_builder(self.config, backend)
-                except PromptError as exc:
-                    raise BadRequest("backend", str(exc)) from None
-        return [{"role": m.role, "content": m.content} for m in builder.messages(problem.source, list(history))]
-
-    @staticmethod
-    def describe(problem: Problem) -> dict[str, Any]:
-        """A problem as clients see it (its hidden shapes and metadata left out, as in the prompt)."""
-        return {"id": problem.id, "name": problem.name, "level": problem.level, "dtype": problem.dtype,
-                "tags": list(problem.tags), "source": visible_source(problem.source)}
+    def messages(self, problem: Problem, backend: str, history: Any = ()) -> list[dict[str, str]]:
+        return self.catalog.messages(problem, backend, history)
 
     # -- requests ----------------------------------------------------------------------------
     def parse(self, body: Any, prefix: str = "") -> EvalRequest:
@@ -327,24 +260,10 @@ class Service:
             while len(self._answers) > _ANSWERS_KEPT:
                 self._answers.popitem(last=False)
         self.metrics.verdict(result.status.value, cached=result.cached)
-        self._record(p, result, feedback, speedup, eval_s)
+        if self.audit is not None:
+            self.audit.record(request_id=req.id, problem=req.problem, turn=req.turn, reply=req.reply, code=p.code,
+                              result=result, feedback=feedback, speedup=speedup, eval_s=eval_s, started=p.started)
         return answer
-
-    def _record(self, p: Pending, result: EvalResult, feedback: str, speedup: float | None, eval_s: float) -> None:
-        """Every served evaluation is an attempt of `runs/serve-<name>/`: sample n of its problem, the request's turn."""
-        req = p.request
-        if self.store is None:
-            return
-        with self._lock:
-            self._samples[req.problem.id] += 1
-            sample = self._samples[req.problem.id]
-        attempt = Attempt(problem_id=req.problem.id, sample=sample, turn=req.turn, status=result.status.value,
-                          prompt=[], reply=req.reply, code=p.code, result=result, feedback=feedback, speedup=speedup,
-                          problem_hash=req.problem.source_hash, eval_s=eval_s, started_at=p.started,
-                          finish_reason=f"request {req.id}")
-        if result.status is Status.CORRECT:
-            attempt.best_turn, attempt.best_status, attempt.best_speedup = req.turn, result.status.value, speedup
-        self.store.record(attempt)
 
     def evaluate(self, body: dict[str, Any]) -> dict[str, Any]:
         """One request, answered in this thread (what `KernelEnv` uses in-process); waits while the queue is full."""
@@ -378,4 +297,4 @@ class Service:
         return {"status": "ok", "version": VERSION, "run_dir": str(self.run_dir),
                 "presets": {l.preset: {"device": l.device, "workers": int(l.evaluator.workers)} for l in lanes},
                 "queued": self.queued(), "in_flight": self.in_flight(), "max_queue": self.max_queue,
-                "problems": len(self._problems), "rewards": rewards.names(), "default_reward": self.default_reward}
+                "problems": len(self.catalog.ids()), "rewards": rewards.names(), "default_reward": self.default_reward}
