@@ -74,3 +74,34 @@ def test_queue_coalesces_bounds_and_cancels():
     assert a.future.result(10) == "a" and b2.future.result(10) == "b"
     assert c.future.cancelled() and cancelled == [1] and runs == ["a", "b"]
     q.close()
+
+
+def test_catalog_refuses_problem_sources_when_told():
+    from harness.overrides import compose_config
+    from harness.serve.catalog import BadRequest, Catalog, NotFound
+    from tests.hostile import PROBLEM
+
+    config = compose_config(["problems=smoke"])
+    open_catalog, closed = Catalog(config), Catalog(config, allow_problem_source=False)
+    assert open_catalog.find({"source": PROBLEM, "name": "add_relu"}).id == "custom/add_relu"
+    with pytest.raises(BadRequest) as refused:
+        closed.find({"source": PROBLEM, "name": "add_relu"})
+    assert refused.value.field == "problem" and "--no-problem-source" in str(refused.value)
+    assert closed.find("L1/13_softmax").id == "L1/13_softmax"
+    with pytest.raises(NotFound):
+        closed.find("L1/01_square_matmul")  # not in problems=smoke
+
+
+@pytest.mark.parametrize("argv, env, phrase", [
+    (["serve", "--no-auth", "--host", "0.0.0.0"], {}, "only on a loopback address"),
+    (["serve"], {}, "HARNESS_SERVE_TOKEN"),
+    (["serve", "--no-auth", "eval.nonesuch=1"], {}, "unknown config key 'eval.nonesuch'"),
+    (["serve", "--no-auth", "--reward", "nonesuch"], {}, "unknown reward"),
+    (["serve", "--no-auth", "--max-queue", "0"], {}, "--max-queue must be >= 1"),
+])
+def test_serve_refuses_bad_settings_before_starting(argv, env, phrase, capsys, monkeypatch):
+    from harness.cli import main
+
+    monkeypatch.delenv("HARNESS_SERVE_TOKEN", raising=False)
+    assert main(argv) == 2
+    assert phrase in capsys.readouterr().err
