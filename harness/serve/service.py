@@ -78,7 +78,11 @@ class Lane:
 
     @property
     def device(self) -> str:
-        return str(getattr(self.evaluator, "device_name", "ray"))
+        """The device name (`executor=ray`: the actors' devices), part of the coalescing key."""
+        name = getattr(self.evaluator, "device_name", None)
+        if name is None:
+            name = "ray: " + ", ".join(sorted({str(a.get("device")) for a in getattr(self.evaluator, "actors", [])}))
+        return str(name)
 
 
 class Service:
