@@ -25,7 +25,7 @@ from harness.serve.queue import QueueFull
 from harness.serve.catalog import BadRequest, NotFound
 from harness.serve.service import Pending, Service
 
-_POLL_S = 0.1  # how often a waiting request checks that its client is still there
+_POLL_S = 0.5  # how often a waiting request checks that its client is still there
 
 
 class HTTPError(Exception):
@@ -111,12 +111,27 @@ def create_app(service: Service, *, token: str | None, max_body_bytes: int = 8 <
             raise HTTPError(400, f"the body is not JSON: {exc}", field="body") from None
 
     async def answer(request: Request, pending: list[Pending]) -> list[dict[str, Any]] | None:
-        """Wait for every pending item; None (and the queued work released) when the client went away."""
-        while not all(p.ticket is None or p.ticket.future.done() for p in pending):
-            if await request.is_disconnected():
-                service.release(pending)
-                return None
-            await asyncio.sleep(_POLL_S)
+        """Wait for every pending item (woken when the last one finishes, checking the client every `_POLL_S`);
+        None, and the queued work released, when the client went away."""
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+        futures = [p.ticket.future for p in pending if p.ticket is not None]
+
+        def wake(_: Any) -> None:
+            if all(f.done() for f in futures):
+                loop.call_soon_threadsafe(done.set)
+
+        for f in futures:
+            f.add_done_callback(wake)
+        if all(f.done() for f in futures):
+            done.set()
+        while not done.is_set():
+            try:
+                await asyncio.wait_for(done.wait(), timeout=_POLL_S)
+            except asyncio.TimeoutError:
+                if await request.is_disconnected():
+                    service.release(pending)
+                    return None
         return await asyncio.to_thread(lambda: [service.finish(p) for p in pending])
 
     def submit(requests: list[Any]) -> list[Pending]:
