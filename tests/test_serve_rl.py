@@ -24,7 +24,7 @@ PROSE = "I would fuse the add and the relu, but I have no code yet."
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("serverl")
-    with Server([*cpu_overrides(tmp, workers=1), "--name", "rl"]) as s:
+    with Server([*cpu_overrides(tmp, workers=1), "--name", "rl", "--rewards", "tests.serve_reward_plugin"]) as s:
         s.tmp = tmp
         yield s
 
@@ -123,3 +123,10 @@ def test_trl_grpo_step_with_rewards_from_the_service(server, tmp_path):
     after = server.metrics()['harness_serve_verdicts_total{status="format_error"}']
     assert sum(seen) >= 2 and after - before == sum(seen)
     assert all(a["status"] == "format_error" and a["problem"] == "L1/16_rms_norm" for a in reward.last_answers)
+
+
+def test_a_reward_plugin_is_loaded_and_used(server):
+    client = EvalClient(server.url)
+    assert "twice" in client.health()["rewards"]
+    assert client.evaluate(CUSTOM, reply(GOOD), reward="twice", turn=3)["reward"] == 6.0
+    assert client.evaluate(CUSTOM, PROSE, reward="twice")["reward"] == 0.0

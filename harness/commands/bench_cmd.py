@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                                    "(default 96 on a GPU, 6 on a CPU)")
     serve.add_argument("--callers", type=int, default=None, help="concurrent callers per side (default 2 x workers)")
     serve.add_argument("--out", help="write the JSON report here")
-    serve.add_argument("overrides", nargs="*", help="Hydra overrides for the served side (eval.workers_per_gpu=6)")
+    serve.add_argument("overrides", nargs="*", help="Hydra overrides for both sides (eval.workers_per_gpu=6)")
     loop = sub.add_parser("loop", help="per-attempt overhead of the run loop")
     loop.add_argument("--attempts", type=int, default=200)
 
