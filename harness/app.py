@@ -159,12 +159,15 @@ def _build(config: dict[str, Any], settings: LoopSettings) -> tuple[Any, PromptB
         )
     try:
         agent = make_agent(agent_cfg)
-        prompts = PromptBuilder(
-            settings.backend, context=config["context"]["policy"], last_k=config["context"]["k"], **config["prompt"]
-        )
-        return agent, prompts, EvalConfig(**config["eval"])
+        return agent, prompt_builder(config, settings.backend), EvalConfig(**config["eval"])
     except (ConfigError, PromptError, TypeError, ValueError) as exc:
         raise BadInput(str(exc)) from None
+
+
+def prompt_builder(config: dict[str, Any], backend: str) -> PromptBuilder:
+    """The prompts a run's agents see, from its config (`prompt.*`, `context.*`); `harness serve` and `KernelEnv`
+    build theirs here too, so an RL rollout sees what the loop's agents see. Raises `PromptError`."""
+    return PromptBuilder(backend, context=config["context"]["policy"], last_k=config["context"]["k"], **config["prompt"])
 
 
 def _exit_code(outcome: LoopOutcome) -> int:

@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "baseline": ("harness.commands.baseline_cmd", "eager and torch.compile times per problem on this GPU (cached)"),
     "device": ("harness.commands.device_cmd", "measure and cache this GPU's ceilings (harness device probe)"),
     "report": ("harness.commands.report_cmd", "leaderboard (md, csv, json) and an HTML page with plots and transcripts"),
+    "serve": ("harness.commands.serve_cmd", "the evaluator as an HTTP reward service for RL training (docs/serve.md)"),
     "presets": ("harness.commands.presets_cmd",
                 "strict against KernelBench-compatible rules: re-score a run, pair two runs, benchmark both"),
 }

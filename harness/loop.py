@@ -291,11 +291,9 @@ class RunLoop:
             result = EvalResult(status=Status.SKIPPED, reason=f"{ABSTENTION_REASON}: {response.text}",
                                 problem_id=problem.id, backend=self.settings.backend)
         else:
-            try:
-                code = extract_code(response.text)
-            except ExtractionError as exc:
-                result = EvalResult(status=Status.FORMAT_ERROR, reason=str(exc), problem_id=problem.id,
-                                    backend=self.settings.backend)  # fmt: skip
+            code, refused = extract_candidate(response.text, problem.id, self.settings.backend)
+            if refused is not None:
+                result = refused
             else:
                 result, eval_s = self._evaluate(problem, code)
         attempt = Attempt(
@@ -340,16 +338,7 @@ class RunLoop:
     def _evaluate(self, problem: Problem, code: str) -> tuple[EvalResult, float]:
         """Evaluate (several trajectories' candidates are in flight at once); an evaluator exception becomes a recorded crash."""
         t0 = time.perf_counter()
-        try:
-            result = self._evaluator.evaluate(problem, code, backend=self.settings.backend)
-        except Exception as exc:  # noqa: BLE001 (a harness-side failure must not end the run)
-            result = EvalResult(
-                status=Status.CRASH,
-                reason=f"the evaluator raised {type(exc).__name__}: {exc}",
-                problem_id=problem.id,
-                backend=self.settings.backend,
-                flags=["evaluator_exception: the harness, not the candidate, failed here"],
-            )
+        result = evaluate_safely(self._evaluator, problem, code, self.settings.backend)
         elapsed = time.perf_counter() - t0
         with self._lock:
             self._eval_s += elapsed
@@ -410,6 +399,31 @@ class RunLoop:
             if not self._stop.is_set():
                 self._stop_reason = reason
                 self._stop.set()
+
+
+def extract_candidate(reply: str, problem_id: str, backend: str) -> tuple[str | None, EvalResult | None]:
+    """The code in an agent's reply, or (None, the `format_error` result an attempt records for it).
+
+    The one place a reply becomes a candidate: `harness run`, `harness serve` and `KernelEnv` all use it."""
+    try:
+        return extract_code(reply), None
+    except ExtractionError as exc:
+        return None, EvalResult(status=Status.FORMAT_ERROR, reason=str(exc), problem_id=problem_id, backend=backend)
+
+
+def evaluate_safely(evaluator: Evaluates, problem: Problem, code: str, backend: str) -> EvalResult:
+    """The evaluator's verdict; an evaluator exception becomes a recorded `crash` (the harness failed, not the
+    candidate), so neither a run nor a served request ends because of one."""
+    try:
+        return evaluator.evaluate(problem, code, backend=backend)
+    except Exception as exc:  # noqa: BLE001 (a harness-side failure must not end the run)
+        return EvalResult(
+            status=Status.CRASH,
+            reason=f"the evaluator raised {type(exc).__name__}: {exc}",
+            problem_id=problem.id,
+            backend=backend,
+            flags=["evaluator_exception: the harness, not the candidate, failed here"],
+        )
 
 
 def _record(a: Attempt) -> TurnRecord:

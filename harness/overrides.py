@@ -96,6 +96,17 @@ def validate(overrides: list[str]) -> None:
             _check_key(cfg, o.key_or_group, options, dict(combo))
 
 
+def compose_config(overrides: list[str]) -> dict[str, Any]:
+    """The resolved config `harness run` would get for these overrides (for commands that share it, such as
+    `harness serve`); an unknown group, option or key raises `OverrideError` listing the valid ones."""
+    validate(overrides)
+    refuse_sweeps(overrides)
+    try:
+        return OmegaConf.to_container(_compose(overrides), resolve=True)  # type: ignore[return-value]
+    except Exception as exc:  # noqa: BLE001  an interpolation or type error in a value: the user's to fix
+        raise OverrideError(f"config: {exc}") from None
+
+
 def _values(o: Override) -> list[str]:
     """The value of an override as text, or each value of a sweep."""
     if o.is_sweep_override():

@@ -41,7 +41,7 @@ except ImportError:  # the README's test command installs the extra; a missing o
 @pytest.fixture
 def ray_module() -> Any:
     if ray is None:
-        pytest.fail('the ray extra is not installed: pip install -e ".[cpu,test,ray]" (the README test command)')
+        pytest.fail('the ray extra is not installed: pip install -e ".[cpu,test,ray,rl]" (the README test command)')
     return ray
 
 

@@ -1,4 +1,4 @@
-"""`harness bench eval|suite|trusted|kernelbench|loop`: benchmarks of the harness itself (figures go to docs/benchmarks.md)."""
+"""`harness bench eval|suite|trusted|kernelbench|serve|loop`: benchmarks of the harness itself (figures go to docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -51,6 +51,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     kb.add_argument("--kernelbench-src", default=".kb/src", help="KernelBench's src/ folder (holds kernelbench/)")
     kb.add_argument("--repeat", type=int, default=2)
     kb.add_argument("--out", help="write the JSON report here")
+    serve = sub.add_parser("serve", help="evaluations per GPU-hour and p50/p99 latency through harness serve beside "
+                                         "the in-process evaluator (GPU: 16M elements; CPU: a small smoke test)")
+    serve.add_argument("--candidates", type=int, default=None, help="distinct honest Triton candidates per side "
+                                                                   "(default 96 on a GPU, 6 on a CPU)")
+    serve.add_argument("--callers", type=int, default=None, help="concurrent callers per side (default 2 x workers)")
+    serve.add_argument("--out", help="write the JSON report here")
+    serve.add_argument("overrides", nargs="*", help="Hydra overrides for both sides (eval.workers_per_gpu=6)")
     loop = sub.add_parser("loop", help="per-attempt overhead of the run loop")
     loop.add_argument("--attempts", type=int, default=200)
 
@@ -89,5 +96,9 @@ def run(args: argparse.Namespace) -> int:
         from harness.bench import kernelbench_side_by_side
 
         return kernelbench_side_by_side.main(args.problems, args.kernelbench_src, args.repeat, args.out)
+    if args.bench == "serve":
+        from harness.bench import serve_bench
+
+        return serve_bench.main(args.candidates, args.callers, args.out, args.overrides)
     bench_loop = importlib.import_module("harness.bench_loop")
     return int(bench_loop.main(args.attempts) or 0)

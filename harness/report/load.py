@@ -95,6 +95,12 @@ def _selection(config: dict[str, Any], attempts: list[Attempt]) -> tuple[list[Pr
     attempted = list(dict.fromkeys(a.problem_id for a in attempts))
     cfg = config.get("problems") or {}
     spec = cfg.get("spec")
+    if config.get("serve"):  # a served study (`harness serve`): its problems are the ones clients asked about
+        try:
+            levels = {p.id: p.level for p in _resolve(str(spec), None)}
+        except Exception:  # noqa: BLE001 (levels are a label here; the problems are the attempted ones anyway)
+            levels = {}
+        return [ProblemInfo(pid, levels.get(pid, "custom")) for pid in attempted], warnings
     try:
         resolved = _resolve(str(spec), cfg.get("limit"))
     except Exception as exc:  # noqa: BLE001 (any failure to re-resolve: fall back, and say so)

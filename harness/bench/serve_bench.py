@@ -1,0 +1,116 @@
+"""`harness bench serve`: evaluations per GPU-hour and latency through `harness serve`, beside the in-process
+evaluator, on the same kind of batch: distinct honest Triton candidates of relu(x + y) * 1.5 (16M elements on a
+GPU, 4096 on a CPU, where the Triton interpreter runs them), every source distinct so nothing is cached or
+coalesced.
+
+Both sides run closed loops of the same number of concurrent callers (twice the evaluator's workers): each
+caller takes the next candidate, waits for its verdict, and takes the next. Latency is one call's wall time as
+its caller sees it (for the service: the HTTP round trip, queueing, evaluation, reward and the stored attempt).
+The in-process side runs first, then a `harness serve` subprocess; both take their evaluator settings from the
+same Hydra overrides (`harness bench serve eval.workers_per_gpu=6`), and neither side's start-up is timed.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from eval import EvalConfig, Evaluator
+from harness.bench import candidates
+from harness.bench.eval_bench import environment
+from harness.client import EvalClient
+from harness.overrides import compose_config
+from harness.serve.process import ServerProcess
+
+GPU_N, CPU_N = 1 << 24, 1 << 12
+_VARIANTS = ((512, 4), (1024, 4), (2048, 8), (4096, 8))
+
+
+def batch(n: int, elements: int, tag: str) -> list[str]:
+    """`n` distinct honest Triton candidates (launch variants, each source tagged) for `elements` elements."""
+    return [candidates.triton_candidate(*_VARIANTS[i % len(_VARIANTS)]) + f"\n# {tag} {i}\n" for i in range(n)]
+
+
+def closed_loop(call: Callable[[str], str], sources: list[str], callers: int) -> dict[str, Any]:
+    """`callers` threads take the next source and call it; per-call latency, statuses, wall time."""
+    lock = threading.Lock()
+    todo = list(enumerate(sources))
+    latencies: list[float] = [0.0] * len(sources)
+    statuses: list[str] = [""] * len(sources)
+
+    def caller() -> None:
+        while True:
+            with lock:
+                if not todo:
+                    return
+                i, source = todo.pop(0)
+            t0 = time.perf_counter()
+            statuses[i] = call(source)
+            latencies[i] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=caller) for _ in range(callers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    return {"wall_s": round(wall, 2), "latencies": latencies, "statuses": statuses}
+
+
+def _summary(name: str, run: dict[str, Any], gpus: int) -> dict[str, Any]:
+    lat = sorted(run["latencies"])
+    n = len(lat)
+    return {"side": name, "evaluations": n, "wall_s": run["wall_s"],
+            "evaluations_per_gpu_hour": round(n / run["wall_s"] * 3600 / max(1, gpus), 1),
+            "p50_s": round(statistics.median(lat), 3), "p99_s": round(lat[min(n - 1, int(0.99 * n))], 3),
+            "statuses": {s: run["statuses"].count(s) for s in sorted(set(run["statuses"]))}}
+
+
+def main(n: int | None = None, callers: int | None = None, out: str | None = None,
+         extra_overrides: list[str] | None = None) -> int:
+    gpu = torch.cuda.is_available()
+    gpus = torch.cuda.device_count() if gpu else 0
+    n = n or (96 if gpu else 6)
+    elements = GPU_N if gpu else CPU_N
+    problem = candidates.problem(elements)
+    env = environment()
+    print(f"device: {env['device']} x{max(1, gpus)}; torch {env['torch']}, triton {env['triton']}; "
+          f"{n} distinct honest Triton candidates of {problem.id}")
+    report: dict[str, Any] = {"environment": env, "problem": problem.id, "candidates": n}
+    with tempfile.TemporaryDirectory() as tmp:
+        device = "cuda" if gpu else "cpu"
+        overrides = [f"runs_dir={Path(tmp) / 'runs'}", f"eval.device={device}", *(extra_overrides or [])]
+        settings = compose_config(overrides)["eval"]  # the same evaluator settings on both sides
+        config = EvalConfig(**{**settings, "cache_dir": str(Path(tmp) / "cache-inprocess")})
+        with Evaluator(config) as ev:
+            ev.wait_warm(900)
+            width = callers or 2 * ev.workers
+            inproc = closed_loop(lambda s: ev.evaluate(problem, s, "triton").status.value,
+                                 batch(n, elements, "inprocess"), width)
+        with ServerProcess([*overrides, f"eval.cache_dir={Path(tmp) / 'cache-served'}", "--name", "bench", "--max-queue", str(max(256, n))]) as server:
+            client = EvalClient(server.url, timeout=3600)
+            body = {"source": problem.source, "name": problem.name}
+            served = closed_loop(lambda s: client.evaluate(body, s)["status"], batch(n, elements, "served"), width)
+            client.close()
+    rows = [_summary("in-process", inproc, gpus), _summary("harness serve", served, gpus)]
+    report.update(callers=width, rows=rows,
+                  overhead=round(rows[1]["wall_s"] / rows[0]["wall_s"] - 1, 4),
+                  p50_overhead_s=round(rows[1]["p50_s"] - rows[0]["p50_s"], 3))
+    print(f"{'side':<14} {'evals':>6} {'wall s':>8} {'evals/GPU-hour':>15} {'p50 s':>7} {'p99 s':>7}  statuses")
+    for r in rows:
+        print(f"{r['side']:<14} {r['evaluations']:>6} {r['wall_s']:>8} {r['evaluations_per_gpu_hour']:>15} "
+              f"{r['p50_s']:>7} {r['p99_s']:>7}  {r['statuses']}")
+    print(f"overhead of the service: {report['overhead']:+.1%} wall, {report['p50_overhead_s']:+.3f} s at p50 "
+          f"({width} concurrent callers each side)" + ("" if gpu else "; CPU: a smoke test, not a figure"))
+    if out:
+        Path(out).write_text(json.dumps(report, indent=2))
+    bad = [r for r in rows if set(r["statuses"]) != {"correct"}]
+    return 1 if bad else 0

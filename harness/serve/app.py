@@ -1,0 +1,246 @@
+"""The HTTP routes of `harness serve` (FastAPI on uvicorn) over a `Service`.
+
+FastAPI/Starlette on uvicorn: the most used ASGI stack in Python, maintained, typed, with an async request
+model that lets one process hold thousands of waiting requests while the evaluator's threads work; uvicorn is
+its reference server. Bodies are read and checked here by hand (not by pydantic models) so that every refusal
+is ours: 400 naming the field, 413 naming the limit, 404, 401, 429 with Retry-After.
+
+A client that disconnects while its evaluation waits in the queue cancels it (unless another client waits for
+the same work). No request and no candidate can stop the server: every error becomes a JSON answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+
+from agents import TurnRecord
+from agents.prompting import BACKENDS
+from harness.serve.queue import QueueFull
+from harness.serve.catalog import BadRequest, NotFound
+from harness.serve.service import Pending, Service
+
+_POLL_S = 0.5  # how often a waiting request checks that its client is still there
+
+
+class HTTPError(Exception):
+    """An answer other than 200: status code, message, and the field or limit it names."""
+
+    def __init__(self, code: int, message: str, *, field: str | None = None, limit: int | None = None,
+                 headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.code, self.message, self.field, self.limit, self.headers = code, message, field, limit, headers or {}
+
+    def response(self) -> JSONResponse:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            error["field"] = self.field
+        if self.limit is not None:
+            error["limit"] = self.limit
+        return JSONResponse({"error": error}, status_code=self.code, headers=self.headers)
+
+
+def _item_error(exc: Exception) -> dict[str, Any]:
+    """A batch item's own error, shaped like a whole request's."""
+    if isinstance(exc, BadRequest):
+        return {"error": {"code": 400, "field": exc.field, "message": str(exc)}}
+    return {"error": {"code": 404, "message": str(exc)}}
+
+
+class _CountResponses:
+    """Counts responses by status code. Plain ASGI (not `BaseHTTPMiddleware`, whose wrapped `receive` hides a
+    client's disconnect from `Request.is_disconnected`, which cancellation depends on)."""
+
+    def __init__(self, app: Any, metrics: Any) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def counting_send(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                self.metrics.response(int(message["status"]))
+            await send(message)
+
+        await self.app(scope, receive, counting_send)
+
+
+def create_app(service: Service, *, token: str | None, max_body_bytes: int = 8 << 20, max_batch: int = 256) -> FastAPI:
+    """The ASGI app. `token`: the bearer token every route but /v1/health requires (None: no auth)."""
+    app = FastAPI(title="harness serve", version=service.health()["version"], docs_url=None, redoc_url=None)
+
+    @app.exception_handler(HTTPError)
+    async def _http_error(request: Request, exc: HTTPError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(Exception)
+    async def _any_error(request: Request, exc: Exception) -> JSONResponse:  # a harness bug: answered, not fatal
+        return HTTPError(500, f"internal error: {type(exc).__name__}: {exc}").response()
+
+    app.add_middleware(_CountResponses, metrics=service.metrics)
+
+    def authorize(request: Request) -> None:
+        if token is None:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, value = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
+            raise HTTPError(401, "a valid bearer token is required (Authorization: Bearer $HARNESS_SERVE_TOKEN)",
+                            headers={"WWW-Authenticate": "Bearer"})
+
+    async def read_json(request: Request) -> Any:
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > max_body_bytes:
+            raise HTTPError(413, f"the body is over the limit of {max_body_bytes} bytes (--max-body-bytes)",
+                            limit=max_body_bytes)
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > max_body_bytes:
+                raise HTTPError(413, f"the body is over the limit of {max_body_bytes} bytes (--max-body-bytes)",
+                                limit=max_body_bytes)
+        try:
+            return json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise HTTPError(400, f"the body is not JSON: {exc}", field="body") from None
+
+    async def answer(request: Request, pending: list[Pending]) -> list[dict[str, Any]] | None:
+        """Wait for every pending item (woken when the last one finishes, checking the client every `_POLL_S`);
+        None, and the queued work released, when the client went away."""
+        loop = asyncio.get_running_loop()
+        done = asyncio.Event()
+        futures = [p.ticket.future for p in pending if p.ticket is not None]
+
+        def wake(_: Any) -> None:
+            if all(f.done() for f in futures):
+                loop.call_soon_threadsafe(done.set)
+
+        for f in futures:
+            f.add_done_callback(wake)
+        if all(f.done() for f in futures):
+            done.set()
+        while not done.is_set():
+            try:
+                await asyncio.wait_for(done.wait(), timeout=_POLL_S)
+            except asyncio.TimeoutError:
+                if await request.is_disconnected():
+                    service.release(pending)
+                    return None
+        return await asyncio.to_thread(lambda: [service.finish(p) for p in pending])
+
+    def submit(requests: list[Any]) -> list[Pending]:
+        try:
+            return service.submit(requests)
+        except QueueFull as exc:
+            raise HTTPError(429, str(exc), limit=exc.limit, headers={"Retry-After": str(exc.retry_after)}) from None
+
+    @app.post("/v1/evaluate")
+    async def evaluate(request: Request) -> Response:
+        authorize(request)
+        body = await read_json(request)
+        try:
+            req = await asyncio.to_thread(service.parse, body)
+        except BadRequest as exc:
+            raise HTTPError(400, str(exc), field=exc.field) from None
+        except NotFound as exc:
+            raise HTTPError(404, str(exc), field="problem") from None
+        pending = await asyncio.to_thread(submit, [req])
+        answers = await answer(request, pending)
+        return JSONResponse(answers[0] if answers else {"error": {"code": 499, "message": "client went away"}})
+
+    @app.post("/v1/evaluate/batch")
+    async def evaluate_batch(request: Request) -> Response:
+        authorize(request)
+        body = await read_json(request)
+        items = body.get("requests") if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            raise HTTPError(400, "requests: must be a list of evaluate requests", field="requests")
+        if len(items) > max_batch:
+            raise HTTPError(413, f"requests: {len(items)} items, over the limit of {max_batch} (--max-batch)",
+                            field="requests", limit=max_batch)
+        parsed: list[Any] = []
+        for i, item in enumerate(items):
+            try:
+                parsed.append(await asyncio.to_thread(service.parse, item, f"requests[{i}]."))
+            except (BadRequest, NotFound) as exc:
+                parsed.append(exc)
+        good = [r for r in parsed if not isinstance(r, Exception)]
+        pending = await asyncio.to_thread(submit, good)
+        answers = await answer(request, pending)
+        if answers is None:
+            return JSONResponse({"error": {"code": 499, "message": "client went away"}})
+        it = iter(answers)
+        return JSONResponse({"results": [_item_error(r) if isinstance(r, Exception) else next(it) for r in parsed]})
+
+    def backend_of(request: Request) -> str:
+        backend = request.query_params.get("backend", "triton")
+        if backend not in BACKENDS:
+            raise HTTPError(400, f"backend: must be one of {', '.join(BACKENDS)}", field="backend")
+        return backend
+
+    @app.get("/v1/problems")
+    async def problems(request: Request) -> Response:
+        authorize(request)
+        return JSONResponse({"problems": [service.catalog.describe(service.find_problem(i)) for i in service.catalog.ids()]})
+
+    @app.get("/v1/problems/{problem_id:path}")
+    async def problem(problem_id: str, request: Request) -> Response:
+        authorize(request)
+        backend = backend_of(request)
+        try:
+            p = service.find_problem(problem_id)
+        except NotFound as exc:
+            raise HTTPError(404, str(exc), field="problem") from None
+        messages = await asyncio.to_thread(service.messages, p, backend)
+        return JSONResponse({"problem": service.catalog.describe(p), "backend": backend, "messages": messages})
+
+    @app.post("/v1/messages")
+    async def messages(request: Request) -> Response:
+        """The conversation for a later turn: `{"problem", "backend", "history": [{"turn", "reply", "code",
+        "feedback"}]}` -> the messages `harness run` would send next."""
+        authorize(request)
+        body = await read_json(request)
+        if not isinstance(body, dict) or "problem" not in body:
+            raise HTTPError(400, "problem: is required", field="problem")
+        backend = body.get("backend", "triton")
+        if backend not in BACKENDS:
+            raise HTTPError(400, f"backend: must be one of {', '.join(BACKENDS)}", field="backend")
+        history = body.get("history", [])
+        try:
+            p = service.find_problem(body["problem"])
+            if not isinstance(history, list):
+                raise BadRequest("history", "must be a list of turns")
+            records = []
+            for i, h in enumerate(history):
+                if not isinstance(h, dict) or not isinstance(h.get("reply", ""), str) \
+                        or not isinstance(h.get("feedback", ""), str) or not isinstance(h.get("code"), (str, type(None))):
+                    raise BadRequest(f"history[{i}]", "must be {\"reply\": str, \"code\": str|null, \"feedback\": str}")
+                turn = h.get("turn", i + 1)
+                if isinstance(turn, bool) or not isinstance(turn, int):
+                    raise BadRequest(f"history[{i}].turn", "must be an integer")
+                records.append(TurnRecord(turn=turn, reply=h.get("reply", ""), code=h.get("code"),
+                                          feedback=h.get("feedback", "")))
+        except BadRequest as exc:
+            raise HTTPError(400, str(exc), field=exc.field) from None
+        except NotFound as exc:
+            raise HTTPError(404, str(exc), field="problem") from None
+        return JSONResponse({"backend": backend, "messages": await asyncio.to_thread(service.messages, p, backend,
+                                                                                       records)})
+
+    @app.get("/v1/health")
+    async def health() -> Response:
+        return JSONResponse(service.health())
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        authorize(request)
+        text = service.metrics.render(service.queued(), service.in_flight(), service.workers_on)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+    return app
