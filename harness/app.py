@@ -142,8 +142,8 @@ def _run(cfg: DictConfig) -> int:
             print(run_dir)
         else:
             print_summary(
-                Console(), run_dir=str(run_dir), outcome=outcome, attempts=store.attempts(),
-                problem_ids=[p.id for p in problems], turns=settings.turns,
+                Console(), run_dir=str(run_dir), outcome=outcome, store=store, problem_ids=[p.id for p in problems],
+                turns=settings.turns,
             )  # fmt: skip
     return _exit_code(outcome)
 
@@ -205,9 +205,7 @@ def _job_name(cfg: DictConfig) -> str:
 def _check_problem_sources(store: RunStore, problems: list[Problem]) -> None:
     """Refuse to resume when a problem's source changed since its attempts were recorded."""
     current = {p.id: p.source_hash for p in problems}
-    changed = sorted(
-        {a.problem_id for a in store.attempts() if current.get(a.problem_id, a.problem_hash) != a.problem_hash}
-    )
+    changed = sorted({pid for pid, recorded in store.problem_hashes() if current.get(pid, recorded) != recorded})
     if changed:
         raise BadInput(
             f"{len(changed)} problem(s) changed since this run recorded attempts for them ({', '.join(changed[:5])}"

@@ -41,7 +41,7 @@ from eval.feedback import render_feedback
 from eval.result import EvalResult, Status
 from harness.progress import Display, RunStats
 from harness.response_cache import ResponseCache, request_key
-from harness.store import AGENT_ERROR, Attempt, RunStore
+from harness.store import AGENT_ERROR, Attempt, Outline, RunStore
 from problems.problem import Problem
 
 
@@ -173,7 +173,7 @@ class RunLoop:
         pending = self._plan()
         self._display.start(self._stats)
         pool = ThreadPoolExecutor(max_workers=self.settings.max_concurrency, thread_name_prefix="kh-loop")
-        futures: list[Future[None]] = [pool.submit(self._trajectory, p, s, h) for p, s, h in pending]
+        futures: list[Future[None]] = [pool.submit(self._trajectory, p, s) for p, s in pending]
         errors: list[str] = []
         try:
             try:
@@ -204,11 +204,12 @@ class RunLoop:
         )
 
     # ---------------------------------------------------------------- planning
-    def _plan(self) -> list[tuple[Problem, int, list[Attempt]]]:
-        """Trajectories still to run, with their recorded history; counts what is already done."""
-        recorded: dict[tuple[str, int], list[Attempt]] = {}
-        for a in self._store.attempts():
-            recorded.setdefault((a.problem_id, a.sample), []).append(a)
+    def _plan(self) -> list[tuple[Problem, int]]:
+        """Trajectories still to run; counts what is already done. Reads only the attempts' outlines: a trajectory
+        reads its own history (with the texts its prompts need) when it starts."""
+        recorded: dict[tuple[str, int], list[Outline]] = {}
+        for o in self._store.outline():
+            recorded.setdefault((o.problem_id, o.sample), []).append(o)
         totals = self._store.totals()
         self._tokens, self._cost = totals.tokens, totals.cost_usd
         st = self._stats
@@ -217,20 +218,20 @@ class RunLoop:
         for problem in self._problems:
             self._remaining[problem.id] = 0
             for sample in range(1, self.settings.samples + 1):
-                history = recorded.get((problem.id, sample), [])
-                for a in history:
-                    st.add(a, this_session=False)
+                history = recorded.pop((problem.id, sample), [])
+                for o in history:
+                    st.add(o, this_session=False)
                 if self._done(history):
                     st.attempts_planned += len(history)
                 else:
                     st.attempts_planned += self.settings.turns
                     self._remaining[problem.id] += 1
-                    pending.append((problem, sample, history))
+                    pending.append((problem, sample))
             if self._remaining[problem.id] == 0:
                 st.problems_done += 1
         return pending
 
-    def _done(self, history: list[Attempt]) -> bool:
+    def _done(self, history: Sequence[Attempt | Outline]) -> bool:
         """A trajectory is finished after its last turn, a refused request, or reaching the target."""
         if not history:
             return False
@@ -246,10 +247,10 @@ class RunLoop:
         return target is not None and status == Status.CORRECT.value and speedup is not None and speedup >= target
 
     # --------------------------------------------------------------- execution
-    def _trajectory(self, problem: Problem, sample: int, history: list[Attempt]) -> None:
+    def _trajectory(self, problem: Problem, sample: int) -> None:
         """Run the remaining turns of one (problem, sample)."""
-        history = list(history)
         try:
+            history = self._store.history(problem.id, sample)
             while not self._done(history):
                 history.append(self._turn(problem, sample, history))
         except _Stop:

@@ -12,7 +12,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, Text
                            TimeRemainingColumn)
 from rich.text import Text
 
-from harness.store import Attempt
+from harness.store import Attempt, Outline
 
 
 @dataclass
@@ -31,7 +31,7 @@ class RunStats:
     best_speedup: float | None = None
     statuses: dict[str, int] = field(default_factory=dict)
 
-    def add(self, a: Attempt, *, this_session: bool) -> None:
+    def add(self, a: Attempt | Outline, *, this_session: bool) -> None:
         """Count one recorded attempt."""
         self.attempts_done += 1
         self.attempts_this_session += int(this_session)

@@ -5,12 +5,17 @@ Layout of `runs/<name>/`:
 - `config.yaml`      the resolved config the run was started with (for people; the DB keeps its own copy)
 - `attempts.sqlite`  SQLite (WAL) database: one row per attempt, plus run metadata and sessions
 - `code/<problem>/<sample>_<turn>.py`   each candidate's extracted source
-- `results.jsonl`    one JSON line per attempt (derived from the database; repaired on open)
+- `results.jsonl`    one JSON line per attempt, in the order they were recorded (append-only)
 
 The database is the source of truth. An attempt is committed to it first; its code file and
-its `results.jsonl` line follow (flushed and fsync'd). A `kill -9` between those steps leaves a
-missing or torn line, which `RunStore.open` rewrites from the database, so a resumed run neither
-repeats nor loses finished attempts.
+its `results.jsonl` line follow (flushed and fsync'd), under one lock, so the file's order is the
+database's commit order (`id`). A `kill -9` between those steps leaves a missing or torn last
+line: `RunStore.open` cuts the torn line and appends the missing ones, never rewriting the lines
+already there, so a resumed run neither repeats nor loses finished attempts.
+
+Resume, planning and summaries read an attempt's `Outline` (its small columns, served by the
+covering index `attempts_outline`), never every prompt; the texts of an attempt are read only
+where they are needed (one trajectory's history, one problem's transcripts).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator, NamedTuple
 
 import yaml
 
@@ -144,6 +149,49 @@ _ATTEMPTS_SQL = (
     "CREATE TABLE attempts (\n    id INTEGER PRIMARY KEY,\n    session_id INTEGER NOT NULL REFERENCES sessions(id),\n"
     + "".join(f"    {_column_sql(f)},\n" for f in fields(Attempt))
     + "    CHECK (sample >= 1 AND turn >= 1),\n    UNIQUE (problem_id, sample, turn)\n);\n"
+)
+
+
+# The columns that grow with a run's texts; everything else is an attempt's outline.
+_TEXT_COLUMNS = ("prompt", "reply", "code", "result", "feedback", "error")
+OUTLINE_FIELDS: tuple[str, ...] = ("id", "session_id", *(c for c in _COLUMNS if c not in _TEXT_COLUMNS))
+
+
+class Outline(NamedTuple):
+    """An attempt without its texts (prompt, reply, code, result, feedback, error): what planning, progress and
+    summaries need, small enough to hold for every attempt of a large run. `id` is the commit order."""
+
+    id: int
+    session_id: int
+    problem_id: str
+    sample: int
+    turn: int
+    status: str
+    problem_hash: str
+    speedup: float | None
+    best_turn: int | None
+    best_status: str | None
+    best_speedup: float | None
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    cost_usd: float | None
+    latency_s: float
+    model: str | None
+    finish_reason: str | None
+    requests: int
+    eval_s: float
+    from_cache: bool
+    started_at: float
+    finished_at: float
+    code_path: str | None
+
+
+assert Outline._fields == OUTLINE_FIELDS, "Outline must list the attempt's non-text columns, in table order"
+
+# Serves every outline read from the index alone (the table's rows hold the long prompts).
+_INDEX_SQL = (
+    f"CREATE INDEX IF NOT EXISTS attempts_outline ON attempts ({', '.join(OUTLINE_FIELDS[2:])}, session_id);\n"
 )
 
 
@@ -295,6 +343,7 @@ class RunStore:
                             conn.execute("UPDATE meta SET value = ? WHERE key = 'config'", (_dumps(config),))
                         _write_atomic(run_dir / CONFIG_NAME, yaml.safe_dump(config, sort_keys=False))
                         stored = config
+                    conn.executescript(_INDEX_SQL)  # a run recorded before the index existed gets it on resume
                 except BaseException:
                     conn.close()
                     raise
@@ -342,9 +391,39 @@ class RunStore:
 
     # ------------------------------------------------------------------ access
     def attempts(self) -> list[Attempt]:
-        """Every recorded attempt, ordered by problem, sample, turn."""
+        """Every recorded attempt with its texts, ordered by problem, sample, turn (small runs and tests; a large
+        run's callers read `outline` and the texts they show)."""
         with self._mutex:
             return [_decode(row, SCHEMA_VERSION) for row in _attempt_rows(self._conn)]
+
+    def outline(self) -> list[Outline]:
+        """Every recorded attempt without its texts, ordered by problem, sample, turn (read from the index)."""
+        with self._mutex:
+            return _outline(self._conn, SCHEMA_VERSION)
+
+    def history(self, problem_id: str, sample: int) -> list[Attempt]:
+        """The recorded attempts of one trajectory, with their texts, by turn."""
+        with self._mutex:
+            return [_decode(row, SCHEMA_VERSION) for row in
+                    _attempt_rows(self._conn, where="problem_id = ? AND sample = ?", params=(problem_id, sample))]
+
+    def attempts_by_id(self, ids: Iterable[int]) -> dict[int, Attempt]:
+        """The attempts of these ids (from `outline`), with their texts."""
+        wanted = sorted(set(ids))
+        out: dict[int, Attempt] = {}
+        with self._mutex:
+            for start in range(0, len(wanted), 500):  # SQLite bounds the parameters of one statement
+                chunk = wanted[start:start + 500]
+                rows = _attempt_rows(self._conn, where=f"id IN ({', '.join('?' * len(chunk))})", params=tuple(chunk),
+                                     with_id=True)
+                out.update((row["id"], _decode(row, SCHEMA_VERSION)) for row in rows)
+        return out
+
+    def problem_hashes(self) -> set[tuple[str, str]]:
+        """Each (problem id, problem source hash) pair recorded."""
+        with self._mutex:
+            return set(self._conn.execute("SELECT DISTINCT problem_id, problem_hash FROM attempts INDEXED BY "
+                                          "attempts_outline"))
 
     def totals(self) -> Totals:
         """Usage summed over all recorded attempts (responses served from the cache cost nothing)."""
@@ -428,18 +507,66 @@ class RunStore:
 
     # ----------------------------------------------------------------- repair
     def _reconcile_files(self) -> None:
-        """Make `results.jsonl` and the code files agree with the database (after a crash)."""
-        attempts = self.attempts()
-        expected = "".join(_dumps(a.summary()) + "\n" for a in attempts)
+        """Make `results.jsonl` and the code files agree with the database after a crash, appending only.
+
+        A torn last line is cut; the lines of attempts committed but not yet written are appended in commit
+        order. The lines already there are never rewritten (a clean resume reads the file once, parsing
+        nothing). A missing code file is written back.
+        """
         path = self.run_dir / JSONL_NAME
-        current = path.read_text(encoding="utf-8") if path.exists() else ""
-        if current != expected:
-            self._jsonl.close()
-            _write_atomic(path, expected)
-            self._jsonl = open(path, "a", encoding="utf-8")  # noqa: SIM115
-        for a in attempts:
-            if a.code is not None and a.code_path and not (self.run_dir / a.code_path).exists():
-                _write_atomic(self.run_dir / a.code_path, a.code)
+        lines = _complete_lines(path)
+        with self._mutex:
+            count = self._conn.execute("SELECT COUNT(*) FROM attempts").fetchone()[0]
+            missing_code = [o for o in _outline(self._conn, SCHEMA_VERSION)
+                            if o.code_path and not (self.run_dir / o.code_path).exists()]
+        if lines != count:
+            self._append_missing_lines(path)
+        if missing_code:
+            for a in self.attempts_by_id(o.id for o in missing_code).values():
+                if a.code is not None and a.code_path:
+                    _write_atomic(self.run_dir / a.code_path, a.code)
+
+    def _append_missing_lines(self, path: Path) -> None:
+        """Append the `results.jsonl` lines of attempts the file lacks (in commit order)."""
+        written: set[tuple[str, int, int]] = set()
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                    written.add((rec["problem_id"], rec["sample"], rec["turn"]))
+                except (ValueError, KeyError, TypeError):
+                    continue  # a line this store did not write: left as it is
+        with self._mutex:
+            ids = [o.id for o in sorted(_outline(self._conn, SCHEMA_VERSION), key=lambda o: o.id)
+                   if (o.problem_id, o.sample, o.turn) not in written]
+        for start in range(0, len(ids), 500):
+            chunk = self.attempts_by_id(ids[start:start + 500])
+            for attempt_id in ids[start:start + 500]:
+                self._jsonl.write(_dumps(chunk[attempt_id].summary()) + "\n")
+        self._jsonl.flush()
+        os.fsync(self._jsonl.fileno())
+
+
+def _complete_lines(path: Path) -> int:
+    """How many whole lines `path` holds, after cutting a torn last line (a crash mid-write) off in place."""
+    lines, last, size = 0, b"\n", 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            lines += chunk.count(b"\n")
+            size += len(chunk)
+            last = chunk[-1:]
+    if last != b"\n":
+        with open(path, "rb+") as f:
+            f.seek(0)
+            keep, offset = 0, 0
+            while chunk := f.read(1 << 20):
+                if (i := chunk.rfind(b"\n")) >= 0:
+                    keep = offset + i + 1
+                offset += len(chunk)
+            f.truncate(keep)
+            f.flush()
+            os.fsync(f.fileno())
+    return lines
 
 
 # ---------------------------------------------------------------------- reading
@@ -504,10 +631,30 @@ def _read_once(db_path: Path, *, immutable: bool) -> RunRecord:
     return RunRecord(config, attempts, sessions, session_of, version)
 
 
-def _attempt_rows(conn: sqlite3.Connection, *, with_session: bool = False) -> list[dict[str, Any]]:
-    columns = ("session_id", *_COLUMNS) if with_session else _COLUMNS
-    cur = conn.execute(f"SELECT {', '.join(columns)} FROM attempts ORDER BY problem_id, sample, turn")
+def _attempt_rows(conn: sqlite3.Connection, *, with_session: bool = False, with_id: bool = False, where: str = "",
+                  params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    columns = (*(("id",) if with_id else ()), *(("session_id",) if with_session else ()), *_COLUMNS)
+    condition = f" WHERE {where}" if where else ""
+    cur = conn.execute(f"SELECT {', '.join(columns)} FROM attempts{condition} ORDER BY problem_id, sample, turn",
+                       params)
     return [dict(zip(columns, row)) for row in cur]
+
+
+def _outline(conn: sqlite3.Connection, version: int) -> list[Outline]:
+    """Every attempt's outline by problem, sample, turn; the index serves it where it exists (an older run's
+    database, read read-only, may lack it: then the table is scanned)."""
+    has_index = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'attempts_outline'").fetchone()
+    hint = " INDEXED BY attempts_outline" if has_index else ""
+    shift = 1 if version == 1 else 0  # version 1 counted samples from 0
+    cur = conn.execute(f"SELECT {', '.join(OUTLINE_FIELDS)} FROM attempts{hint} ORDER BY problem_id, sample, turn")
+    sample, from_cache = OUTLINE_FIELDS.index("sample"), OUTLINE_FIELDS.index("from_cache")
+    out = []
+    for row in cur:
+        row = list(row)
+        row[sample] += shift
+        row[from_cache] = bool(row[from_cache])
+        out.append(Outline(*row))
+    return out
 
 
 def _sessions(conn: sqlite3.Connection) -> list[dict[str, Any]]:
@@ -583,7 +730,7 @@ def _create(db_path: Path, config: dict[str, Any], harness_version: str) -> None
     conn = _connect(tmp)
     try:
         with conn:
-            conn.executescript(_SESSIONS_SQL + _ATTEMPTS_SQL)
+            conn.executescript(_SESSIONS_SQL + _ATTEMPTS_SQL + _INDEX_SQL)
             conn.executemany(
                 "INSERT INTO meta (key, value) VALUES (?, ?)",
                 [
