@@ -31,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 import yaml
 
@@ -298,8 +298,10 @@ def config_differences(old: dict[str, Any], new: dict[str, Any], volatile: Itera
 class RunStore:
     """Durable record of one run directory. Thread-safe; one process at a time (a file lock)."""
 
-    def __init__(self, run_dir: Path, conn: sqlite3.Connection, lock_fd: int, config: dict[str, Any]) -> None:
+    def __init__(self, run_dir: Path, conn: sqlite3.Connection, lock_fd: int, config: dict[str, Any],
+                 durable: bool = True) -> None:
         self.run_dir = run_dir
+        self._durable = durable
         self.config = config
         self._conn = conn
         self._lock_fd = lock_fd
@@ -317,6 +319,7 @@ class RunStore:
         volatile: Iterable[str] = VOLATILE_KEYS,
         harness_version: str = "",
         problem_ids: Iterable[str] | None = None,
+        durable: bool = True,
     ) -> "RunStore":
         """Create `run_dir`, or reopen it to resume or extend.
 
@@ -325,7 +328,8 @@ class RunStore:
         `volatile` prefix, such as budgets, may change). A config that only grows the run (more
         `turns` or `samples`, or a problem selection, `problem_ids`, holding every problem already
         attempted) extends it: the stored config becomes the new one and every attempt is kept.
-        Any failure raises `StoreError`.
+        Any failure raises `StoreError`. `durable=False` skips every fsync: only for writing synthetic runs
+        (`harness bench store`), where a crash loses nothing of value.
         """
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -360,7 +364,9 @@ class RunStore:
         except BaseException:
             os.close(lock_fd)
             raise
-        store = cls(run_dir, conn, lock_fd, config)
+        if not durable:
+            conn.execute("PRAGMA synchronous=OFF")
+        store = cls(run_dir, conn, lock_fd, config, durable)
         store._reconcile_files()
         return store
 
@@ -487,10 +493,11 @@ class RunStore:
                     f"attempt {attempt.key} is already recorded in {self.run_dir}; it is never overwritten"
                 ) from None
             if attempt.code is not None:
-                _write_atomic(self.run_dir / attempt.code_path, attempt.code)
+                _write_atomic(self.run_dir / attempt.code_path, attempt.code, durable=self._durable)
             self._jsonl.write(_dumps(attempt.summary()) + "\n")
             self._jsonl.flush()
-            os.fsync(self._jsonl.fileno())
+            if self._durable:
+                os.fsync(self._jsonl.fileno())
 
     def close(self) -> None:
         """Release the database, the jsonl file and the directory lock."""
@@ -797,11 +804,12 @@ def _meta(conn: sqlite3.Connection) -> dict[str, str]:
     return dict(conn.execute("SELECT key, value FROM meta").fetchall())
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def _write_atomic(path: Path, text: str, *, durable: bool = True) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
