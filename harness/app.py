@@ -2,9 +2,10 @@
 
 The flow of one job: check the config, select the problems, build the agent (a missing API key
 fails here, before anything is written), open the run store (resume checks), then run the loop
-against one evaluator and print the summary. Exit codes: 0 finished, 2 bad input, 3 stopped
-early but resumable (budget, Ctrl-C), 4 the provider refused the credentials, 5 the agent could
-not be reached (attempts left unfinished, resumable), 1 anything else.
+against one evaluator and print the summary. Exit codes (docs/exit-codes.md): 0 finished, 2 bad
+input, 3 stopped early but resumable (budget; Ctrl-C, SIGTERM or SIGHUP at any moment), 4 the
+provider refused the credentials, 5 the agent could not be reached (attempts left unfinished,
+resumable), 1 anything else.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 import sys
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NoReturn
 
 import hydra
 from hydra._internal.utils import get_args_parser
@@ -34,6 +35,7 @@ from harness.executors import make_evaluator
 from harness.loop import MIN_CONCURRENCY, UNREACHABLE, LoopOutcome, LoopSettings, RunLoop, concurrency_for
 from harness.progress import QuietDisplay, RichDisplay
 from harness.response_cache import ResponseCache
+from harness.signals import install as install_signal_handlers, signal_name
 from harness.store import CONFIG_NAME, VOLATILE_KEYS, RunStore, StoreError, safe_name
 from harness.summary import print_summary
 from problems.problem import Problem, ProblemError
@@ -43,6 +45,7 @@ EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_STOPPED, EXIT_AUTH, EXIT_UNREACHABLE =
 _SWEEP_ENV = "HARNESS_SWEEP_KEYS"  # swept keys, passed from `main` to every job (also in launcher subprocesses)
 
 _exit_codes: list[int] = []
+INTERRUPTED = "interrupted; every finished attempt is saved. Re-run the same command to resume."
 
 
 class BadInput(Exception):
@@ -51,6 +54,7 @@ class BadInput(Exception):
 
 def main(argv: list[str]) -> int:
     """Entry point of `harness run ARGS...`: check the overrides, then hand over to Hydra."""
+    install_signal_handlers()  # SIGTERM and SIGHUP stop the run as Ctrl-C does
     args = get_args_parser().parse_args(argv)  # Hydra's own flags and overrides
     try:
         ov.validate(args.overrides)
@@ -85,6 +89,9 @@ def run_job(cfg: DictConfig) -> int:
     except BadInput as exc:
         _say(f"error: {exc}")
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # a stop signal while starting or shutting down: no session is open
+        _say(INTERRUPTED)
+        return EXIT_STOPPED
 
 
 def _run(cfg: DictConfig) -> int:
@@ -124,28 +131,45 @@ def _run(cfg: DictConfig) -> int:
         except OSError as exc:  # a read-only or full runs directory, a missing parent
             raise BadInput(f"cannot write the run directory {run_dir}: {exc.strerror or exc}") from None
         store.begin_session()
-        if (resumed := store.totals().attempts) and not quiet:
-            _say(f"resuming {run_dir}: {resumed} attempt(s) already recorded")
-        loop = RunLoop(
-            store=store, agent=agent, evaluator=evaluator, problems=problems, prompts=prompts, settings=settings,
-            display=QuietDisplay() if quiet else RichDisplay(Console(stderr=True)), response_cache=cache,
-            agent_config=config["agent"],
-        )  # fmt: skip
         try:
-            outcome = loop.run()
-        except KeyboardInterrupt:
-            store.end_session("interrupted")
-            _say("interrupted; every finished attempt is saved. Re-run the same command to resume.")
-            os._exit(EXIT_STOPPED)  # agent requests may still be in flight; their threads must not hold the exit
-        store.end_session(outcome.stop_reason)
-        if quiet:
-            print(run_dir)
-        else:
-            print_summary(
-                Console(), run_dir=str(run_dir), outcome=outcome, store=store, problem_ids=[p.id for p in problems],
-                turns=settings.turns,
+            if (resumed := store.totals().attempts) and not quiet:
+                _say(f"resuming {run_dir}: {resumed} attempt(s) already recorded")
+            loop = RunLoop(
+                store=store, agent=agent, evaluator=evaluator, problems=problems, prompts=prompts,
+                settings=settings, display=QuietDisplay() if quiet else RichDisplay(Console(stderr=True)),
+                response_cache=cache, agent_config=config["agent"],
             )  # fmt: skip
-    return _exit_code(outcome)
+            outcome = loop.run()
+        except KeyboardInterrupt as exc:  # before the loop was waiting on attempts: none is in flight
+            _quit_now(store, f"interrupted ({signal_name(exc)})" if signal_name(exc) != "SIGINT" else "interrupted")
+        store.end_session(outcome.stop_reason)
+        try:
+            if quiet:
+                print(run_dir)
+            else:
+                print_summary(
+                    Console(), run_dir=str(run_dir), outcome=outcome, store=store,
+                    problem_ids=[p.id for p in problems], turns=settings.turns,
+                )  # fmt: skip
+            code = _exit_code(outcome)
+        except KeyboardInterrupt:  # the session is closed: only the summary is cut short
+            _quit_now(None, "")
+        if outcome.abandoned:  # their threads may still wait on the agent or the evaluator: they must not hold the exit
+            _say(f"{outcome.abandoned} attempt(s) still in flight were abandoned (nothing of them is recorded; "
+                 "a resume runs them again)")
+            sys.stdout.flush()
+            os._exit(code)
+    return code
+
+
+def _quit_now(store: RunStore | None, reason: str) -> NoReturn:
+    """Close the session (when one is open) and exit at once with `EXIT_STOPPED`: threads that may still wait on the
+    agent or the evaluator must not hold the exit."""
+    if store is not None:
+        store.end_session(reason)
+    _say(INTERRUPTED)
+    sys.stdout.flush()
+    os._exit(EXIT_STOPPED)
 
 
 def _build(config: dict[str, Any], settings: LoopSettings) -> tuple[Any, PromptBuilder, EvalConfig]:

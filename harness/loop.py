@@ -8,7 +8,9 @@ the evaluator judges it, and an evaluator exception is recorded as a crash of th
 
 Samples and turns count from 1.
 
-Stopping: a budget (tokens or cost, counted over the whole run including earlier sessions) is
+Stopping: Ctrl-C, SIGTERM or SIGHUP (a `KeyboardInterrupt` in the main thread, see `harness.signals`) stops new
+requests; the attempts in flight get `STOP_GRACE_S` to finish and be recorded, after which they are abandoned
+(nothing of them is recorded, so a resume runs them again); a second signal abandons them at once. A budget (tokens or cost, counted over the whole run including earlier sessions) is
 checked before each request, so requests already in flight finish and are recorded; an
 `AuthError` stops the run with its message. An `UnavailableError` (the agent could not be
 reached or run) records nothing: that sample waits for a resume, and when no request of this
@@ -41,6 +43,7 @@ from eval.feedback import render_feedback
 from eval.result import EvalResult, Status
 from harness.progress import Display, RunStats
 from harness.response_cache import ResponseCache, request_key
+from harness.signals import signal_name
 from harness.store import AGENT_ERROR, Attempt, Outline, RunStore
 from problems.problem import Problem
 
@@ -98,6 +101,9 @@ class LoopSettings:
             raise ValueError("; ".join(problems))
 
 
+STOP_GRACE_S = 20.0  # after a stop signal, how long attempts in flight may take to finish (schedulers kill at 30 s)
+
+
 UNREACHABLE = "unreachable"  # stop reason prefix: attempts left unfinished because the agent could not be reached
 
 
@@ -112,6 +118,7 @@ class LoopOutcome:
     eval_s: float = 0.0  # wall time inside the evaluator (this session)
     errors: list[str] = field(default_factory=list)
     unreachable: list[str] = field(default_factory=list)  # this session's UnavailableError messages, in order
+    abandoned: int = 0  # attempts still in flight when the run stopped waiting for them (not recorded)
 
     @property
     def finished(self) -> bool:
@@ -175,13 +182,19 @@ class RunLoop:
         pool = ThreadPoolExecutor(max_workers=self.settings.max_concurrency, thread_name_prefix="kh-loop")
         futures: list[Future[None]] = [pool.submit(self._trajectory, p, s) for p, s in pending]
         errors: list[str] = []
+        abandoned = 0
         try:
             try:
                 _wait_all(futures)
-            except KeyboardInterrupt:
-                self._request_stop("interrupted")
-                self._display.message("interrupted: finishing the attempts in flight (Ctrl-C again to quit now)")
-                _wait_all(futures)
+            except KeyboardInterrupt as exc:
+                name = signal_name(exc)
+                self._request_stop("interrupted" if name == "SIGINT" else f"interrupted ({name})")
+                self._display.message(f"interrupted: finishing the attempts in flight for up to {STOP_GRACE_S:g} s "
+                                      "(Ctrl-C again to quit now)")
+                try:
+                    abandoned = _wait_all(futures, timeout=STOP_GRACE_S)
+                except KeyboardInterrupt:  # a second signal: quit now
+                    abandoned = sum(f.running() for f in futures)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
             self._display.stop()
@@ -201,6 +214,7 @@ class RunLoop:
             agent_s=self._agent_s,
             eval_s=self._eval_s,
             errors=errors,
+            abandoned=abandoned,
         )
 
     # ---------------------------------------------------------------- planning
@@ -417,8 +431,11 @@ def _record(a: Attempt) -> TurnRecord:
     return TurnRecord(turn=a.turn, reply=a.reply, code=a.code, feedback=a.feedback)
 
 
-def _wait_all(futures: list[Future[None]]) -> None:
-    """Wait for every future, staying responsive to Ctrl-C."""
-    pending = set(futures)
-    while pending:
+def _wait_all(futures: list[Future[None]], timeout: float | None = None) -> int:
+    """Wait for every future (at most `timeout` seconds), staying responsive to signals; how many are still running
+    (cancelled ones, never started, do not count)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pending = {f for f in futures if not f.cancelled()}
+    while pending and (deadline is None or time.monotonic() < deadline):
         done, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
+    return sum(f.running() for f in pending)
