@@ -31,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Iterable, Iterator, NamedTuple
 
 import yaml
 
@@ -577,8 +577,11 @@ def _complete_lines(path: Path) -> int:
 
 
 # ---------------------------------------------------------------------- reading
-def read_run(run_dir: str | Path) -> RunRecord:
+def read_run(run_dir: str | Path, *, texts: bool = True) -> RunRecord:
     """Read a run directory without changing anything in it, also while a run is writing it.
+
+    `texts=False` leaves every attempt's prompt, reply, code, feedback and error out (empty), so that a large
+    run's metrics fit in memory; the results are read. `read_problem_texts` reads the texts one problem at a time.
 
     The database is opened through SQLite's `mode=ro` URI. A read-only connection to a WAL
     database that no writer has open would leave fresh `-wal`/`-shm` files behind, so when there
@@ -595,10 +598,10 @@ def read_run(run_dir: str | Path) -> RunRecord:
         wal = Path(f"{db_path}-wal")
         immutable = not wal.exists()
         before = _stat(db_path)
-        record = _read_once(db_path, immutable=immutable)
+        record = _read_once(db_path, immutable=immutable, texts=texts)
         if not immutable or (not wal.exists() and _stat(db_path) == before):
             return record
-    return _read_once(db_path, immutable=False)
+    return _read_once(db_path, immutable=False, texts=texts)
 
 
 def _stat(path: Path) -> tuple[int, int, int]:
@@ -606,7 +609,7 @@ def _stat(path: Path) -> tuple[int, int, int]:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _read_once(db_path: Path, *, immutable: bool) -> RunRecord:
+def _read_once(db_path: Path, *, immutable: bool, texts: bool = True) -> RunRecord:
     uri = f"{db_path.resolve().as_uri()}?mode=ro{'&immutable=1' if immutable else ''}"
     hint = "Nothing was changed."
     try:
@@ -617,7 +620,11 @@ def _read_once(db_path: Path, *, immutable: bool) -> RunRecord:
         version = _check_version(conn, db_path, READABLE_VERSIONS, hint)
         config = json.loads(_meta(conn)["config"])
         conn.execute("BEGIN")  # one read transaction: attempts and sessions from the same snapshot
-        rows = _attempt_rows(conn, with_session=True)
+        attempts, session_of = [], {}
+        for row in _attempt_rows(conn, with_session=True, texts=texts):  # decoded as they stream in
+            a = _decode_or_refuse(row, version, db_path, hint)
+            attempts.append(a)
+            session_of[a.key] = row["session_id"]
         sessions = _sessions(conn)
         conn.execute("COMMIT")
     except sqlite3.DatabaseError as exc:
@@ -626,25 +633,28 @@ def _read_once(db_path: Path, *, immutable: bool) -> RunRecord:
         raise StoreError(f"{db_path} has no valid run metadata ({exc}). {hint}") from None
     finally:
         conn.close()
-    attempts, session_of = [], {}
-    for row in rows:
-        try:
-            a = _decode(row, version)
-        except (KeyError, TypeError, ValueError) as exc:
-            where = f"problem {row.get('problem_id')!r}, sample {row.get('sample')}, turn {row.get('turn')}"
-            raise StoreError(f"{db_path}: the attempt of {where} cannot be read ({exc}). {hint}") from None
-        attempts.append(a)
-        session_of[a.key] = row["session_id"]
     return RunRecord(config, attempts, sessions, session_of, version)
 
 
+def _decode_or_refuse(row: dict[str, Any], version: int, db_path: Path, hint: str) -> Attempt:
+    try:
+        return _decode(row, version)
+    except (KeyError, TypeError, ValueError) as exc:
+        where = f"problem {row.get('problem_id')!r}, sample {row.get('sample')}, turn {row.get('turn')}"
+        raise StoreError(f"{db_path}: the attempt of {where} cannot be read ({exc}). {hint}") from None
+
+
 def _attempt_rows(conn: sqlite3.Connection, *, with_session: bool = False, with_id: bool = False, where: str = "",
-                  params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-    columns = (*(("id",) if with_id else ()), *(("session_id",) if with_session else ()), *_COLUMNS)
+                  params: tuple[Any, ...] = (), texts: bool = True) -> Iterator[dict[str, Any]]:
+    """Attempt rows by problem, sample, turn, streamed; without `texts`, the text columns hold empty values."""
+    wanted = _COLUMNS if texts else tuple(c for c in _COLUMNS if c not in _TEXT_COLUMNS or c == "result")
+    columns = (*(("id",) if with_id else ()), *(("session_id",) if with_session else ()), *wanted)
     condition = f" WHERE {where}" if where else ""
     cur = conn.execute(f"SELECT {', '.join(columns)} FROM attempts{condition} ORDER BY problem_id, sample, turn",
                        params)
-    return [dict(zip(columns, row)) for row in cur]
+    blank = {} if texts else {"prompt": "[]", "reply": "", "code": None, "feedback": "", "error": ""}
+    for row in cur:
+        yield {**blank, **dict(zip(columns, row))}
 
 
 def _outline(conn: sqlite3.Connection, version: int) -> list[Outline]:
@@ -664,23 +674,62 @@ def _outline(conn: sqlite3.Connection, version: int) -> list[Outline]:
     return out
 
 
+def read_problem_texts(run_dir: str | Path) -> Iterator[tuple[str, list[Attempt]]]:
+    """Each problem's attempts with their texts, one problem at a time (problem, sample, turn order), read
+    read-only in one transaction; memory holds one problem's attempts, never the run's."""
+    db_path = Path(run_dir) / DB_NAME
+    immutable = not Path(f"{db_path}-wal").exists()  # as in `read_run`: leave no -wal/-shm files behind
+    uri = f"{db_path.resolve().as_uri()}?mode=ro{'&immutable=1' if immutable else ''}"
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+        try:
+            version = _check_version(conn, db_path, READABLE_VERSIONS, "Nothing was changed.")
+            conn.execute("BEGIN")
+            problem, group = None, []
+            for row in _attempt_rows(conn):
+                a = _decode_or_refuse(row, version, db_path, "Nothing was changed.")
+                if a.problem_id != problem and group:
+                    yield problem, group
+                    group = []
+                problem = a.problem_id
+                group.append(a)
+            if group:
+                yield problem, group
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{db_path} cannot be read ({exc}). Nothing was changed.") from None
+
+
 def _sessions(conn: sqlite3.Connection) -> list[dict[str, Any]]:
     rows = conn.execute(f"SELECT {', '.join(_SESSION_COLUMNS)} FROM sessions ORDER BY id")
     return [dict(zip(_SESSION_COLUMNS, r)) for r in rows]
 
 
 def export_jsonl(run_dir: str | Path, out: str | Path, *, include_prompts: bool = True) -> int:
-    """Write every attempt of a run as JSON lines to `out` (with the prompts unless told not to)."""
-    attempts = read_run(run_dir).attempts
-    lines = []
-    for a in attempts:
-        rec = a.summary()
-        rec["code"] = a.code
-        if include_prompts:
-            rec["prompt"] = a.prompt
-        lines.append(_dumps(rec) + "\n")
-    _write_atomic(Path(out), "".join(lines))
-    return len(attempts)
+    """Write every attempt of a run as JSON lines to `out` (with the prompts unless told not to), streamed one
+    problem at a time; the file appears whole (written under a temporary name, then renamed)."""
+    read_run(run_dir, texts=False)  # refuses what is not a readable run, before anything is written
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp")
+    n = 0
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for _, attempts in read_problem_texts(run_dir):
+                for a in attempts:
+                    rec = a.summary()
+                    rec["code"] = a.code
+                    if include_prompts:
+                        rec["prompt"] = a.prompt
+                    f.write(_dumps(rec) + "\n")
+                    n += 1
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return n
 
 
 # ---------------------------------------------------------------------- helpers

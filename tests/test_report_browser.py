@@ -22,6 +22,9 @@ from harness.devtools import CHROMIUM, Browser
 from harness.report import build_report, write_report
 from tests.report_fixtures import SMOKE, config, write_run
 
+# Transcripts load when a problem is opened (a script beside the page): wait until the view shows its turns.
+SHOWN = ("(async () => { for (let i = 0; i < 500 && !document.querySelector('#tx-view article.turn'); i++)"
+         " await new Promise(r => setTimeout(r, 10)); })()")
 EVIL = 'Look: <script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"> & done'
 
 pytestmark = pytest.mark.skipif(
@@ -83,6 +86,7 @@ def test_leaderboard_page_renders_without_console_errors(page: Path, tmp_path: P
         assert browser.js("document.querySelectorAll('#plot-heatmap g.cell[data-run]').length") == 5
 
         # the first run's first problem is shown on load: two turns, the second correct with its code
+        browser.js(SHOWN)
         turns = browser.js(
             "Array.from(document.querySelectorAll('#tx-view article.turn'))"
             ".map(a => [a.querySelector('.badge').textContent, a.querySelector('pre.code').textContent])"
@@ -99,6 +103,7 @@ def test_leaderboard_page_renders_without_console_errors(page: Path, tmp_path: P
             ".dispatchEvent(new MouseEvent('click', {bubbles: true}))"
         )
         assert browser.js("document.getElementById('tx-run').value") == "1"
+        browser.js(SHOWN)
         assert browser.js("document.querySelector('#tx-view pre.reply').textContent") == EVIL
         assert browser.js("document.querySelectorAll('#tx-view img, #tx-view script').length") == 0
         assert browser.js("typeof window.__pwned") == "undefined"
