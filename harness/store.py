@@ -154,6 +154,7 @@ _ATTEMPTS_SQL = (
 
 # The columns that grow with a run's texts; everything else is an attempt's outline.
 _TEXT_COLUMNS = ("prompt", "reply", "code", "result", "feedback", "error")
+_SKIPPED_TEXTS = ("prompt", "reply", "code", "feedback", "error")  # what `read_run(texts=False)` leaves out
 OUTLINE_FIELDS: tuple[str, ...] = ("id", "session_id", *(c for c in _COLUMNS if c not in _TEXT_COLUMNS))
 
 
@@ -621,7 +622,8 @@ def _read_once(db_path: Path, *, immutable: bool, texts: bool = True) -> RunReco
         config = json.loads(_meta(conn)["config"])
         conn.execute("BEGIN")  # one read transaction: attempts and sessions from the same snapshot
         attempts, session_of = [], {}
-        for row in _attempt_rows(conn, with_session=True, texts=texts):  # decoded as they stream in
+        skip = () if texts else _SKIPPED_TEXTS
+        for row in _attempt_rows(conn, with_session=True, skip=skip):  # decoded as they stream in
             a = _decode_or_refuse(row, version, db_path, hint)
             attempts.append(a)
             session_of[a.key] = row["session_id"]
@@ -644,15 +646,18 @@ def _decode_or_refuse(row: dict[str, Any], version: int, db_path: Path, hint: st
         raise StoreError(f"{db_path}: the attempt of {where} cannot be read ({exc}). {hint}") from None
 
 
+_BLANK = {"prompt": "[]", "reply": "", "code": None, "result": None, "feedback": "", "error": ""}
+
+
 def _attempt_rows(conn: sqlite3.Connection, *, with_session: bool = False, with_id: bool = False, where: str = "",
-                  params: tuple[Any, ...] = (), texts: bool = True) -> Iterator[dict[str, Any]]:
-    """Attempt rows by problem, sample, turn, streamed; without `texts`, the text columns hold empty values."""
-    wanted = _COLUMNS if texts else tuple(c for c in _COLUMNS if c not in _TEXT_COLUMNS or c == "result")
+                  params: tuple[Any, ...] = (), skip: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
+    """Attempt rows by problem, sample, turn, streamed; the text columns in `skip` are not read (left empty)."""
+    wanted = tuple(c for c in _COLUMNS if c not in skip)
     columns = (*(("id",) if with_id else ()), *(("session_id",) if with_session else ()), *wanted)
     condition = f" WHERE {where}" if where else ""
     cur = conn.execute(f"SELECT {', '.join(columns)} FROM attempts{condition} ORDER BY problem_id, sample, turn",
                        params)
-    blank = {} if texts else {"prompt": "[]", "reply": "", "code": None, "feedback": "", "error": ""}
+    blank = {c: _BLANK[c] for c in skip}
     for row in cur:
         yield {**blank, **dict(zip(columns, row))}
 
@@ -674,9 +679,10 @@ def _outline(conn: sqlite3.Connection, version: int) -> list[Outline]:
     return out
 
 
-def read_problem_texts(run_dir: str | Path) -> Iterator[tuple[str, list[Attempt]]]:
+def read_problem_texts(run_dir: str | Path, *, results: bool = True) -> Iterator[tuple[str, list[Attempt]]]:
     """Each problem's attempts with their texts, one problem at a time (problem, sample, turn order), read
-    read-only in one transaction; memory holds one problem's attempts, never the run's."""
+    read-only in one transaction; memory holds one problem's attempts, never the run's. `results=False` leaves
+    the results out (None), for a caller that holds them already (`read_run(texts=False)`)."""
     db_path = Path(run_dir) / DB_NAME
     immutable = not Path(f"{db_path}-wal").exists()  # as in `read_run`: leave no -wal/-shm files behind
     uri = f"{db_path.resolve().as_uri()}?mode=ro{'&immutable=1' if immutable else ''}"
@@ -686,7 +692,7 @@ def read_problem_texts(run_dir: str | Path) -> Iterator[tuple[str, list[Attempt]
             version = _check_version(conn, db_path, READABLE_VERSIONS, "Nothing was changed.")
             conn.execute("BEGIN")
             problem, group = None, []
-            for row in _attempt_rows(conn):
+            for row in _attempt_rows(conn, skip=() if results else ("result",)):
                 a = _decode_or_refuse(row, version, db_path, "Nothing was changed.")
                 if a.problem_id != problem and group:
                     yield problem, group

@@ -90,7 +90,7 @@ def _attempt(a: Attempt, ref: Callable[[str | None], int | None]) -> dict[str, A
 def script(run: int, problem: int, data: dict[str, Any]) -> str:
     """A transcript file's text: base64 holds no character that could end the string or the script."""
     raw = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    packed = base64.b64encode(gzip.compress(raw, compresslevel=6, mtime=0)).decode("ascii")
+    packed = base64.b64encode(gzip.compress(raw, compresslevel=1, mtime=0))  # speed over size.decode("ascii")
     return f'khTranscript({run},{problem},"{packed}");\n'
 
 
@@ -103,13 +103,18 @@ def read_script(text: str) -> tuple[int, int, dict[str, Any]]:
 
 
 def write_transcripts(runs: Sequence[RunData], out_dir: Path) -> int:
-    """Write every attempted problem's transcript file under `out_dir/transcripts/` (each atomically); how many."""
+    """Write every attempted problem's transcript file under `out_dir/transcripts/` (each atomically); how many.
+    The results come from the runs as the report read them; an attempt recorded since is left out."""
     n = 0
     for i, run in enumerate(runs):
         position = {p.id: j for j, p in enumerate(run.problems)}
-        for problem_id, attempts in read_problem_texts(run.run_dir):
+        known = {a.key: a.result for a in run.attempts}
+        for problem_id, texts in read_problem_texts(run.run_dir, results=False):
             j = position.get(problem_id)
-            if j is None:  # recorded after the report read the run's attempts: not in the index
+            attempts = [a for a in texts if a.key in known]
+            for a in attempts:
+                a.result = known[a.key]
+            if j is None or not attempts:  # recorded after the report read the run: not in the index
                 continue
             path = out_dir / file_name(i, j)
             path.parent.mkdir(parents=True, exist_ok=True)
