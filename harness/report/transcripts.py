@@ -90,7 +90,7 @@ def _attempt(a: Attempt, ref: Callable[[str | None], int | None]) -> dict[str, A
 def script(run: int, problem: int, data: dict[str, Any]) -> str:
     """A transcript file's text: base64 holds no character that could end the string or the script."""
     raw = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
-    packed = base64.b64encode(gzip.compress(raw, compresslevel=1, mtime=0))  # speed over size.decode("ascii")
+    packed = base64.b64encode(gzip.compress(raw, compresslevel=1, mtime=0)).decode("ascii")  # level 1: speed over size
     return f'khTranscript({run},{problem},"{packed}");\n'
 
 
