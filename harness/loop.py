@@ -8,6 +8,11 @@ the evaluator judges it, and an evaluator exception is recorded as a crash of th
 
 Samples and turns count from 1.
 
+Budgets: each request reserves its worst case before it is sent (its prompt at `CHARS_PER_TOKEN` characters per
+token, plus `agent.max_tokens` or `OUTPUT_RESERVE` tokens of reply, priced at the agent's prices), and a request
+is sent only while the run's spending plus the reservations in flight stays below the budget; so a budget is
+exceeded by at most one request, and the stop reason states what was spent once the requests in flight are in.
+
 Stopping: Ctrl-C, SIGTERM or SIGHUP (a `KeyboardInterrupt` in the main thread, see `harness.signals`) stops new
 requests; the attempts in flight get `STOP_GRACE_S` to finish and be recorded, after which they are abandoned
 (nothing of them is recorded, so a resume runs them again); a second signal abandons them at once. A budget (tokens or cost, counted over the whole run including earlier sessions) is
@@ -29,6 +34,8 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from agents import (
     ABSTENTION_REASON,
+    Pricing,
+    Usage,
     AgentError,
     AgentResponse,
     AuthError,
@@ -38,6 +45,7 @@ from agents import (
     UnavailableError,
     extract_code,
 )
+from agents.base import CHARS_PER_TOKEN
 from agents.extract import ExtractionError
 from eval.feedback import render_feedback
 from eval.result import EvalResult, Status
@@ -101,6 +109,7 @@ class LoopSettings:
             raise ValueError("; ".join(problems))
 
 
+OUTPUT_RESERVE = 4096  # reply tokens reserved per request when `agent.max_tokens` is not set
 STOP_GRACE_S = 20.0  # after a stop signal, how long attempts in flight may take to finish (schedulers kill at 30 s)
 
 
@@ -164,11 +173,16 @@ class RunLoop:
         self._lock = threading.Lock()  # guards stats, budget counters, stop reason and timers
         self._stop = threading.Event()
         self._stop_reason = "finished"
+        self._budget: str | None = None  # which budget stopped the run (its stop reason gets what was spent)
         self._stats = RunStats()
         self._agent_s = 0.0
         self._eval_s = 0.0
         self._tokens = 0
         self._cost = 0.0
+        self._reserved_tokens = 0  # worst cases of the requests in flight
+        self._reserved_cost = 0.0
+        self._pricing = Pricing.from_config(self._agent_config.get("pricing") or None)
+        self._output_reserve = int(self._agent_config.get("max_tokens") or OUTPUT_RESERVE)
         self._remaining: dict[str, int] = {}  # problem id -> trajectories not finished
         self._reached = False  # a request of this session got an answer from the agent
         self._unreachable: list[str] = []
@@ -201,6 +215,8 @@ class RunLoop:
         for f in futures:
             if f.done() and not f.cancelled() and f.exception() is not None:
                 errors.append(f"{type(f.exception()).__name__}: {f.exception()}")
+        if self._budget is not None:
+            self._stop_reason += self._spent()
         if self._unreachable and self._stop_reason == "finished":
             self._stop_reason = (
                 f"{UNREACHABLE}: {len(self._unreachable)} attempt(s) could not reach the agent and are not "
@@ -282,13 +298,16 @@ class RunLoop:
     def _turn(self, problem: Problem, sample: int, history: list[Attempt]) -> Attempt:
         """One attempt: ask, extract, evaluate, record. Raises `_Stop` when the run is stopping."""
         turn = len(history) + 1
-        self._check_budget()
+        if self._stop.is_set():
+            raise _Stop
         messages = self._prompts.messages(problem.source, [_record(a) for a in history])
         prompt = [{"role": m.role, "content": m.content} for m in messages]
         started = time.time()
         base = dict(problem_id=problem.id, sample=sample, turn=turn, prompt=prompt, problem_hash=problem.source_hash)
+        reserved = self._admit(messages)
         try:
             response, from_cache = self._ask(messages, problem.id, sample, turn)
+            self._charge(response, from_cache)
         except AuthError as exc:
             self._request_stop(f"auth: {exc}")
             raise _Stop from None
@@ -299,7 +318,8 @@ class RunLoop:
             requests = getattr(exc, "attempts", 1)
             failed = Attempt(status=AGENT_ERROR, error=str(exc), requests=requests, started_at=started, **base)
             return self._commit(failed, history)
-        self._charge(response, from_cache)
+        finally:
+            self._release(reserved)
         code: str | None = None
         eval_s = 0.0
         if response.abstained:  # no candidate offered: nothing to judge, and no reply format to blame
@@ -324,6 +344,7 @@ class RunLoop:
             output_tokens=response.usage.output_tokens,
             cached_tokens=response.usage.cached_tokens,
             cost_usd=response.cost_usd,
+            usage_estimated=response.usage.estimated,
             latency_s=response.latency_s,
             model=response.model,
             finish_reason=response.finish_reason,
@@ -396,18 +417,37 @@ class RunLoop:
                 "or agent.pricing={input: ..., output: ...})"
             )
 
-    def _check_budget(self) -> None:
-        if self._stop.is_set():
-            raise _Stop
+    def _admit(self, messages: list[Message]) -> tuple[int, float]:
+        """Reserve a request's worst case, or stop the run (`_Stop`) when the budget is spent or reserved."""
         s = self.settings
+        tokens = sum(len(m.content) for m in messages) // CHARS_PER_TOKEN + self._output_reserve
+        cost = 0.0 if self._pricing is None else self._pricing.cost(Usage(tokens - self._output_reserve,
+                                                                           self._output_reserve))
         with self._lock:
-            tokens, cost = self._tokens, self._cost
-        if s.max_tokens is not None and tokens >= s.max_tokens:
-            self._request_stop(f"budget: max_tokens={s.max_tokens} reached ({tokens} used)")
-        elif s.max_cost_usd is not None and cost >= s.max_cost_usd:
-            self._request_stop(f"budget: max_cost_usd={s.max_cost_usd:g} reached (${cost:.4f} spent)")
-        if self._stop.is_set():
-            raise _Stop
+            if not self._stop.is_set():
+                if s.max_tokens is not None and self._tokens + self._reserved_tokens >= s.max_tokens:
+                    self._stop_reason, self._budget = f"budget: max_tokens={s.max_tokens} reached", "tokens"
+                    self._stop.set()
+                elif s.max_cost_usd is not None and self._cost + self._reserved_cost >= s.max_cost_usd:
+                    self._stop_reason, self._budget = f"budget: max_cost_usd={s.max_cost_usd:g} reached", "cost"
+                    self._stop.set()
+            if self._stop.is_set():
+                raise _Stop
+            self._reserved_tokens += tokens
+            self._reserved_cost += cost
+        return tokens, cost
+
+    def _release(self, reserved: tuple[int, float]) -> None:
+        with self._lock:
+            self._reserved_tokens -= reserved[0]
+            self._reserved_cost -= reserved[1]
+
+    def _spent(self) -> str:
+        """What the run has spent, for the budget's stop reason (once the requests in flight are in)."""
+        estimated = " (some counted here: the provider sent no usage)" if self._stats.usage_estimated else ""
+        if self._budget == "tokens":
+            return f"; {self._tokens:,} tokens spent{estimated}"
+        return f"; ${self._cost:.4f} spent{estimated}"
 
     def _agent_unavailable(self, message: str) -> None:
         """Note an attempt left unfinished; stop the run when nothing of this session has reached the agent."""

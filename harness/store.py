@@ -113,6 +113,7 @@ class Attempt:
     started_at: float = field(default_factory=time.time)
     finished_at: float = field(default_factory=time.time)
     code_path: str | None = None  # relative to the run dir; set by the store
+    usage_estimated: bool = False  # the provider sent no usage: tokens counted here, cost priced from them
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -136,13 +137,32 @@ class Attempt:
 # The attempts table, derived from `Attempt`: a column per field, typed by its annotation.
 _COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Attempt))
 _SQL_TYPES = {"str": "TEXT", "int": "INTEGER", "bool": "INTEGER", "float": "REAL"}  # anything else: JSON text
+# Columns added after a schema version was released, with the value of rows written before: a resume adds them
+# (`_add_new_columns`), a reader of an older database reads the default.
+_ADDED_COLUMNS = {"usage_estimated": 0}
 _JSON_COLUMNS = ("prompt", "result")
 
 
 def _column_sql(f: Any) -> str:
     base, _, rest = str(f.type).partition(" | ")
     nullable = rest == "None"
-    return f"{f.name} {_SQL_TYPES.get(base, 'TEXT')}{'' if nullable else ' NOT NULL'}"
+    default = f" DEFAULT {_ADDED_COLUMNS[f.name]}" if f.name in _ADDED_COLUMNS else ""
+    return f"{f.name} {_SQL_TYPES.get(base, 'TEXT')}{'' if nullable else ' NOT NULL'}{default}"
+
+
+def _add_new_columns(conn: sqlite3.Connection) -> None:
+    """Give a database written before `_ADDED_COLUMNS` existed those columns (rows get their default)."""
+    present = {r[1] for r in conn.execute("PRAGMA table_info(attempts)")}
+    with conn:
+        for f in fields(Attempt):
+            if f.name in _ADDED_COLUMNS and f.name not in present:
+                conn.execute(f"ALTER TABLE attempts ADD COLUMN {_column_sql(f)}")
+
+
+def _select(conn: sqlite3.Connection, columns: Iterable[str]) -> str:
+    """`columns` for a SELECT; a column an older database lacks is read as its default."""
+    present = {r[1] for r in conn.execute("PRAGMA table_info(attempts)")}
+    return ", ".join(c if c in present or c not in _ADDED_COLUMNS else f"{_ADDED_COLUMNS[c]} AS {c}" for c in columns)
 
 
 _ATTEMPTS_SQL = (
@@ -186,6 +206,7 @@ class Outline(NamedTuple):
     started_at: float
     finished_at: float
     code_path: str | None
+    usage_estimated: bool
 
 
 assert Outline._fields == OUTLINE_FIELDS, "Outline must list the attempt's non-text columns, in table order"
@@ -217,6 +238,7 @@ def _decode(row: dict[str, Any], version: int) -> Attempt:
     d["prompt"] = json.loads(d["prompt"])
     d["result"] = None if d["result"] is None else EvalResult.from_dict(json.loads(d["result"]))
     d["from_cache"] = bool(d["from_cache"])
+    d["usage_estimated"] = bool(d["usage_estimated"])
     if version == 1:
         d["sample"] += 1
     return Attempt(**d)
@@ -348,6 +370,7 @@ class RunStore:
                             conn.execute("UPDATE meta SET value = ? WHERE key = 'config'", (_dumps(config),))
                         _write_atomic(run_dir / CONFIG_NAME, yaml.safe_dump(config, sort_keys=False))
                         stored = config
+                    _add_new_columns(conn)
                     conn.executescript(_INDEX_SQL)  # a run recorded before the index existed gets it on resume
                 except BaseException:
                     conn.close()
@@ -655,7 +678,7 @@ def _attempt_rows(conn: sqlite3.Connection, *, with_session: bool = False, with_
     wanted = tuple(c for c in _COLUMNS if c not in skip)
     columns = (*(("id",) if with_id else ()), *(("session_id",) if with_session else ()), *wanted)
     condition = f" WHERE {where}" if where else ""
-    cur = conn.execute(f"SELECT {', '.join(columns)} FROM attempts{condition} ORDER BY problem_id, sample, turn",
+    cur = conn.execute(f"SELECT {_select(conn, columns)} FROM attempts{condition} ORDER BY problem_id, sample, turn",
                        params)
     blank = {c: _BLANK[c] for c in skip}
     for row in cur:
@@ -668,13 +691,15 @@ def _outline(conn: sqlite3.Connection, version: int) -> list[Outline]:
     has_index = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'attempts_outline'").fetchone()
     hint = " INDEXED BY attempts_outline" if has_index else ""
     shift = 1 if version == 1 else 0  # version 1 counted samples from 0
-    cur = conn.execute(f"SELECT {', '.join(OUTLINE_FIELDS)} FROM attempts{hint} ORDER BY problem_id, sample, turn")
-    sample, from_cache = OUTLINE_FIELDS.index("sample"), OUTLINE_FIELDS.index("from_cache")
+    cur = conn.execute(f"SELECT {_select(conn, OUTLINE_FIELDS)} FROM attempts{hint} ORDER BY problem_id, sample, turn")
+    sample = OUTLINE_FIELDS.index("sample")
+    flags = (OUTLINE_FIELDS.index("from_cache"), OUTLINE_FIELDS.index("usage_estimated"))
     out = []
     for row in cur:
         row = list(row)
         row[sample] += shift
-        row[from_cache] = bool(row[from_cache])
+        for i in flags:
+            row[i] = bool(row[i])
         out.append(Outline(*row))
     return out
 

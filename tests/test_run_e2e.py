@@ -373,3 +373,25 @@ def test_the_reference_agent_without_a_solution_is_skipped_not_a_format_error(ba
     assert main(["run", *base, "agent=reference", "name=ref"]) == 0
     ((status, reply),) = rows(tmp_path / "runs" / "ref", "status, reply")
     assert status == "skipped" and "no reference solution" in reply
+
+
+def test_a_provider_that_sends_no_usage_is_counted_here_and_the_budget_holds(server, base, tmp_path, capsys) -> None:
+    """A real local server that omits `usage`: tokens are estimated (never 0), the cost is priced from them and
+    marked estimated, and the token budget stops the run, exceeded by at most one request."""
+    server.script(*[reply("Still thinking, no code yet.", usage=False)] * 16)
+    args = openai_args(server, "nousage", turns=2, samples=8, max_concurrency=4)
+    budget = 5000
+    code = main(["run", *base, *args, "agent.max_tokens=200", "agent.pricing={input: 2.0, output: 8.0}",
+                 f"budget.max_tokens={budget}"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 3, err
+    lines = results(tmp_path / "runs" / "nousage")
+    assert 0 < len(lines) < 16 and len(lines) == len(server.requests)  # every request sent was recorded
+    for line, request in zip(sorted(lines, key=lambda x: x["started_at"]), server.requests):
+        assert line["usage_estimated"] is True and line["input_tokens"] > 0 and line["output_tokens"] > 0
+        assert line["cost_usd"] == pytest.approx((line["input_tokens"] * 2.0 + line["output_tokens"] * 8.0) / 1e6)
+    prompts = sorted(-(-sum(len(m["content"]) for m in r.body["messages"]) // 4) for r in server.requests)
+    assert sorted(x["input_tokens"] for x in lines) == prompts  # the stated estimate: 4 characters per token
+    spent = sum(x["input_tokens"] + x["output_tokens"] for x in lines)
+    assert spent <= budget + max(x["input_tokens"] + x["output_tokens"] for x in lines)  # at most one request over
+    assert f"stopped: budget: max_tokens={budget} reached; {spent:,} tokens spent (some counted here" in err

@@ -257,7 +257,7 @@ def _version_1_run(run: Path) -> None:
     with conn:
         conn.execute("ALTER TABLE attempts RENAME TO v2")
         conn.execute(_V1_ATTEMPTS)
-        columns = ", ".join(r[1] for r in conn.execute("PRAGMA table_info(v2)"))
+        columns = ", ".join(r[1] for r in conn.execute("PRAGMA table_info(attempts)"))  # version 1's columns
         conn.execute(f"INSERT INTO attempts ({columns}) SELECT {columns} FROM v2")
         conn.execute("DROP TABLE v2")
         conn.execute("UPDATE attempts SET sample = sample - 1")
