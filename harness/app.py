@@ -5,6 +5,7 @@ fails here, before anything is written), open the run store (resume checks), the
 against one evaluator and print the summary. Exit codes (docs/exit-codes.md): 0 finished, 2 bad
 input, 3 stopped early but resumable (budget; Ctrl-C, SIGTERM or SIGHUP at any moment), 4 the
 provider refused the credentials, 5 the agent could not be reached (attempts left unfinished,
+resumable), 6 the provider refused the session's first requests (nothing recorded for them,
 resumable), 1 anything else.
 """
 
@@ -32,7 +33,7 @@ from eval import EvalConfig
 from harness import overrides as ov
 from harness.cli import VERSION, stdout_closed
 from harness.executors import make_evaluator
-from harness.loop import MIN_CONCURRENCY, UNREACHABLE, LoopOutcome, LoopSettings, RunLoop, concurrency_for
+from harness.loop import MIN_CONCURRENCY, REFUSED, UNREACHABLE, LoopOutcome, LoopSettings, RunLoop, concurrency_for
 from harness.progress import QuietDisplay, RichDisplay
 from harness.response_cache import ResponseCache
 from harness.signals import install as install_signal_handlers, signal_name
@@ -41,7 +42,7 @@ from harness.summary import print_summary
 from problems.problem import Problem, ProblemError
 from problems.select import select_problems
 
-EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_STOPPED, EXIT_AUTH, EXIT_UNREACHABLE = 0, 1, 2, 3, 4, 5
+EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_STOPPED, EXIT_AUTH, EXIT_UNREACHABLE, EXIT_REFUSED = 0, 1, 2, 3, 4, 5, 6
 _SWEEP_ENV = "HARNESS_SWEEP_KEYS"  # swept keys, passed from `main` to every job (also in launcher subprocesses)
 
 _exit_codes: list[int] = []
@@ -202,6 +203,8 @@ def _exit_code(outcome: LoopOutcome) -> int:
         return EXIT_AUTH
     if outcome.stop_reason.startswith(f"{UNREACHABLE}:"):
         return EXIT_UNREACHABLE
+    if outcome.stop_reason.startswith(f"{REFUSED}:"):
+        return EXIT_REFUSED
     if outcome.stop_reason.startswith(("budget:", "interrupted")):
         return EXIT_STOPPED
     return EXIT_ERROR

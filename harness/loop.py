@@ -21,7 +21,10 @@ checked before each request, so requests already in flight finish and are record
 reached or run) records nothing: that sample waits for a resume, and when no request of this
 session has reached the agent yet, the run stops (`unreachable: ...`) instead of failing every
 attempt the same way. Any other agent error (the provider refused this request) is recorded as an
-`agent_error` attempt and ends that sample. A stopped run resumes where it stopped.
+`agent_error` attempt and ends that sample. Refusals before any request of this session was answered are held:
+`PERSISTENT_REFUSALS` alike stop the run (`refused: ...`) and record nothing, so that a request the provider
+refuses every time (a model name it rejects) does not burn the run and a resume after the fix retries them; the
+first answer, or the run's end without that many, records the held ones as usual. A stopped run resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -113,6 +116,8 @@ OUTPUT_RESERVE = 4096  # reply tokens reserved per request when `agent.max_token
 STOP_GRACE_S = 20.0  # after a stop signal, how long attempts in flight may take to finish (schedulers kill at 30 s)
 
 
+PERSISTENT_REFUSALS = 3  # the same refusal on this many of a session's first requests stops the run
+REFUSED = "refused"  # stop reason prefix: the provider refused the session's first requests (nothing recorded)
 UNREACHABLE = "unreachable"  # stop reason prefix: attempts left unfinished because the agent could not be reached
 
 
@@ -136,6 +141,10 @@ class LoopOutcome:
 
 class _Stop(Exception):
     """Ends a trajectory because the run is stopping."""
+
+
+class _Held(Exception):
+    """Ends a trajectory whose refused attempt is held (see `RunLoop._hold`); recording it finishes the trajectory."""
 
 
 def best_key(status: str, speedup: float | None) -> tuple[int, float]:
@@ -186,6 +195,8 @@ class RunLoop:
         self._remaining: dict[str, int] = {}  # problem id -> trajectories not finished
         self._reached = False  # a request of this session got an answer from the agent
         self._unreachable: list[str] = []
+        self._held: list[tuple[Problem, Attempt, list[Attempt]]] = []  # refusals before any answer (not recorded yet)
+        self._refusals: list[str] = []  # their messages, in order
 
     # ------------------------------------------------------------------ public
     def run(self) -> LoopOutcome:
@@ -217,6 +228,7 @@ class RunLoop:
                 errors.append(f"{type(f.exception()).__name__}: {f.exception()}")
         if self._budget is not None:
             self._stop_reason += self._spent()
+        self._record_held()  # fewer refusals than stop a run, and no answer: they are recorded as usual
         if self._unreachable and self._stop_reason == "finished":
             self._stop_reason = (
                 f"{UNREACHABLE}: {len(self._unreachable)} attempt(s) could not reach the agent and are not "
@@ -283,13 +295,16 @@ class RunLoop:
             history = self._store.history(problem.id, sample)
             while not self._done(history):
                 history.append(self._turn(problem, sample, history))
-        except _Stop:
+        except (_Stop, _Held):
             return
         except BaseException as exc:
             self._request_stop(f"error: {type(exc).__name__}: {exc}")
             raise
+        self._trajectory_done(problem, len(history))
+
+    def _trajectory_done(self, problem: Problem, turns: int) -> None:
         with self._lock:
-            self._stats.attempts_planned -= self.settings.turns - len(history)
+            self._stats.attempts_planned -= self.settings.turns - turns
             self._remaining[problem.id] -= 1
             if self._remaining[problem.id] == 0:
                 self._stats.problems_done += 1
@@ -317,6 +332,8 @@ class RunLoop:
         except AgentError as exc:
             requests = getattr(exc, "attempts", 1)
             failed = Attempt(status=AGENT_ERROR, error=str(exc), requests=requests, started_at=started, **base)
+            if self._hold(problem, failed, history):
+                raise _Held from None
             return self._commit(failed, history)
         finally:
             self._release(reserved)
@@ -369,6 +386,7 @@ class RunLoop:
                 self._agent_s += time.perf_counter() - t0
         with self._lock:
             self._reached = True
+        self._record_held()
         if key is not None:
             self._cache.put(key, response)
         return response, False
@@ -448,6 +466,32 @@ class RunLoop:
         if self._budget == "tokens":
             return f"; {self._tokens:,} tokens spent{estimated}"
         return f"; ${self._cost:.4f} spent{estimated}"
+
+    def _hold(self, problem: Problem, failed: Attempt, history: list[Attempt]) -> bool:
+        """Hold a refused attempt when no request of this session has been answered yet (True); stop the run once
+        `PERSISTENT_REFUSALS` held refusals say the same."""
+        with self._lock:
+            if self._reached:
+                return False
+            self._held.append((problem, failed, list(history)))
+            self._refusals.append(failed.error)
+            same = self._refusals.count(failed.error)
+        if same >= PERSISTENT_REFUSALS:
+            self._request_stop(f"{REFUSED}: the provider refused the first {same} requests of this session the same "
+                               f"way (nothing is recorded for them; fix it and resume): {failed.error}")
+        return True
+
+    def _record_held(self) -> None:
+        """Record the held refusals as `agent_error` attempts (each ends its trajectory), unless the run stopped
+        because of them."""
+        with self._lock:
+            held, self._held = self._held, []
+            refused = self._stop_reason.startswith(f"{REFUSED}:")
+        if refused:
+            return
+        for problem, failed, history in held:
+            self._commit(failed, history)
+            self._trajectory_done(problem, len(history) + 1)
 
     def _agent_unavailable(self, message: str) -> None:
         """Note an attempt left unfinished; stop the run when nothing of this session has reached the agent."""
