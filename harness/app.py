@@ -3,10 +3,11 @@
 The flow of one job: check the config, select the problems, build the agent (a missing API key
 fails here, before anything is written), open the run store (resume checks), then run the loop
 against one evaluator and print the summary. Exit codes (docs/exit-codes.md): 0 finished, 2 bad
-input, 3 stopped early but resumable (budget; Ctrl-C, SIGTERM or SIGHUP at any moment), 4 the
-provider refused the credentials, 5 the agent could not be reached (attempts left unfinished,
-resumable), 6 the provider refused the session's first requests (nothing recorded for them,
-resumable), 1 anything else.
+input or a run store that cannot be written (a full disk; resumable), 3 stopped early but
+resumable (budget; Ctrl-C, SIGTERM or SIGHUP at any moment), 4 the provider refused the
+credentials, 5 the agent could not be reached (attempts left unfinished, resumable), 6 the
+provider refused the session's first requests (nothing recorded for them, resumable), 1 anything
+else.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from eval import EvalConfig
 from harness import overrides as ov
 from harness.cli import VERSION, stdout_closed
 from harness.executors import make_evaluator
-from harness.loop import MIN_CONCURRENCY, REFUSED, UNREACHABLE, LoopOutcome, LoopSettings, RunLoop, concurrency_for
+from harness.loop import DISK, MIN_CONCURRENCY, REFUSED, UNREACHABLE, LoopOutcome, LoopSettings, RunLoop, concurrency_for
 from harness.progress import QuietDisplay, RichDisplay
 from harness.response_cache import ResponseCache
 from harness.signals import install as install_signal_handlers, signal_name
@@ -143,7 +144,11 @@ def _run(cfg: DictConfig) -> int:
             outcome = loop.run()
         except KeyboardInterrupt as exc:  # before the loop was waiting on attempts: none is in flight
             _quit_now(store, f"interrupted ({signal_name(exc)})" if signal_name(exc) != "SIGINT" else "interrupted")
-        store.end_session(outcome.stop_reason)
+        try:
+            store.end_session(outcome.stop_reason)
+        except StoreError as exc:  # a full disk: the session stays open (reports say the run did not finish)
+            if not outcome.stop_reason.startswith(f"{DISK}:"):  # else the stop line says it already
+                _say(f"warning: the session could not be closed: {exc}")
         try:
             if quiet:
                 print(run_dir)
@@ -205,6 +210,8 @@ def _exit_code(outcome: LoopOutcome) -> int:
         return EXIT_UNREACHABLE
     if outcome.stop_reason.startswith(f"{REFUSED}:"):
         return EXIT_REFUSED
+    if outcome.stop_reason.startswith(f"{DISK}:"):
+        return EXIT_BAD_INPUT
     if outcome.stop_reason.startswith(("budget:", "interrupted")):
         return EXIT_STOPPED
     return EXIT_ERROR

@@ -17,7 +17,7 @@ Stopping: Ctrl-C, SIGTERM or SIGHUP (a `KeyboardInterrupt` in the main thread, s
 requests; the attempts in flight get `STOP_GRACE_S` to finish and be recorded, after which they are abandoned
 (nothing of them is recorded, so a resume runs them again); a second signal abandons them at once. A budget (tokens or cost, counted over the whole run including earlier sessions) is
 checked before each request, so requests already in flight finish and are recorded; an
-`AuthError` stops the run with its message. An `UnavailableError` (the agent could not be
+`AuthError` stops the run with its message, and so does a write the store cannot make (`disk: ...`, a full disk). An `UnavailableError` (the agent could not be
 reached or run) records nothing: that sample waits for a resume, and when no request of this
 session has reached the agent yet, the run stops (`unreachable: ...`) instead of failing every
 attempt the same way. Any other agent error (the provider refused this request) is recorded as an
@@ -55,7 +55,7 @@ from eval.result import EvalResult, Status
 from harness.progress import Display, RunStats
 from harness.response_cache import ResponseCache, request_key
 from harness.signals import signal_name
-from harness.store import AGENT_ERROR, Attempt, Outline, RunStore
+from harness.store import AGENT_ERROR, Attempt, Outline, RunStore, StoreWriteError
 from problems.problem import Problem
 
 
@@ -116,6 +116,7 @@ OUTPUT_RESERVE = 4096  # reply tokens reserved per request when `agent.max_token
 STOP_GRACE_S = 20.0  # after a stop signal, how long attempts in flight may take to finish (schedulers kill at 30 s)
 
 
+DISK = "disk"  # stop reason prefix: the run store could not write (a full disk); nothing committed is lost
 PERSISTENT_REFUSALS = 3  # the same refusal on this many of a session's first requests stops the run
 REFUSED = "refused"  # stop reason prefix: the provider refused the session's first requests (nothing recorded)
 UNREACHABLE = "unreachable"  # stop reason prefix: attempts left unfinished because the agent could not be reached
@@ -296,6 +297,9 @@ class RunLoop:
             while not self._done(history):
                 history.append(self._turn(problem, sample, history))
         except (_Stop, _Held):
+            return
+        except StoreWriteError as exc:  # a full disk: what is committed stays, the run resumes once there is room
+            self._request_stop(f"{DISK}: {exc}")
             return
         except BaseException as exc:
             self._request_stop(f"error: {type(exc).__name__}: {exc}")

@@ -75,6 +75,16 @@ class StoreError(RuntimeError):
     """A run directory that cannot be used as asked; the message says why and what to do."""
 
 
+class StoreWriteError(StoreError):
+    """A write the run store could not make (a full disk, a read-only filesystem); the message names the path.
+    What was committed before stays intact, so the run resumes once there is room."""
+
+
+def _write_failed(path: Path, exc: BaseException) -> StoreWriteError:
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return StoreWriteError(f"cannot write {path}: {reason}")
+
+
 @dataclass
 class Attempt:
     """One turn of one sample of one problem: what was asked, answered and judged.
@@ -477,11 +487,14 @@ class RunStore:
         """Close the current session with why it stopped (`finished`, `budget: ...`, `auth: ...`)."""
         if self._session_id is None:
             return
-        with self._mutex, self._conn:
-            self._conn.execute(
-                "UPDATE sessions SET finished_at = ?, stop_reason = ? WHERE id = ?",
-                (time.time(), stop_reason, self._session_id),
-            )
+        try:
+            with self._mutex, self._conn:
+                self._conn.execute(
+                    "UPDATE sessions SET finished_at = ?, stop_reason = ? WHERE id = ?",
+                    (time.time(), stop_reason, self._session_id),
+                )
+        except sqlite3.OperationalError as exc:
+            raise _write_failed(self.run_dir / DB_NAME, exc) from None
 
     def sessions(self) -> list[dict[str, Any]]:
         """All sessions of this run, oldest first."""
@@ -516,17 +529,39 @@ class RunStore:
                 raise StoreError(
                     f"attempt {attempt.key} is already recorded in {self.run_dir}; it is never overwritten"
                 ) from None
+            except sqlite3.OperationalError as exc:  # "database or disk is full", a read-only file
+                raise _write_failed(self.run_dir / DB_NAME, exc) from None
+            # committed: a failure below leaves a file or line that the next `open` writes again
             if attempt.code is not None:
                 _write_atomic(self.run_dir / attempt.code_path, attempt.code, durable=self._durable)
-            self._jsonl.write(_dumps(attempt.summary()) + "\n")
-            self._jsonl.flush()
-            if self._durable:
-                os.fsync(self._jsonl.fileno())
+            try:
+                self._jsonl.write(_dumps(attempt.summary()) + "\n")
+                self._jsonl.flush()
+                if self._durable:
+                    os.fsync(self._jsonl.fileno())
+            except OSError as exc:
+                self._reopen_jsonl()  # drop what the failed write left buffered: the repair appends the line
+                raise _write_failed(self.run_dir / JSONL_NAME, exc) from None
+
+    def _reopen_jsonl(self) -> None:
+        """A fresh append handle on `results.jsonl`, discarding the old one's unwritten buffer."""
+        try:
+            os.close(self._jsonl.fileno())  # the buffer is never flushed into a file that had no room for it
+        except OSError:
+            pass
+        try:
+            self._jsonl.close()
+        except (OSError, ValueError):
+            pass
+        self._jsonl = open(self.run_dir / JSONL_NAME, "a", encoding="utf-8")  # noqa: SIM115
 
     def close(self) -> None:
         """Release the database, the jsonl file and the directory lock."""
         with self._mutex:
-            self._jsonl.close()
+            try:
+                self._jsonl.close()
+            except OSError:  # a line the disk had no room for: the next open appends it
+                pass
             self._conn.close()
             os.close(self._lock_fd)
 
@@ -885,11 +920,17 @@ def _meta(conn: sqlite3.Connection) -> dict[str, str]:
 
 
 def _write_atomic(path: Path, text: str, *, durable: bool = True) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write `path` whole or not at all; a failure (a full disk) leaves no temporary file and raises
+    `StoreWriteError` naming the path."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        if durable:
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _write_failed(path, exc) from None
