@@ -40,7 +40,9 @@ VERSIONS = {"torch": "2.13.0+cu128", "triton": "3.9.0", "cuda": "12.8", "python"
 PRICES = (2.5, 10.0)  # USD per million input / output tokens
 # Targets of issue 27 (2-core machine): seconds and MB.
 TARGETS = {"resume_s": 15, "resume_mb": 500, "report_s": 30, "report_mb": 1000, "page_mb": 25, "page_load_s": 5,
-           "transcript_s": 1}  # fmt: skip
+           "transcript_s": 1, "comparison_page_mb": 10}  # fmt: skip
+COMPARED = 20  # runs in the comparison
+COMPARED_ATTEMPTS = 500  # about this many each (the issue's comparison: 9,850 attempts over 20 runs)
 _STATUSES = [("correct", 0.36), ("incorrect", 0.24), ("compile_error", 0.2), ("runtime_error", 0.1),
              ("format_error", 0.05), ("timeout", 0.02), ("rejected", 0.02), ("crash", 0.01)]  # fmt: skip
 _MEASURE = (
@@ -54,13 +56,13 @@ _MEASURE = (
 )
 
 
-def resume_argv(out: Path, samples: int) -> list[str]:
+def resume_argv(out: Path, samples: int, name: str = NAME) -> list[str]:
     """`harness run` overrides of the synthetic run: the same config, so running them resumes it."""
-    return [f"runs_dir={out}", f"name={NAME}", "agent=reference", "problems.spec=all", f"turns={TURNS}",
+    return [f"runs_dir={out}", f"name={name}", "agent=reference", "problems.spec=all", f"turns={TURNS}",
             f"samples={samples}", f"target_speedup={TARGET_SPEEDUP}", "prompt.hardware=null"]  # fmt: skip
 
 
-def _config(argv: list[str]) -> dict[str, Any]:
+def _config(argv: list[str], name: str) -> dict[str, Any]:
     """The config `harness run` resolves from these overrides (what it stores and compares on resume)."""
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
@@ -68,7 +70,7 @@ def _config(argv: list[str]) -> dict[str, Any]:
     with initialize_config_module(config_module="harness.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=argv)
     config: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    config["name"] = NAME
+    config["name"] = name
     return config
 
 
@@ -135,19 +137,19 @@ def _reply(code: str, rng: random.Random) -> str:
     return f"{prose}\n\n```python\n{code}```\n"
 
 
-def synthesize(out: Path, attempts: int, seed: int = 0) -> tuple[Path, list[str], int]:
-    """Write the synthetic run under `out`; return its directory, the `harness run` overrides that resume it,
+def synthesize(out: Path, attempts: int, seed: int = 0, name: str = NAME) -> tuple[Path, list[str], int]:
+    """Write the synthetic run `out/name`; return its directory, the `harness run` overrides that resume it,
     and how many attempts it holds."""
     problems = select_problems("all")
     samples = max(1, round(attempts / (len(problems) * 9.8)))  # trajectories average about 9.8 turns
-    argv = resume_argv(out, samples)
-    config = _config(argv)
+    argv = resume_argv(out, samples, name)
+    config = _config(argv, name)
     prompts = PromptBuilder("triton", hardware=None)
     rng = random.Random(seed)
     clock = time.time() - 86400.0
     n = 0
     weights = [w for _, w in _STATUSES]
-    with RunStore.open(out / NAME, config, durable=False) as store:
+    with RunStore.open(out / name, config, durable=False) as store:
         store.begin_session()
         for problem in problems:
             for sample in range(1, samples + 1):
@@ -186,7 +188,7 @@ def synthesize(out: Path, attempts: int, seed: int = 0) -> tuple[Path, list[str]
                     if attempt.status == AGENT_ERROR or reached:
                         break
         store.end_session("finished")
-    return out / NAME, argv, n
+    return out / name, argv, n
 
 
 def measure(argv: list[str], log: Path) -> dict[str, Any]:
@@ -221,6 +223,20 @@ def page_timings(page: Path, profile: Path) -> dict[str, Any]:
             "js_heap_mb": round(heap.get("usedSize", 0) / 2**20, 1)}  # fmt: skip
 
 
+def _comparison(out: Path) -> dict[str, Any]:
+    """`harness report` of `COMPARED` smaller synthetic runs at once: its time, memory and page size."""
+    dirs, n = [], 0
+    for i in range(COMPARED):
+        run_dir, _, count = synthesize(out, COMPARED_ATTEMPTS, seed=1000 + i, name=f"run{i:02d}")
+        dirs.append(str(run_dir))
+        n += count
+    figures = measure([sys.executable, "-m", "harness.cli", "report", *dirs, "--out", str(out / "report")],
+                      out / "report.log")  # fmt: skip
+    page = out / "report" / "leaderboard.html"
+    return {"runs": COMPARED, "attempts": n, **figures,
+            "page_mb": round(page.stat().st_size / 2**20, 2) if page.exists() else None}  # fmt: skip
+
+
 def run_store_bench(attempts: int, out: Path, *, browser: bool = True) -> dict[str, Any]:
     """Synthesize, then time resume, report and the page; the figures beside the targets."""
     out.mkdir(parents=True, exist_ok=True)
@@ -238,6 +254,7 @@ def run_store_bench(attempts: int, out: Path, *, browser: bool = True) -> dict[s
     report["page_mb"] = round(page.stat().st_size / 2**20, 2) if page.exists() else None
     if browser and page.exists():
         report["page"] = page_timings(page, out / "chromium-profile")
+    report["comparison"] = _comparison(out / "compare")
     report["targets"] = TARGETS
     return report
 
