@@ -8,23 +8,25 @@ the evaluator judges it, and an evaluator exception is recorded as a crash of th
 
 Samples and turns count from 1.
 
-Budgets: each request reserves its worst case before it is sent (its prompt at `CHARS_PER_TOKEN` characters per
-token, plus `agent.max_tokens` or `OUTPUT_RESERVE` tokens of reply, priced at the agent's prices), and a request
-is sent only while the run's spending plus the reservations in flight stays below the budget; so a budget is
-exceeded by at most one request, and the stop reason states what was spent once the requests in flight are in.
+Budgets (tokens or cost, counted over the whole run including earlier sessions): each request
+reserves its worst case before it is sent (its prompt at `CHARS_PER_TOKEN` characters per token,
+plus `agent.max_tokens` or `OUTPUT_RESERVE` reply tokens, at the agent's prices), and a request is
+sent only while the spending plus the reservations in flight stays below the budget; so a budget
+is exceeded by at most one request, and the stop reason states what was spent.
 
-Stopping: Ctrl-C, SIGTERM or SIGHUP (a `KeyboardInterrupt` in the main thread, see `harness.signals`) stops new
-requests; the attempts in flight get `STOP_GRACE_S` to finish and be recorded, after which they are abandoned
-(nothing of them is recorded, so a resume runs them again); a second signal abandons them at once. A budget (tokens or cost, counted over the whole run including earlier sessions) is
-checked before each request, so requests already in flight finish and are recorded; an
-`AuthError` stops the run with its message, and so does a write the store cannot make (`disk: ...`, a full disk). An `UnavailableError` (the agent could not be
-reached or run) records nothing: that sample waits for a resume, and when no request of this
-session has reached the agent yet, the run stops (`unreachable: ...`) instead of failing every
-attempt the same way. Any other agent error (the provider refused this request) is recorded as an
-`agent_error` attempt and ends that sample. Refusals before any request of this session was answered are held:
-`PERSISTENT_REFUSALS` alike stop the run (`refused: ...`) and record nothing, so that a request the provider
-refuses every time (a model name it rejects) does not burn the run and a resume after the fix retries them; the
-first answer, or the run's end without that many, records the held ones as usual. A stopped run resumes where it stopped.
+Stopping: Ctrl-C, SIGTERM or SIGHUP (a `KeyboardInterrupt` in the main thread, `harness.signals`)
+stops new requests; the attempts in flight get `STOP_GRACE_S` to finish and be recorded, then are
+abandoned (nothing of them is recorded, so a resume runs them again); a second signal abandons them
+at once. An `AuthError` stops the run with its message, and so does a write the store cannot make
+(`disk: ...`, a full disk). An `UnavailableError` (the agent could not be reached or run) records
+nothing: that sample waits for a resume, and when no request of this session has reached the agent
+yet, the run stops (`unreachable: ...`) instead of failing every attempt the same way. Any other
+agent error (the provider refused this request) is recorded as an `agent_error` attempt and ends
+that sample; but refusals before any request of this session was answered are held:
+`PERSISTENT_REFUSALS` alike stop the run (`refused: ...`) recording nothing, so that a request the
+provider refuses every time (a model name it rejects) does not burn the run and a resume after the
+fix retries them; a first answer, or the run's end without that many, records the held ones as
+usual. A stopped run resumes where it stopped (docs/exit-codes.md).
 """
 
 from __future__ import annotations
@@ -37,15 +39,15 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from agents import (
     ABSTENTION_REASON,
-    Pricing,
-    Usage,
     AgentError,
     AgentResponse,
     AuthError,
     Message,
+    Pricing,
     PromptBuilder,
     TurnRecord,
     UnavailableError,
+    Usage,
     extract_code,
 )
 from agents.base import CHARS_PER_TOKEN
@@ -114,8 +116,6 @@ class LoopSettings:
 
 OUTPUT_RESERVE = 4096  # reply tokens reserved per request when `agent.max_tokens` is not set
 STOP_GRACE_S = 20.0  # after a stop signal, how long attempts in flight may take to finish (schedulers kill at 30 s)
-
-
 DISK = "disk"  # stop reason prefix: the run store could not write (a full disk); nothing committed is lost
 PERSISTENT_REFUSALS = 3  # the same refusal on this many of a session's first requests stops the run
 REFUSED = "refused"  # stop reason prefix: the provider refused the session's first requests (nothing recorded)
