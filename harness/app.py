@@ -34,11 +34,12 @@ from eval import EvalConfig
 from harness import overrides as ov
 from harness.cli import VERSION, stdout_closed
 from harness.executors import make_evaluator
-from harness.loop import DISK, MIN_CONCURRENCY, REFUSED, UNREACHABLE, LoopOutcome, LoopSettings, RunLoop, concurrency_for
+from harness.loop import (DISK, MIN_CONCURRENCY, REFUSED, UNREACHABLE, LoopOutcome, LoopSettings, RunLoop,
+                          concurrency_for, unfinished)
 from harness.progress import QuietDisplay, RichDisplay
 from harness.response_cache import ResponseCache
 from harness.signals import install as install_signal_handlers, signal_name
-from harness.store import CONFIG_NAME, VOLATILE_KEYS, RunStore, StoreError, safe_name
+from harness.store import CONFIG_NAME, DB_NAME, VOLATILE_KEYS, RunStore, StoreError, safe_name
 from harness.summary import print_summary
 from problems.problem import Problem, ProblemError
 from problems.select import select_problems
@@ -116,15 +117,28 @@ def _run(cfg: DictConfig) -> int:
             # a resume the store would refuse is refused before any worker starts; the run directory is made only
             # once the evaluator is up (a bad executor setting leaves nothing behind)
             RunStore.check_resume(run_dir, config, volatile=volatile, problem_ids=problem_ids)
-            evaluator = stack.enter_context(make_evaluator(config["executor"], eval_config, log=_say))
+
+            def open_store() -> RunStore:
+                opened = stack.enter_context(
+                    RunStore.open(run_dir, config, harness_version=VERSION, volatile=volatile, problem_ids=problem_ids)
+                )
+                _check_problem_sources(opened, problems)
+                return opened
+
+            # a resume opens its (existing) run directory first: with nothing left to run, no evaluator is started
+            store = open_store() if (run_dir / DB_NAME).exists() else None
+            if store is not None and not unfinished(store.outline(), problem_ids, settings):
+                evaluator: Any = _NoEvaluator()
+                if not quiet:
+                    _say("nothing left to run: the evaluator is not started")
+            else:
+                evaluator = stack.enter_context(make_evaluator(config["executor"], eval_config, log=_say))
             if config["max_concurrency"] is None:  # every GPU's workers busy (the evaluator knows how many)
                 settings = dataclasses.replace(settings, max_concurrency=concurrency_for(evaluator.workers))
-            if not quiet:
+            if not quiet and not isinstance(evaluator, _NoEvaluator):
                 _say(f"{evaluator.workers} evaluator worker(s); up to {settings.max_concurrency} trajectories in flight")
-            store = stack.enter_context(
-                RunStore.open(run_dir, config, harness_version=VERSION, volatile=volatile, problem_ids=problem_ids)
-            )
-            _check_problem_sources(store, problems)
+            if store is None:  # a new run: its directory is made only once the evaluator is up
+                store = open_store()
             cache = None
             if config["response_cache"]["enabled"]:
                 cache = stack.enter_context(ResponseCache(config["response_cache"]["path"]))
@@ -166,6 +180,15 @@ def _run(cfg: DictConfig) -> int:
             sys.stdout.flush()
             os._exit(code)
     return code
+
+
+class _NoEvaluator:
+    """Stands for the evaluator in a resume with nothing left to run (starting one would take seconds)."""
+
+    workers = 0
+
+    def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> Any:
+        raise RuntimeError("no evaluator was started: this run had nothing left to run")
 
 
 def _quit_now(store: RunStore | None, reason: str) -> NoReturn:

@@ -155,6 +155,25 @@ def best_key(status: str, speedup: float | None) -> tuple[int, float]:
     return (1, speedup if speedup is not None else float("-inf"))
 
 
+def finished(last: Attempt | Outline | None, settings: LoopSettings) -> bool:
+    """Whether a trajectory whose last recorded attempt is `last` is finished: after its last turn, a refused
+    request, or reaching the target speedup."""
+    if last is None:
+        return False
+    target = settings.target_speedup
+    reached = (target is not None and last.best_status == Status.CORRECT.value and last.best_speedup is not None
+               and last.best_speedup >= target)  # fmt: skip
+    return last.turn >= settings.turns or last.status == AGENT_ERROR or reached
+
+
+def unfinished(outline: Sequence[Outline], problem_ids: Sequence[str], settings: LoopSettings) -> int:
+    """How many trajectories of these problems a run (its attempts' `outline`) has not finished."""
+    last: dict[tuple[str, int], Outline] = {}
+    for o in outline:  # by problem, sample, turn: the last one of a trajectory wins
+        last[(o.problem_id, o.sample)] = o
+    return sum(not finished(last.get((pid, s)), settings) for pid in problem_ids for s in range(1, settings.samples + 1))
+
+
 class RunLoop:
     """Runs (or resumes) every trajectory of a run; see the module docstring."""
 
@@ -276,18 +295,7 @@ class RunLoop:
 
     def _done(self, history: Sequence[Attempt | Outline]) -> bool:
         """A trajectory is finished after its last turn, a refused request, or reaching the target."""
-        if not history:
-            return False
-        last = history[-1]
-        return (
-            last.turn >= self.settings.turns
-            or last.status == AGENT_ERROR
-            or self._reached_target(last.best_status, last.best_speedup)
-        )
-
-    def _reached_target(self, status: str | None, speedup: float | None) -> bool:
-        target = self.settings.target_speedup
-        return target is not None and status == Status.CORRECT.value and speedup is not None and speedup >= target
+        return finished(history[-1] if history else None, self.settings)
 
     # --------------------------------------------------------------- execution
     def _trajectory(self, problem: Problem, sample: int) -> None:
