@@ -38,7 +38,7 @@ from harness.loop import (DISK, MIN_CONCURRENCY, REFUSED, UNREACHABLE, LoopOutco
                           concurrency_for, unfinished)
 from harness.progress import QuietDisplay, RichDisplay
 from harness.response_cache import ResponseCache
-from harness.signals import install as install_signal_handlers, signal_name
+from harness.signals import install as install_signal_handlers, stop_reason
 from harness.store import CONFIG_NAME, DB_NAME, VOLATILE_KEYS, RunStore, StoreError, safe_name
 from harness.summary import print_summary
 from problems.problem import Problem, ProblemError
@@ -157,7 +157,7 @@ def _run(cfg: DictConfig) -> int:
             )  # fmt: skip
             outcome = loop.run()
         except KeyboardInterrupt as exc:  # before the loop was waiting on attempts: none is in flight
-            _quit_now(store, f"interrupted ({signal_name(exc)})" if signal_name(exc) != "SIGINT" else "interrupted")
+            _quit_now(store, stop_reason(exc))
         try:
             store.end_session(outcome.stop_reason)
         except StoreError as exc:  # a full disk: the session stays open (reports say the run did not finish)

@@ -56,7 +56,7 @@ from eval.feedback import render_feedback
 from eval.result import EvalResult, Status
 from harness.progress import Display, RunStats
 from harness.response_cache import ResponseCache, request_key
-from harness.signals import signal_name
+from harness.signals import stop_reason
 from harness.store import AGENT_ERROR, Attempt, Outline, RunStore, StoreWriteError
 from problems.problem import Problem
 
@@ -232,8 +232,7 @@ class RunLoop:
             try:
                 _wait_all(futures)
             except KeyboardInterrupt as exc:
-                name = signal_name(exc)
-                self._request_stop("interrupted" if name == "SIGINT" else f"interrupted ({name})")
+                self._request_stop(stop_reason(exc))
                 self._display.message(f"interrupted: finishing the attempts in flight for up to {STOP_GRACE_S:g} s "
                                       "(Ctrl-C again to quit now)")
                 try:

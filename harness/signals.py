@@ -24,6 +24,12 @@ def signal_name(exc: KeyboardInterrupt) -> str:
     return exc.name if isinstance(exc, Interrupted) else "SIGINT"
 
 
+def stop_reason(exc: KeyboardInterrupt) -> str:
+    """A run's stop reason for this signal: `interrupted` for Ctrl-C, `interrupted (SIGTERM)` for the others."""
+    name = signal_name(exc)
+    return "interrupted" if name == "SIGINT" else f"interrupted ({name})"
+
+
 def _raise(signum: int, frame: FrameType | None) -> None:
     raise Interrupted(signal.Signals(signum).name)
 
