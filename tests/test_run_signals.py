@@ -35,6 +35,18 @@ def _start(args: list[str]) -> subprocess.Popen[str]:
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
 
 
+def _wait_handled(proc: subprocess.Popen[str], sig: signal.Signals) -> None:
+    """Wait until the process catches `sig` (its bit in /proc/PID/status `SigCgt`): before that it may not have
+    exec'd Python yet, and a signal to a forked child that inherited a Python handler is lost."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:") and int(line.split()[1], 16) >> (sig - 1) & 1:
+                return
+        time.sleep(0.005)
+    raise AssertionError(f"the process never caught {sig.name}")
+
+
 def _wait_recorded(run: Path, proc: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + 120
     while not _recorded(run) and time.monotonic() < deadline and proc.poll() is None:
@@ -102,7 +114,9 @@ def test_a_signal_during_start_up_gives_one_line_and_no_traceback(tmp_path: Path
     script, log = _agent_script(tmp_path)
     args = _args(tmp_path, script, "early")
     proc = _start(args)
-    time.sleep(0.5)  # importing the harness and starting the evaluator take longer than this
+    # once the harness catches SIGTERM its code runs (a signal in CPython's own first milliseconds of start-up is
+    # CPython's), and it is still importing or starting its evaluator for seconds
+    _wait_handled(proc, signal.SIGTERM)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 3, err
