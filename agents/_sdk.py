@@ -101,7 +101,7 @@ class Reply(NamedTuple):
     """What a provider's reply says, read by the provider's agent."""
 
     text: str
-    usage: base.Usage
+    usage: base.Usage | None  # None: the provider sent no usage (estimated by `SDKAgent.respond`)
     finish_reason: str | None
 
 
@@ -149,10 +149,11 @@ class SDKAgent:
         reply = self._read(raw) if isinstance(raw, self.sdk.BaseModel) else None
         if reply is None:
             raise RetryableError(redact(f"{self.provider}: malformed response: {str(raw)[:200]}", self._key))
+        usage = reply.usage or base.estimate_usage(messages, reply.text, self.model)
         return AgentResponse(
             text=reply.text,
-            usage=reply.usage,
-            cost_usd=base.priced(reply.usage, self.pricing),
+            usage=usage,
+            cost_usd=base.priced(usage, self.pricing),
             latency_s=latency,
             model=getattr(raw, "model", None) or self.model,
             raw_id=getattr(raw, "id", None),

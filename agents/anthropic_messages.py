@@ -61,10 +61,10 @@ class AnthropicAgent(SDKAgent):
         return Reply(text, _usage(getattr(raw, "usage", None)), getattr(raw, "stop_reason", None))
 
 
-def _usage(raw: Any) -> Usage:
+def _usage(raw: Any) -> Usage | None:
     """Anthropic counts uncached input, cache reads and cache writes apart; ours holds the total."""
-    if raw is None:
-        return Usage()
+    if raw is None:  # the provider sent no usage: estimated by the caller, never recorded as 0
+        return None
     uncached = int(getattr(raw, "input_tokens", 0) or 0)
     read = int(getattr(raw, "cache_read_input_tokens", 0) or 0)
     written = int(getattr(raw, "cache_creation_input_tokens", 0) or 0)

@@ -63,11 +63,13 @@ class Message:
 
 @dataclass(frozen=True)
 class Usage:
-    """Token counts of one request. `input_tokens` includes `cached_tokens` (the cached part)."""
+    """Token counts of one request. `input_tokens` includes `cached_tokens` (the cached part). `estimated`: the
+    provider sent no usage, so the counts were made here (`estimate_usage`), and so is any cost priced from them."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
+    estimated: bool = False
 
     @property
     def total_tokens(self) -> int:
@@ -143,6 +145,30 @@ class Agent(Protocol):
     def respond(self, messages: list[Message], *, problem_id: str, sample: int, turn: int) -> AgentResponse:
         """Reply to `messages` (system first, then alternating user/assistant, ending with user)."""
         ...
+
+
+CHARS_PER_TOKEN = 4  # the stated estimate where no tokenizer is installed: about 4 characters per token
+
+
+def count_tokens(text: str, model: str = "") -> int:
+    """Tokens in `text`: the model's tokenizer where `tiktoken` is installed (OpenAI models), otherwise
+    `CHARS_PER_TOKEN` characters per token, rounded up."""
+    try:
+        import tiktoken
+
+        try:
+            encoding = tiktoken.encoding_for_model(model)
+        except KeyError:
+            encoding = tiktoken.get_encoding("cl100k_base")
+        return len(encoding.encode(text, disallowed_special=()))
+    except ImportError:
+        return -(-len(text) // CHARS_PER_TOKEN)
+
+
+def estimate_usage(messages: list[Message], reply: str, model: str = "") -> Usage:
+    """The usage of a request whose provider sent none (never 0 for a real exchange)."""
+    prompt = sum(count_tokens(m.content, model) for m in messages)
+    return Usage(input_tokens=prompt, output_tokens=count_tokens(reply, model), estimated=True)
 
 
 def priced(usage: Usage, pricing: Pricing | None) -> float | None:

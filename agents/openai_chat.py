@@ -62,9 +62,9 @@ class OpenAIChatAgent(SDKAgent):
         return Reply(text, _usage(getattr(raw, "usage", None)), getattr(choices[0], "finish_reason", None))
 
 
-def _usage(raw: Any) -> Usage:
-    if raw is None:
-        return Usage()
+def _usage(raw: Any) -> Usage | None:
+    if raw is None:  # the provider sent no usage: estimated by the caller, never recorded as 0
+        return None
     details = getattr(raw, "prompt_tokens_details", None)
     cached = getattr(details, "cached_tokens", None) if details is not None else None
     return Usage(

@@ -2,9 +2,12 @@
 
 The flow of one job: check the config, select the problems, build the agent (a missing API key
 fails here, before anything is written), open the run store (resume checks), then run the loop
-against one evaluator and print the summary. Exit codes: 0 finished, 2 bad input, 3 stopped
-early but resumable (budget, Ctrl-C), 4 the provider refused the credentials, 5 the agent could
-not be reached (attempts left unfinished, resumable), 1 anything else.
+against one evaluator and print the summary. Exit codes (docs/exit-codes.md): 0 finished, 2 bad
+input or a run store that cannot be written (a full disk; resumable), 3 stopped early but
+resumable (budget; Ctrl-C, SIGTERM or SIGHUP at any moment), 4 the provider refused the
+credentials, 5 the agent could not be reached (attempts left unfinished, resumable), 6 the
+provider refused the session's first requests (nothing recorded for them, resumable), 1 anything
+else.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import os
 import sys
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NoReturn
 
 import hydra
 from hydra._internal.utils import get_args_parser
@@ -31,18 +34,21 @@ from eval import EvalConfig
 from harness import overrides as ov
 from harness.cli import VERSION, stdout_closed
 from harness.executors import make_evaluator
-from harness.loop import MIN_CONCURRENCY, UNREACHABLE, LoopOutcome, LoopSettings, RunLoop, concurrency_for
+from harness.loop import (DISK, MIN_CONCURRENCY, REFUSED, UNREACHABLE, LoopOutcome, LoopSettings, RunLoop,
+                          concurrency_for, unfinished)
 from harness.progress import QuietDisplay, RichDisplay
 from harness.response_cache import ResponseCache
-from harness.store import CONFIG_NAME, VOLATILE_KEYS, RunStore, StoreError, safe_name
+from harness.signals import install as install_signal_handlers, stop_reason
+from harness.store import CONFIG_NAME, DB_NAME, VOLATILE_KEYS, RunStore, StoreError, safe_name
 from harness.summary import print_summary
 from problems.problem import Problem, ProblemError
 from problems.select import select_problems
 
-EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_STOPPED, EXIT_AUTH, EXIT_UNREACHABLE = 0, 1, 2, 3, 4, 5
+EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_STOPPED, EXIT_AUTH, EXIT_UNREACHABLE, EXIT_REFUSED = 0, 1, 2, 3, 4, 5, 6
 _SWEEP_ENV = "HARNESS_SWEEP_KEYS"  # swept keys, passed from `main` to every job (also in launcher subprocesses)
 
 _exit_codes: list[int] = []
+INTERRUPTED = "interrupted; every finished attempt is saved. Re-run the same command to resume."
 
 
 class BadInput(Exception):
@@ -51,6 +57,7 @@ class BadInput(Exception):
 
 def main(argv: list[str]) -> int:
     """Entry point of `harness run ARGS...`: check the overrides, then hand over to Hydra."""
+    install_signal_handlers()  # SIGTERM and SIGHUP stop the run as Ctrl-C does
     args = get_args_parser().parse_args(argv)  # Hydra's own flags and overrides
     try:
         ov.validate(args.overrides)
@@ -85,6 +92,9 @@ def run_job(cfg: DictConfig) -> int:
     except BadInput as exc:
         _say(f"error: {exc}")
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:  # a stop signal while starting or shutting down: no session is open
+        _say(INTERRUPTED)
+        return EXIT_STOPPED
 
 
 def _run(cfg: DictConfig) -> int:
@@ -107,15 +117,28 @@ def _run(cfg: DictConfig) -> int:
             # a resume the store would refuse is refused before any worker starts; the run directory is made only
             # once the evaluator is up (a bad executor setting leaves nothing behind)
             RunStore.check_resume(run_dir, config, volatile=volatile, problem_ids=problem_ids)
-            evaluator = stack.enter_context(make_evaluator(config["executor"], eval_config, log=_say))
+
+            def open_store() -> RunStore:
+                opened = stack.enter_context(
+                    RunStore.open(run_dir, config, harness_version=VERSION, volatile=volatile, problem_ids=problem_ids)
+                )
+                _check_problem_sources(opened, problems)
+                return opened
+
+            # a resume opens its (existing) run directory first: with nothing left to run, no evaluator is started
+            store = open_store() if (run_dir / DB_NAME).exists() else None
+            if store is not None and not unfinished(store.outline(), problem_ids, settings):
+                evaluator: Any = _NoEvaluator()
+                if not quiet:
+                    _say("nothing left to run: the evaluator is not started")
+            else:
+                evaluator = stack.enter_context(make_evaluator(config["executor"], eval_config, log=_say))
             if config["max_concurrency"] is None:  # every GPU's workers busy (the evaluator knows how many)
                 settings = dataclasses.replace(settings, max_concurrency=concurrency_for(evaluator.workers))
-            if not quiet:
+            if not quiet and not isinstance(evaluator, _NoEvaluator):
                 _say(f"{evaluator.workers} evaluator worker(s); up to {settings.max_concurrency} trajectories in flight")
-            store = stack.enter_context(
-                RunStore.open(run_dir, config, harness_version=VERSION, volatile=volatile, problem_ids=problem_ids)
-            )
-            _check_problem_sources(store, problems)
+            if store is None:  # a new run: its directory is made only once the evaluator is up
+                store = open_store()
             cache = None
             if config["response_cache"]["enabled"]:
                 cache = stack.enter_context(ResponseCache(config["response_cache"]["path"]))
@@ -124,28 +147,58 @@ def _run(cfg: DictConfig) -> int:
         except OSError as exc:  # a read-only or full runs directory, a missing parent
             raise BadInput(f"cannot write the run directory {run_dir}: {exc.strerror or exc}") from None
         store.begin_session()
-        if (resumed := store.totals().attempts) and not quiet:
-            _say(f"resuming {run_dir}: {resumed} attempt(s) already recorded")
-        loop = RunLoop(
-            store=store, agent=agent, evaluator=evaluator, problems=problems, prompts=prompts, settings=settings,
-            display=QuietDisplay() if quiet else RichDisplay(Console(stderr=True)), response_cache=cache,
-            agent_config=config["agent"],
-        )  # fmt: skip
         try:
-            outcome = loop.run()
-        except KeyboardInterrupt:
-            store.end_session("interrupted")
-            _say("interrupted; every finished attempt is saved. Re-run the same command to resume.")
-            os._exit(EXIT_STOPPED)  # agent requests may still be in flight; their threads must not hold the exit
-        store.end_session(outcome.stop_reason)
-        if quiet:
-            print(run_dir)
-        else:
-            print_summary(
-                Console(), run_dir=str(run_dir), outcome=outcome, attempts=store.attempts(),
-                problem_ids=[p.id for p in problems], turns=settings.turns,
+            if (resumed := store.totals().attempts) and not quiet:
+                _say(f"resuming {run_dir}: {resumed} attempt(s) already recorded")
+            loop = RunLoop(
+                store=store, agent=agent, evaluator=evaluator, problems=problems, prompts=prompts,
+                settings=settings, display=QuietDisplay() if quiet else RichDisplay(Console(stderr=True)),
+                response_cache=cache, agent_config=config["agent"],
             )  # fmt: skip
-    return _exit_code(outcome)
+            outcome = loop.run()
+        except KeyboardInterrupt as exc:  # before the loop was waiting on attempts: none is in flight
+            _quit_now(store, stop_reason(exc))
+        try:
+            store.end_session(outcome.stop_reason)
+        except StoreError as exc:  # a full disk: the session stays open (reports say the run did not finish)
+            if not outcome.stop_reason.startswith(f"{DISK}:"):  # else the stop line says it already
+                _say(f"warning: the session could not be closed: {exc}")
+        try:
+            if quiet:
+                print(run_dir)
+            else:
+                print_summary(
+                    Console(), run_dir=str(run_dir), outcome=outcome, store=store,
+                    problem_ids=[p.id for p in problems], turns=settings.turns,
+                )  # fmt: skip
+            code = _exit_code(outcome)
+        except KeyboardInterrupt:  # the session is closed: only the summary is cut short
+            _quit_now(None, "")
+        if outcome.abandoned:  # their threads may still wait on the agent or the evaluator: they must not hold the exit
+            _say(f"{outcome.abandoned} attempt(s) still in flight were abandoned (nothing of them is recorded; "
+                 "a resume runs them again)")
+            sys.stdout.flush()
+            os._exit(code)
+    return code
+
+
+class _NoEvaluator:
+    """Stands for the evaluator in a resume with nothing left to run (starting one would take seconds)."""
+
+    workers = 0
+
+    def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> Any:
+        raise RuntimeError("no evaluator was started: this run had nothing left to run")
+
+
+def _quit_now(store: RunStore | None, reason: str) -> NoReturn:
+    """Close the session (when one is open) and exit at once with `EXIT_STOPPED`: threads that may still wait on the
+    agent or the evaluator must not hold the exit."""
+    if store is not None:
+        store.end_session(reason)
+    _say(INTERRUPTED)
+    sys.stdout.flush()
+    os._exit(EXIT_STOPPED)
 
 
 def _build(config: dict[str, Any], settings: LoopSettings) -> tuple[Any, PromptBuilder, EvalConfig]:
@@ -181,6 +234,10 @@ def _exit_code(outcome: LoopOutcome) -> int:
         return EXIT_AUTH
     if outcome.stop_reason.startswith(f"{UNREACHABLE}:"):
         return EXIT_UNREACHABLE
+    if outcome.stop_reason.startswith(f"{REFUSED}:"):
+        return EXIT_REFUSED
+    if outcome.stop_reason.startswith(f"{DISK}:"):
+        return EXIT_BAD_INPUT
     if outcome.stop_reason.startswith(("budget:", "interrupted")):
         return EXIT_STOPPED
     return EXIT_ERROR
@@ -208,9 +265,7 @@ def _job_name(cfg: DictConfig) -> str:
 def _check_problem_sources(store: RunStore, problems: list[Problem]) -> None:
     """Refuse to resume when a problem's source changed since its attempts were recorded."""
     current = {p.id: p.source_hash for p in problems}
-    changed = sorted(
-        {a.problem_id for a in store.attempts() if current.get(a.problem_id, a.problem_hash) != a.problem_hash}
-    )
+    changed = sorted({pid for pid, recorded in store.problem_hashes() if current.get(pid, recorded) != recorded})
     if changed:
         raise BadInput(
             f"{len(changed)} problem(s) changed since this run recorded attempts for them ({', '.join(changed[:5])}"

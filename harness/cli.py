@@ -12,6 +12,8 @@ import importlib.metadata
 import os
 import sys
 
+from harness.signals import install as install_signal_handlers, signal_name
+
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("harness.commands.eval_cmd", "evaluate one candidate against one problem"),
@@ -30,6 +32,8 @@ PASSTHROUGH: dict[str, tuple[str, str]] = {
     "run": ("harness.commands.run_cmd", "run agents on problems over several turns (Hydra app: harness run --help)"),
 }
 EXIT_BROKEN_PIPE = 141  # what a shell reports for a writer killed by SIGPIPE (`harness ... | head`)
+EXIT_INTERRUPTED = 130  # Ctrl-C, SIGTERM or SIGHUP (`harness run` says 3: stopped, resumable; see harness.app)
+EXIT_RUN_STOPPED = 3
 
 
 def _version() -> str:
@@ -44,13 +48,19 @@ VERSION = _version()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `harness` console script; a reader that closes the pipe early ends it quietly."""
+    """Entry point of the `harness` console script; a reader that closes the pipe early ends it quietly, and a stop
+    signal (Ctrl-C, SIGTERM, SIGHUP) that no command handled ends it with one line, never a traceback."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    install_signal_handlers()
     try:
-        code = _dispatch(list(sys.argv[1:] if argv is None else argv))
+        code = _dispatch(argv)
         sys.stdout.flush()  # inside the try: a closed pipe must not surface at interpreter exit
         return code
     except BrokenPipeError:
         return stdout_closed()
+    except KeyboardInterrupt as exc:
+        print(f"interrupted ({signal_name(exc)})", file=sys.stderr, flush=True)
+        return EXIT_RUN_STOPPED if argv[:1] == ["run"] else EXIT_INTERRUPTED
 
 
 def stdout_closed() -> int:

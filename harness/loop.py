@@ -8,13 +8,25 @@ the evaluator judges it, and an evaluator exception is recorded as a crash of th
 
 Samples and turns count from 1.
 
-Stopping: a budget (tokens or cost, counted over the whole run including earlier sessions) is
-checked before each request, so requests already in flight finish and are recorded; an
-`AuthError` stops the run with its message. An `UnavailableError` (the agent could not be
-reached or run) records nothing: that sample waits for a resume, and when no request of this
-session has reached the agent yet, the run stops (`unreachable: ...`) instead of failing every
-attempt the same way. Any other agent error (the provider refused this request) is recorded as an
-`agent_error` attempt and ends that sample. A stopped run resumes where it stopped.
+Budgets (tokens or cost, counted over the whole run including earlier sessions): each request
+reserves its worst case before it is sent (its prompt at `CHARS_PER_TOKEN` characters per token,
+plus `agent.max_tokens` or `OUTPUT_RESERVE` reply tokens, at the agent's prices), and a request is
+sent only while the spending plus the reservations in flight stays below the budget; so a budget
+is exceeded by at most one request, and the stop reason states what was spent.
+
+Stopping: Ctrl-C, SIGTERM or SIGHUP (a `KeyboardInterrupt` in the main thread, `harness.signals`)
+stops new requests; the attempts in flight get `STOP_GRACE_S` to finish and be recorded, then are
+abandoned (nothing of them is recorded, so a resume runs them again); a second signal abandons them
+at once. An `AuthError` stops the run with its message, and so does a write the store cannot make
+(`disk: ...`, a full disk). An `UnavailableError` (the agent could not be reached or run) records
+nothing: that sample waits for a resume, and when no request of this session has reached the agent
+yet, the run stops (`unreachable: ...`) instead of failing every attempt the same way. Any other
+agent error (the provider refused this request) is recorded as an `agent_error` attempt and ends
+that sample; but refusals before any request of this session was answered are held:
+`PERSISTENT_REFUSALS` alike stop the run (`refused: ...`) recording nothing, so that a request the
+provider refuses every time (a model name it rejects) does not burn the run and a resume after the
+fix retries them; a first answer, or the run's end without that many, records the held ones as
+usual. A stopped run resumes where it stopped (docs/exit-codes.md).
 """
 
 from __future__ import annotations
@@ -31,17 +43,21 @@ from agents import (
     AgentResponse,
     AuthError,
     Message,
+    Pricing,
     PromptBuilder,
     TurnRecord,
     UnavailableError,
+    Usage,
     extract_code,
 )
+from agents.base import CHARS_PER_TOKEN
 from agents.extract import ExtractionError
 from eval.feedback import render_feedback
 from eval.result import EvalResult, Status
 from harness.progress import Display, RunStats
 from harness.response_cache import ResponseCache, request_key
-from harness.store import AGENT_ERROR, Attempt, RunStore
+from harness.signals import stop_reason
+from harness.store import AGENT_ERROR, Attempt, Outline, RunStore, StoreWriteError
 from problems.problem import Problem
 
 
@@ -98,6 +114,11 @@ class LoopSettings:
             raise ValueError("; ".join(problems))
 
 
+OUTPUT_RESERVE = 4096  # reply tokens reserved per request when `agent.max_tokens` is not set
+STOP_GRACE_S = 20.0  # after a stop signal, how long attempts in flight may take to finish (schedulers kill at 30 s)
+DISK = "disk"  # stop reason prefix: the run store could not write (a full disk); nothing committed is lost
+PERSISTENT_REFUSALS = 3  # the same refusal on this many of a session's first requests stops the run
+REFUSED = "refused"  # stop reason prefix: the provider refused the session's first requests (nothing recorded)
 UNREACHABLE = "unreachable"  # stop reason prefix: attempts left unfinished because the agent could not be reached
 
 
@@ -112,6 +133,7 @@ class LoopOutcome:
     eval_s: float = 0.0  # wall time inside the evaluator (this session)
     errors: list[str] = field(default_factory=list)
     unreachable: list[str] = field(default_factory=list)  # this session's UnavailableError messages, in order
+    abandoned: int = 0  # attempts still in flight when the run stopped waiting for them (not recorded)
 
     @property
     def finished(self) -> bool:
@@ -122,11 +144,34 @@ class _Stop(Exception):
     """Ends a trajectory because the run is stopping."""
 
 
+class _Held(Exception):
+    """Ends a trajectory whose refused attempt is held (see `RunLoop._hold`); recording it finishes the trajectory."""
+
+
 def best_key(status: str, speedup: float | None) -> tuple[int, float]:
     """Order of attempts for best-so-far: correct beats everything; then the higher measured speedup."""
     if status != Status.CORRECT.value:
         return (0, 0.0)
     return (1, speedup if speedup is not None else float("-inf"))
+
+
+def finished(last: Attempt | Outline | None, settings: LoopSettings) -> bool:
+    """Whether a trajectory whose last recorded attempt is `last` is finished: after its last turn, a refused
+    request, or reaching the target speedup."""
+    if last is None:
+        return False
+    target = settings.target_speedup
+    reached = (target is not None and last.best_status == Status.CORRECT.value and last.best_speedup is not None
+               and last.best_speedup >= target)  # fmt: skip
+    return last.turn >= settings.turns or last.status == AGENT_ERROR or reached
+
+
+def unfinished(outline: Sequence[Outline], problem_ids: Sequence[str], settings: LoopSettings) -> int:
+    """How many trajectories of these problems a run (its attempts' `outline`) has not finished."""
+    last: dict[tuple[str, int], Outline] = {}
+    for o in outline:  # by problem, sample, turn: the last one of a trajectory wins
+        last[(o.problem_id, o.sample)] = o
+    return sum(not finished(last.get((pid, s)), settings) for pid in problem_ids for s in range(1, settings.samples + 1))
 
 
 class RunLoop:
@@ -157,14 +202,21 @@ class RunLoop:
         self._lock = threading.Lock()  # guards stats, budget counters, stop reason and timers
         self._stop = threading.Event()
         self._stop_reason = "finished"
+        self._budget: str | None = None  # which budget stopped the run (its stop reason gets what was spent)
         self._stats = RunStats()
         self._agent_s = 0.0
         self._eval_s = 0.0
         self._tokens = 0
         self._cost = 0.0
+        self._reserved_tokens = 0  # worst cases of the requests in flight
+        self._reserved_cost = 0.0
+        self._pricing = Pricing.from_config(self._agent_config.get("pricing") or None)
+        self._output_reserve = int(self._agent_config.get("max_tokens") or OUTPUT_RESERVE)
         self._remaining: dict[str, int] = {}  # problem id -> trajectories not finished
         self._reached = False  # a request of this session got an answer from the agent
         self._unreachable: list[str] = []
+        self._held: list[tuple[Problem, Attempt, list[Attempt]]] = []  # refusals before any answer (not recorded yet)
+        self._refusals: list[str] = []  # their messages, in order
 
     # ------------------------------------------------------------------ public
     def run(self) -> LoopOutcome:
@@ -173,21 +225,29 @@ class RunLoop:
         pending = self._plan()
         self._display.start(self._stats)
         pool = ThreadPoolExecutor(max_workers=self.settings.max_concurrency, thread_name_prefix="kh-loop")
-        futures: list[Future[None]] = [pool.submit(self._trajectory, p, s, h) for p, s, h in pending]
+        futures: list[Future[None]] = [pool.submit(self._trajectory, p, s) for p, s in pending]
         errors: list[str] = []
+        abandoned = 0
         try:
             try:
                 _wait_all(futures)
-            except KeyboardInterrupt:
-                self._request_stop("interrupted")
-                self._display.message("interrupted: finishing the attempts in flight (Ctrl-C again to quit now)")
-                _wait_all(futures)
+            except KeyboardInterrupt as exc:
+                self._request_stop(stop_reason(exc))
+                self._display.message(f"interrupted: finishing the attempts in flight for up to {STOP_GRACE_S:g} s "
+                                      "(Ctrl-C again to quit now)")
+                try:
+                    abandoned = _wait_all(futures, timeout=STOP_GRACE_S)
+                except KeyboardInterrupt:  # a second signal: quit now
+                    abandoned = sum(f.running() for f in futures)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
             self._display.stop()
         for f in futures:
             if f.done() and not f.cancelled() and f.exception() is not None:
                 errors.append(f"{type(f.exception()).__name__}: {f.exception()}")
+        if self._budget is not None:
+            self._stop_reason += self._spent()
+        self._record_held()  # fewer refusals than stop a run, and no answer: they are recorded as usual
         if self._unreachable and self._stop_reason == "finished":
             self._stop_reason = (
                 f"{UNREACHABLE}: {len(self._unreachable)} attempt(s) could not reach the agent and are not "
@@ -201,14 +261,16 @@ class RunLoop:
             agent_s=self._agent_s,
             eval_s=self._eval_s,
             errors=errors,
+            abandoned=abandoned,
         )
 
     # ---------------------------------------------------------------- planning
-    def _plan(self) -> list[tuple[Problem, int, list[Attempt]]]:
-        """Trajectories still to run, with their recorded history; counts what is already done."""
-        recorded: dict[tuple[str, int], list[Attempt]] = {}
-        for a in self._store.attempts():
-            recorded.setdefault((a.problem_id, a.sample), []).append(a)
+    def _plan(self) -> list[tuple[Problem, int]]:
+        """Trajectories still to run; counts what is already done. Reads only the attempts' outlines: a trajectory
+        reads its own history (with the texts its prompts need) when it starts."""
+        recorded: dict[tuple[str, int], list[Outline]] = {}
+        for o in self._store.outline():
+            recorded.setdefault((o.problem_id, o.sample), []).append(o)
         totals = self._store.totals()
         self._tokens, self._cost = totals.tokens, totals.cost_usd
         st = self._stats
@@ -217,48 +279,43 @@ class RunLoop:
         for problem in self._problems:
             self._remaining[problem.id] = 0
             for sample in range(1, self.settings.samples + 1):
-                history = recorded.get((problem.id, sample), [])
-                for a in history:
-                    st.add(a, this_session=False)
+                history = recorded.pop((problem.id, sample), [])
+                for o in history:
+                    st.add(o, this_session=False)
                 if self._done(history):
                     st.attempts_planned += len(history)
                 else:
                     st.attempts_planned += self.settings.turns
                     self._remaining[problem.id] += 1
-                    pending.append((problem, sample, history))
+                    pending.append((problem, sample))
             if self._remaining[problem.id] == 0:
                 st.problems_done += 1
         return pending
 
-    def _done(self, history: list[Attempt]) -> bool:
+    def _done(self, history: Sequence[Attempt | Outline]) -> bool:
         """A trajectory is finished after its last turn, a refused request, or reaching the target."""
-        if not history:
-            return False
-        last = history[-1]
-        return (
-            last.turn >= self.settings.turns
-            or last.status == AGENT_ERROR
-            or self._reached_target(last.best_status, last.best_speedup)
-        )
-
-    def _reached_target(self, status: str | None, speedup: float | None) -> bool:
-        target = self.settings.target_speedup
-        return target is not None and status == Status.CORRECT.value and speedup is not None and speedup >= target
+        return finished(history[-1] if history else None, self.settings)
 
     # --------------------------------------------------------------- execution
-    def _trajectory(self, problem: Problem, sample: int, history: list[Attempt]) -> None:
+    def _trajectory(self, problem: Problem, sample: int) -> None:
         """Run the remaining turns of one (problem, sample)."""
-        history = list(history)
         try:
+            history = self._store.history(problem.id, sample)
             while not self._done(history):
                 history.append(self._turn(problem, sample, history))
-        except _Stop:
+        except (_Stop, _Held):
+            return
+        except StoreWriteError as exc:  # a full disk: what is committed stays, the run resumes once there is room
+            self._request_stop(f"{DISK}: {exc}")
             return
         except BaseException as exc:
             self._request_stop(f"error: {type(exc).__name__}: {exc}")
             raise
+        self._trajectory_done(problem, len(history))
+
+    def _trajectory_done(self, problem: Problem, turns: int) -> None:
         with self._lock:
-            self._stats.attempts_planned -= self.settings.turns - len(history)
+            self._stats.attempts_planned -= self.settings.turns - turns
             self._remaining[problem.id] -= 1
             if self._remaining[problem.id] == 0:
                 self._stats.problems_done += 1
@@ -267,13 +324,16 @@ class RunLoop:
     def _turn(self, problem: Problem, sample: int, history: list[Attempt]) -> Attempt:
         """One attempt: ask, extract, evaluate, record. Raises `_Stop` when the run is stopping."""
         turn = len(history) + 1
-        self._check_budget()
+        if self._stop.is_set():
+            raise _Stop
         messages = self._prompts.messages(problem.source, [_record(a) for a in history])
         prompt = [{"role": m.role, "content": m.content} for m in messages]
         started = time.time()
         base = dict(problem_id=problem.id, sample=sample, turn=turn, prompt=prompt, problem_hash=problem.source_hash)
+        reserved = self._admit(messages)
         try:
             response, from_cache = self._ask(messages, problem.id, sample, turn)
+            self._charge(response, from_cache)
         except AuthError as exc:
             self._request_stop(f"auth: {exc}")
             raise _Stop from None
@@ -283,8 +343,11 @@ class RunLoop:
         except AgentError as exc:
             requests = getattr(exc, "attempts", 1)
             failed = Attempt(status=AGENT_ERROR, error=str(exc), requests=requests, started_at=started, **base)
+            if self._hold(problem, failed, history):
+                raise _Held from None
             return self._commit(failed, history)
-        self._charge(response, from_cache)
+        finally:
+            self._release(reserved)
         code: str | None = None
         eval_s = 0.0
         if response.abstained:  # no candidate offered: nothing to judge, and no reply format to blame
@@ -307,6 +370,7 @@ class RunLoop:
             output_tokens=response.usage.output_tokens,
             cached_tokens=response.usage.cached_tokens,
             cost_usd=response.cost_usd,
+            usage_estimated=response.usage.estimated,
             latency_s=response.latency_s,
             model=response.model,
             finish_reason=response.finish_reason,
@@ -331,6 +395,7 @@ class RunLoop:
                 self._agent_s += time.perf_counter() - t0
         with self._lock:
             self._reached = True
+        self._record_held()
         if key is not None:
             self._cache.put(key, response)
         return response, False
@@ -370,18 +435,63 @@ class RunLoop:
                 "or agent.pricing={input: ..., output: ...})"
             )
 
-    def _check_budget(self) -> None:
-        if self._stop.is_set():
-            raise _Stop
+    def _admit(self, messages: list[Message]) -> tuple[int, float]:
+        """Reserve a request's worst case, or stop the run (`_Stop`) when the budget is spent or reserved."""
         s = self.settings
+        tokens = sum(len(m.content) for m in messages) // CHARS_PER_TOKEN + self._output_reserve
+        cost = 0.0 if self._pricing is None else self._pricing.cost(Usage(tokens - self._output_reserve,
+                                                                           self._output_reserve))
         with self._lock:
-            tokens, cost = self._tokens, self._cost
-        if s.max_tokens is not None and tokens >= s.max_tokens:
-            self._request_stop(f"budget: max_tokens={s.max_tokens} reached ({tokens} used)")
-        elif s.max_cost_usd is not None and cost >= s.max_cost_usd:
-            self._request_stop(f"budget: max_cost_usd={s.max_cost_usd:g} reached (${cost:.4f} spent)")
-        if self._stop.is_set():
-            raise _Stop
+            if not self._stop.is_set():
+                if s.max_tokens is not None and self._tokens + self._reserved_tokens >= s.max_tokens:
+                    self._stop_reason, self._budget = f"budget: max_tokens={s.max_tokens} reached", "tokens"
+                    self._stop.set()
+                elif s.max_cost_usd is not None and self._cost + self._reserved_cost >= s.max_cost_usd:
+                    self._stop_reason, self._budget = f"budget: max_cost_usd={s.max_cost_usd:g} reached", "cost"
+                    self._stop.set()
+            if self._stop.is_set():
+                raise _Stop
+            self._reserved_tokens += tokens
+            self._reserved_cost += cost
+        return tokens, cost
+
+    def _release(self, reserved: tuple[int, float]) -> None:
+        with self._lock:
+            self._reserved_tokens -= reserved[0]
+            self._reserved_cost -= reserved[1]
+
+    def _spent(self) -> str:
+        """What the run has spent, for the budget's stop reason (once the requests in flight are in)."""
+        estimated = " (some counted here: the provider sent no usage)" if self._stats.usage_estimated else ""
+        if self._budget == "tokens":
+            return f"; {self._tokens:,} tokens spent{estimated}"
+        return f"; ${self._cost:.4f} spent{estimated}"
+
+    def _hold(self, problem: Problem, failed: Attempt, history: list[Attempt]) -> bool:
+        """Hold a refused attempt when no request of this session has been answered yet (True); stop the run once
+        `PERSISTENT_REFUSALS` held refusals say the same."""
+        with self._lock:
+            if self._reached:
+                return False
+            self._held.append((problem, failed, list(history)))
+            self._refusals.append(failed.error)
+            same = self._refusals.count(failed.error)
+        if same >= PERSISTENT_REFUSALS:
+            self._request_stop(f"{REFUSED}: the provider refused the first {same} requests of this session the same "
+                               f"way (nothing is recorded for them; fix it and resume): {failed.error}")
+        return True
+
+    def _record_held(self) -> None:
+        """Record the held refusals as `agent_error` attempts (each ends its trajectory), unless the run stopped
+        because of them."""
+        with self._lock:
+            held, self._held = self._held, []
+            refused = self._stop_reason.startswith(f"{REFUSED}:")
+        if refused:
+            return
+        for problem, failed, history in held:
+            self._commit(failed, history)
+            self._trajectory_done(problem, len(history) + 1)
 
     def _agent_unavailable(self, message: str) -> None:
         """Note an attempt left unfinished; stop the run when nothing of this session has reached the agent."""
@@ -430,8 +540,11 @@ def _record(a: Attempt) -> TurnRecord:
     return TurnRecord(turn=a.turn, reply=a.reply, code=a.code, feedback=a.feedback)
 
 
-def _wait_all(futures: list[Future[None]]) -> None:
-    """Wait for every future, staying responsive to Ctrl-C."""
-    pending = set(futures)
-    while pending:
+def _wait_all(futures: list[Future[None]], timeout: float | None = None) -> int:
+    """Wait for every future (at most `timeout` seconds), staying responsive to signals; how many are still running
+    (cancelled ones, never started, do not count)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pending = {f for f in futures if not f.cancelled()}
+    while pending and (deadline is None or time.monotonic() < deadline):
         done, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
+    return sum(f.running() for f in pending)

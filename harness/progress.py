@@ -12,7 +12,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, Text
                            TimeRemainingColumn)
 from rich.text import Text
 
-from harness.store import Attempt
+from harness.store import Attempt, Outline
 
 
 @dataclass
@@ -27,16 +27,18 @@ class RunStats:
     tokens: int = 0
     cost_usd: float = 0.0
     cost_known: bool = True
+    usage_estimated: bool = False  # some tokens were counted here: the provider sent no usage
     correct: int = 0
     best_speedup: float | None = None
     statuses: dict[str, int] = field(default_factory=dict)
 
-    def add(self, a: Attempt, *, this_session: bool) -> None:
+    def add(self, a: Attempt | Outline, *, this_session: bool) -> None:
         """Count one recorded attempt."""
         self.attempts_done += 1
         self.attempts_this_session += int(this_session)
         self.statuses[a.status] = self.statuses.get(a.status, 0) + 1
         if not a.from_cache:
+            self.usage_estimated |= a.usage_estimated
             self.tokens += a.input_tokens + a.output_tokens
             if a.cost_usd is None:
                 self.cost_known = False
@@ -51,7 +53,8 @@ class RunStats:
         """One line: tokens, cost and best speedup so far."""
         cost = f"${self.cost_usd:.4f}" if self.cost_known else f"${self.cost_usd:.4f}+unpriced"
         best = "n/a" if self.best_speedup is None else f"{self.best_speedup:.2f}x"
-        return f"tokens {self.tokens:,}  cost {cost}  correct {self.correct}  best speedup {best}"
+        estimated = " (estimated: the provider sent no usage)" if self.usage_estimated else ""
+        return f"tokens {self.tokens:,}  cost {cost}{estimated}  correct {self.correct}  best speedup {best}"
 
 
 class Display(Protocol):

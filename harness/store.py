@@ -5,12 +5,17 @@ Layout of `runs/<name>/`:
 - `config.yaml`      the resolved config the run was started with (for people; the DB keeps its own copy)
 - `attempts.sqlite`  SQLite (WAL) database: one row per attempt, plus run metadata and sessions
 - `code/<problem>/<sample>_<turn>.py`   each candidate's extracted source
-- `results.jsonl`    one JSON line per attempt (derived from the database; repaired on open)
+- `results.jsonl`    one JSON line per attempt, in the order they were recorded (append-only)
 
 The database is the source of truth. An attempt is committed to it first; its code file and
-its `results.jsonl` line follow (flushed and fsync'd). A `kill -9` between those steps leaves a
-missing or torn line, which `RunStore.open` rewrites from the database, so a resumed run neither
-repeats nor loses finished attempts.
+its `results.jsonl` line follow (flushed and fsync'd), under one lock, so the file's order is the
+database's commit order (`id`). A `kill -9` between those steps leaves a missing or torn last
+line: `RunStore.open` cuts the torn line and appends the missing ones, never rewriting the lines
+already there, so a resumed run neither repeats nor loses finished attempts.
+
+Resume, planning and summaries read an attempt's `Outline` (its small columns, served by the
+covering index `attempts_outline`), never every prompt; the texts of an attempt are read only
+where they are needed (one trajectory's history, one problem's transcripts).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator, NamedTuple
 
 import yaml
 
@@ -70,6 +75,16 @@ class StoreError(RuntimeError):
     """A run directory that cannot be used as asked; the message says why and what to do."""
 
 
+class StoreWriteError(StoreError):
+    """A write the run store could not make (a full disk, a read-only filesystem); the message names the path.
+    What was committed before stays intact, so the run resumes once there is room."""
+
+
+def _write_failed(path: Path, exc: BaseException) -> StoreWriteError:
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return StoreWriteError(f"cannot write {path}: {reason}")
+
+
 @dataclass
 class Attempt:
     """One turn of one sample of one problem: what was asked, answered and judged.
@@ -108,6 +123,7 @@ class Attempt:
     started_at: float = field(default_factory=time.time)
     finished_at: float = field(default_factory=time.time)
     code_path: str | None = None  # relative to the run dir; set by the store
+    usage_estimated: bool = False  # the provider sent no usage: tokens counted here, cost priced from them
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -131,19 +147,83 @@ class Attempt:
 # The attempts table, derived from `Attempt`: a column per field, typed by its annotation.
 _COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Attempt))
 _SQL_TYPES = {"str": "TEXT", "int": "INTEGER", "bool": "INTEGER", "float": "REAL"}  # anything else: JSON text
+# Columns added after a schema version was released, with the value of rows written before: a resume adds them
+# (`_add_new_columns`), a reader of an older database reads the default.
+_ADDED_COLUMNS = {"usage_estimated": 0}
 _JSON_COLUMNS = ("prompt", "result")
 
 
 def _column_sql(f: Any) -> str:
     base, _, rest = str(f.type).partition(" | ")
     nullable = rest == "None"
-    return f"{f.name} {_SQL_TYPES.get(base, 'TEXT')}{'' if nullable else ' NOT NULL'}"
+    default = f" DEFAULT {_ADDED_COLUMNS[f.name]}" if f.name in _ADDED_COLUMNS else ""
+    return f"{f.name} {_SQL_TYPES.get(base, 'TEXT')}{'' if nullable else ' NOT NULL'}{default}"
+
+
+def _add_new_columns(conn: sqlite3.Connection) -> None:
+    """Give a database written before `_ADDED_COLUMNS` existed those columns (rows get their default)."""
+    present = {r[1] for r in conn.execute("PRAGMA table_info(attempts)")}
+    with conn:
+        for f in fields(Attempt):
+            if f.name in _ADDED_COLUMNS and f.name not in present:
+                conn.execute(f"ALTER TABLE attempts ADD COLUMN {_column_sql(f)}")
+
+
+def _select(conn: sqlite3.Connection, columns: Iterable[str]) -> str:
+    """`columns` for a SELECT; a column an older database lacks is read as its default."""
+    present = {r[1] for r in conn.execute("PRAGMA table_info(attempts)")}
+    return ", ".join(c if c in present or c not in _ADDED_COLUMNS else f"{_ADDED_COLUMNS[c]} AS {c}" for c in columns)
 
 
 _ATTEMPTS_SQL = (
     "CREATE TABLE attempts (\n    id INTEGER PRIMARY KEY,\n    session_id INTEGER NOT NULL REFERENCES sessions(id),\n"
     + "".join(f"    {_column_sql(f)},\n" for f in fields(Attempt))
     + "    CHECK (sample >= 1 AND turn >= 1),\n    UNIQUE (problem_id, sample, turn)\n);\n"
+)
+
+
+# The columns that grow with a run's texts; everything else is an attempt's outline.
+_TEXT_COLUMNS = ("prompt", "reply", "code", "result", "feedback", "error")
+_SKIPPED_TEXTS = ("prompt", "reply", "code", "feedback", "error")  # what `read_run(texts=False)` leaves out
+OUTLINE_FIELDS: tuple[str, ...] = ("id", "session_id", *(c for c in _COLUMNS if c not in _TEXT_COLUMNS))
+
+
+class Outline(NamedTuple):
+    """An attempt without its texts (prompt, reply, code, result, feedback, error): what planning, progress and
+    summaries need, small enough to hold for every attempt of a large run. `id` is the commit order."""
+
+    id: int
+    session_id: int
+    problem_id: str
+    sample: int
+    turn: int
+    status: str
+    problem_hash: str
+    speedup: float | None
+    best_turn: int | None
+    best_status: str | None
+    best_speedup: float | None
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    cost_usd: float | None
+    latency_s: float
+    model: str | None
+    finish_reason: str | None
+    requests: int
+    eval_s: float
+    from_cache: bool
+    started_at: float
+    finished_at: float
+    code_path: str | None
+    usage_estimated: bool
+
+
+assert Outline._fields == OUTLINE_FIELDS, "Outline must list the attempt's non-text columns, in table order"
+
+# Serves every outline read from the index alone (the table's rows hold the long prompts).
+_INDEX_SQL = (
+    f"CREATE INDEX IF NOT EXISTS attempts_outline ON attempts ({', '.join(OUTLINE_FIELDS[2:])}, session_id);\n"
 )
 
 
@@ -168,6 +248,7 @@ def _decode(row: dict[str, Any], version: int) -> Attempt:
     d["prompt"] = json.loads(d["prompt"])
     d["result"] = None if d["result"] is None else EvalResult.from_dict(json.loads(d["result"]))
     d["from_cache"] = bool(d["from_cache"])
+    d["usage_estimated"] = bool(d["usage_estimated"])
     if version == 1:
         d["sample"] += 1
     return Attempt(**d)
@@ -250,8 +331,10 @@ def config_differences(old: dict[str, Any], new: dict[str, Any], volatile: Itera
 class RunStore:
     """Durable record of one run directory. Thread-safe; one process at a time (a file lock)."""
 
-    def __init__(self, run_dir: Path, conn: sqlite3.Connection, lock_fd: int, config: dict[str, Any]) -> None:
+    def __init__(self, run_dir: Path, conn: sqlite3.Connection, lock_fd: int, config: dict[str, Any],
+                 durable: bool = True) -> None:
         self.run_dir = run_dir
+        self._durable = durable
         self.config = config
         self._conn = conn
         self._lock_fd = lock_fd
@@ -269,6 +352,7 @@ class RunStore:
         volatile: Iterable[str] = VOLATILE_KEYS,
         harness_version: str = "",
         problem_ids: Iterable[str] | None = None,
+        durable: bool = True,
     ) -> "RunStore":
         """Create `run_dir`, or reopen it to resume or extend.
 
@@ -277,7 +361,8 @@ class RunStore:
         `volatile` prefix, such as budgets, may change). A config that only grows the run (more
         `turns` or `samples`, or a problem selection, `problem_ids`, holding every problem already
         attempted) extends it: the stored config becomes the new one and every attempt is kept.
-        Any failure raises `StoreError`.
+        Any failure raises `StoreError`. `durable=False` skips every fsync: only for writing synthetic runs
+        (`harness bench store`), where a crash loses nothing of value.
         """
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -295,6 +380,8 @@ class RunStore:
                             conn.execute("UPDATE meta SET value = ? WHERE key = 'config'", (_dumps(config),))
                         _write_atomic(run_dir / CONFIG_NAME, yaml.safe_dump(config, sort_keys=False))
                         stored = config
+                    _add_new_columns(conn)
+                    conn.executescript(_INDEX_SQL)  # a run recorded before the index existed gets it on resume
                 except BaseException:
                     conn.close()
                     raise
@@ -311,7 +398,9 @@ class RunStore:
         except BaseException:
             os.close(lock_fd)
             raise
-        store = cls(run_dir, conn, lock_fd, config)
+        if not durable:
+            conn.execute("PRAGMA synchronous=OFF")
+        store = cls(run_dir, conn, lock_fd, config, durable)
         store._reconcile_files()
         return store
 
@@ -342,9 +431,39 @@ class RunStore:
 
     # ------------------------------------------------------------------ access
     def attempts(self) -> list[Attempt]:
-        """Every recorded attempt, ordered by problem, sample, turn."""
+        """Every recorded attempt with its texts, ordered by problem, sample, turn (small runs and tests; a large
+        run's callers read `outline` and the texts they show)."""
         with self._mutex:
             return [_decode(row, SCHEMA_VERSION) for row in _attempt_rows(self._conn)]
+
+    def outline(self) -> list[Outline]:
+        """Every recorded attempt without its texts, ordered by problem, sample, turn (read from the index)."""
+        with self._mutex:
+            return _outline(self._conn, SCHEMA_VERSION)
+
+    def history(self, problem_id: str, sample: int) -> list[Attempt]:
+        """The recorded attempts of one trajectory, with their texts, by turn."""
+        with self._mutex:
+            return [_decode(row, SCHEMA_VERSION) for row in
+                    _attempt_rows(self._conn, where="problem_id = ? AND sample = ?", params=(problem_id, sample))]
+
+    def attempts_by_id(self, ids: Iterable[int]) -> dict[int, Attempt]:
+        """The attempts of these ids (from `outline`), with their texts."""
+        wanted = sorted(set(ids))
+        out: dict[int, Attempt] = {}
+        with self._mutex:
+            for start in range(0, len(wanted), 500):  # SQLite bounds the parameters of one statement
+                chunk = wanted[start:start + 500]
+                rows = _attempt_rows(self._conn, where=f"id IN ({', '.join('?' * len(chunk))})", params=tuple(chunk),
+                                     with_id=True)
+                out.update((row["id"], _decode(row, SCHEMA_VERSION)) for row in rows)
+        return out
+
+    def problem_hashes(self) -> set[tuple[str, str]]:
+        """Each (problem id, problem source hash) pair recorded."""
+        with self._mutex:
+            return set(self._conn.execute("SELECT DISTINCT problem_id, problem_hash FROM attempts INDEXED BY "
+                                          "attempts_outline"))
 
     def totals(self) -> Totals:
         """Usage summed over all recorded attempts (responses served from the cache cost nothing)."""
@@ -368,11 +487,14 @@ class RunStore:
         """Close the current session with why it stopped (`finished`, `budget: ...`, `auth: ...`)."""
         if self._session_id is None:
             return
-        with self._mutex, self._conn:
-            self._conn.execute(
-                "UPDATE sessions SET finished_at = ?, stop_reason = ? WHERE id = ?",
-                (time.time(), stop_reason, self._session_id),
-            )
+        try:
+            with self._mutex, self._conn:
+                self._conn.execute(
+                    "UPDATE sessions SET finished_at = ?, stop_reason = ? WHERE id = ?",
+                    (time.time(), stop_reason, self._session_id),
+                )
+        except sqlite3.OperationalError as exc:
+            raise _write_failed(self.run_dir / DB_NAME, exc) from None
 
     def sessions(self) -> list[dict[str, Any]]:
         """All sessions of this run, oldest first."""
@@ -407,16 +529,39 @@ class RunStore:
                 raise StoreError(
                     f"attempt {attempt.key} is already recorded in {self.run_dir}; it is never overwritten"
                 ) from None
+            except sqlite3.OperationalError as exc:  # "database or disk is full", a read-only file
+                raise _write_failed(self.run_dir / DB_NAME, exc) from None
+            # committed: a failure below leaves a file or line that the next `open` writes again
             if attempt.code is not None:
-                _write_atomic(self.run_dir / attempt.code_path, attempt.code)
-            self._jsonl.write(_dumps(attempt.summary()) + "\n")
-            self._jsonl.flush()
-            os.fsync(self._jsonl.fileno())
+                _write_atomic(self.run_dir / attempt.code_path, attempt.code, durable=self._durable)
+            try:
+                self._jsonl.write(_dumps(attempt.summary()) + "\n")
+                self._jsonl.flush()
+                if self._durable:
+                    os.fsync(self._jsonl.fileno())
+            except OSError as exc:
+                self._reopen_jsonl()  # drop what the failed write left buffered: the repair appends the line
+                raise _write_failed(self.run_dir / JSONL_NAME, exc) from None
+
+    def _reopen_jsonl(self) -> None:
+        """A fresh append handle on `results.jsonl`, discarding the old one's unwritten buffer."""
+        try:
+            os.close(self._jsonl.fileno())  # the buffer is never flushed into a file that had no room for it
+        except OSError:
+            pass
+        try:
+            self._jsonl.close()
+        except (OSError, ValueError):
+            pass
+        self._jsonl = open(self.run_dir / JSONL_NAME, "a", encoding="utf-8")  # noqa: SIM115
 
     def close(self) -> None:
         """Release the database, the jsonl file and the directory lock."""
         with self._mutex:
-            self._jsonl.close()
+            try:
+                self._jsonl.close()
+            except OSError:  # a line the disk had no room for: the next open appends it
+                pass
             self._conn.close()
             os.close(self._lock_fd)
 
@@ -428,23 +573,74 @@ class RunStore:
 
     # ----------------------------------------------------------------- repair
     def _reconcile_files(self) -> None:
-        """Make `results.jsonl` and the code files agree with the database (after a crash)."""
-        attempts = self.attempts()
-        expected = "".join(_dumps(a.summary()) + "\n" for a in attempts)
+        """Make `results.jsonl` and the code files agree with the database after a crash, appending only.
+
+        A torn last line is cut; the lines of attempts committed but not yet written are appended in commit
+        order. The lines already there are never rewritten (a clean resume reads the file once, parsing
+        nothing). A missing code file is written back.
+        """
         path = self.run_dir / JSONL_NAME
-        current = path.read_text(encoding="utf-8") if path.exists() else ""
-        if current != expected:
-            self._jsonl.close()
-            _write_atomic(path, expected)
-            self._jsonl = open(path, "a", encoding="utf-8")  # noqa: SIM115
-        for a in attempts:
-            if a.code is not None and a.code_path and not (self.run_dir / a.code_path).exists():
-                _write_atomic(self.run_dir / a.code_path, a.code)
+        lines = _complete_lines(path)
+        with self._mutex:
+            count = self._conn.execute("SELECT COUNT(*) FROM attempts").fetchone()[0]
+            missing_code = [o for o in _outline(self._conn, SCHEMA_VERSION)
+                            if o.code_path and not (self.run_dir / o.code_path).exists()]
+        if lines != count:
+            self._append_missing_lines(path)
+        if missing_code:
+            for a in self.attempts_by_id(o.id for o in missing_code).values():
+                if a.code is not None and a.code_path:
+                    _write_atomic(self.run_dir / a.code_path, a.code)
+
+    def _append_missing_lines(self, path: Path) -> None:
+        """Append the `results.jsonl` lines of attempts the file lacks (in commit order)."""
+        written: set[tuple[str, int, int]] = set()
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                    written.add((rec["problem_id"], rec["sample"], rec["turn"]))
+                except (ValueError, KeyError, TypeError):
+                    continue  # a line this store did not write: left as it is
+        with self._mutex:
+            ids = [o.id for o in sorted(_outline(self._conn, SCHEMA_VERSION), key=lambda o: o.id)
+                   if (o.problem_id, o.sample, o.turn) not in written]
+        for start in range(0, len(ids), 500):
+            chunk = self.attempts_by_id(ids[start:start + 500])
+            for attempt_id in ids[start:start + 500]:
+                self._jsonl.write(_dumps(chunk[attempt_id].summary()) + "\n")
+        self._jsonl.flush()
+        os.fsync(self._jsonl.fileno())
+
+
+def _complete_lines(path: Path) -> int:
+    """How many whole lines `path` holds, after cutting a torn last line (a crash mid-write) off in place."""
+    lines, last, size = 0, b"\n", 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            lines += chunk.count(b"\n")
+            size += len(chunk)
+            last = chunk[-1:]
+    if last != b"\n":
+        with open(path, "rb+") as f:
+            f.seek(0)
+            keep, offset = 0, 0
+            while chunk := f.read(1 << 20):
+                if (i := chunk.rfind(b"\n")) >= 0:
+                    keep = offset + i + 1
+                offset += len(chunk)
+            f.truncate(keep)
+            f.flush()
+            os.fsync(f.fileno())
+    return lines
 
 
 # ---------------------------------------------------------------------- reading
-def read_run(run_dir: str | Path) -> RunRecord:
+def read_run(run_dir: str | Path, *, texts: bool = True) -> RunRecord:
     """Read a run directory without changing anything in it, also while a run is writing it.
+
+    `texts=False` leaves every attempt's prompt, reply, code, feedback and error out (empty), so that a large
+    run's metrics fit in memory; the results are read. `read_problem_texts` reads the texts one problem at a time.
 
     The database is opened through SQLite's `mode=ro` URI. A read-only connection to a WAL
     database that no writer has open would leave fresh `-wal`/`-shm` files behind, so when there
@@ -461,10 +657,10 @@ def read_run(run_dir: str | Path) -> RunRecord:
         wal = Path(f"{db_path}-wal")
         immutable = not wal.exists()
         before = _stat(db_path)
-        record = _read_once(db_path, immutable=immutable)
+        record = _read_once(db_path, immutable=immutable, texts=texts)
         if not immutable or (not wal.exists() and _stat(db_path) == before):
             return record
-    return _read_once(db_path, immutable=False)
+    return _read_once(db_path, immutable=False, texts=texts)
 
 
 def _stat(path: Path) -> tuple[int, int, int]:
@@ -472,7 +668,7 @@ def _stat(path: Path) -> tuple[int, int, int]:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _read_once(db_path: Path, *, immutable: bool) -> RunRecord:
+def _read_once(db_path: Path, *, immutable: bool, texts: bool = True) -> RunRecord:
     uri = f"{db_path.resolve().as_uri()}?mode=ro{'&immutable=1' if immutable else ''}"
     hint = "Nothing was changed."
     try:
@@ -483,7 +679,12 @@ def _read_once(db_path: Path, *, immutable: bool) -> RunRecord:
         version = _check_version(conn, db_path, READABLE_VERSIONS, hint)
         config = json.loads(_meta(conn)["config"])
         conn.execute("BEGIN")  # one read transaction: attempts and sessions from the same snapshot
-        rows = _attempt_rows(conn, with_session=True)
+        attempts, session_of = [], {}
+        skip = () if texts else _SKIPPED_TEXTS
+        for row in _attempt_rows(conn, with_session=True, skip=skip):  # decoded as they stream in
+            a = _decode_or_refuse(row, version, db_path, hint)
+            attempts.append(a)
+            session_of[a.key] = row["session_id"]
         sessions = _sessions(conn)
         conn.execute("COMMIT")
     except sqlite3.DatabaseError as exc:
@@ -492,22 +693,79 @@ def _read_once(db_path: Path, *, immutable: bool) -> RunRecord:
         raise StoreError(f"{db_path} has no valid run metadata ({exc}). {hint}") from None
     finally:
         conn.close()
-    attempts, session_of = [], {}
-    for row in rows:
-        try:
-            a = _decode(row, version)
-        except (KeyError, TypeError, ValueError) as exc:
-            where = f"problem {row.get('problem_id')!r}, sample {row.get('sample')}, turn {row.get('turn')}"
-            raise StoreError(f"{db_path}: the attempt of {where} cannot be read ({exc}). {hint}") from None
-        attempts.append(a)
-        session_of[a.key] = row["session_id"]
     return RunRecord(config, attempts, sessions, session_of, version)
 
 
-def _attempt_rows(conn: sqlite3.Connection, *, with_session: bool = False) -> list[dict[str, Any]]:
-    columns = ("session_id", *_COLUMNS) if with_session else _COLUMNS
-    cur = conn.execute(f"SELECT {', '.join(columns)} FROM attempts ORDER BY problem_id, sample, turn")
-    return [dict(zip(columns, row)) for row in cur]
+def _decode_or_refuse(row: dict[str, Any], version: int, db_path: Path, hint: str) -> Attempt:
+    try:
+        return _decode(row, version)
+    except (KeyError, TypeError, ValueError) as exc:
+        where = f"problem {row.get('problem_id')!r}, sample {row.get('sample')}, turn {row.get('turn')}"
+        raise StoreError(f"{db_path}: the attempt of {where} cannot be read ({exc}). {hint}") from None
+
+
+_BLANK = {"prompt": "[]", "reply": "", "code": None, "result": None, "feedback": "", "error": ""}
+
+
+def _attempt_rows(conn: sqlite3.Connection, *, with_session: bool = False, with_id: bool = False, where: str = "",
+                  params: tuple[Any, ...] = (), skip: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
+    """Attempt rows by problem, sample, turn, streamed; the text columns in `skip` are not read (left empty)."""
+    wanted = tuple(c for c in _COLUMNS if c not in skip)
+    columns = (*(("id",) if with_id else ()), *(("session_id",) if with_session else ()), *wanted)
+    condition = f" WHERE {where}" if where else ""
+    cur = conn.execute(f"SELECT {_select(conn, columns)} FROM attempts{condition} ORDER BY problem_id, sample, turn",
+                       params)
+    blank = {c: _BLANK[c] for c in skip}
+    for row in cur:
+        yield {**blank, **dict(zip(columns, row))}
+
+
+def _outline(conn: sqlite3.Connection, version: int) -> list[Outline]:
+    """Every attempt's outline by problem, sample, turn; the index serves it where it exists (an older run's
+    database, read read-only, may lack it: then the table is scanned)."""
+    has_index = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'attempts_outline'").fetchone()
+    hint = " INDEXED BY attempts_outline" if has_index else ""
+    shift = 1 if version == 1 else 0  # version 1 counted samples from 0
+    cur = conn.execute(f"SELECT {_select(conn, OUTLINE_FIELDS)} FROM attempts{hint} ORDER BY problem_id, sample, turn")
+    sample = OUTLINE_FIELDS.index("sample")
+    flags = (OUTLINE_FIELDS.index("from_cache"), OUTLINE_FIELDS.index("usage_estimated"))
+    out = []
+    for row in cur:
+        row = list(row)
+        row[sample] += shift
+        for i in flags:
+            row[i] = bool(row[i])
+        out.append(Outline(*row))
+    return out
+
+
+def read_problem_texts(run_dir: str | Path, *, results: bool = True) -> Iterator[tuple[str, list[Attempt]]]:
+    """Each problem's attempts with their texts, one problem at a time (problem, sample, turn order), read
+    read-only in one transaction; memory holds one problem's attempts, never the run's. `results=False` leaves
+    the results out (None), for a caller that holds them already (`read_run(texts=False)`)."""
+    db_path = Path(run_dir) / DB_NAME
+    immutable = not Path(f"{db_path}-wal").exists()  # as in `read_run`: leave no -wal/-shm files behind
+    uri = f"{db_path.resolve().as_uri()}?mode=ro{'&immutable=1' if immutable else ''}"
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+        try:
+            version = _check_version(conn, db_path, READABLE_VERSIONS, "Nothing was changed.")
+            conn.execute("BEGIN")
+            problem, group = None, []
+            for row in _attempt_rows(conn, skip=() if results else ("result",)):
+                a = _decode_or_refuse(row, version, db_path, "Nothing was changed.")
+                if a.problem_id != problem and group:
+                    yield problem, group
+                    group = []
+                problem = a.problem_id
+                group.append(a)
+            if group:
+                yield problem, group
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{db_path} cannot be read ({exc}). Nothing was changed.") from None
 
 
 def _sessions(conn: sqlite3.Connection) -> list[dict[str, Any]]:
@@ -516,17 +774,28 @@ def _sessions(conn: sqlite3.Connection) -> list[dict[str, Any]]:
 
 
 def export_jsonl(run_dir: str | Path, out: str | Path, *, include_prompts: bool = True) -> int:
-    """Write every attempt of a run as JSON lines to `out` (with the prompts unless told not to)."""
-    attempts = read_run(run_dir).attempts
-    lines = []
-    for a in attempts:
-        rec = a.summary()
-        rec["code"] = a.code
-        if include_prompts:
-            rec["prompt"] = a.prompt
-        lines.append(_dumps(rec) + "\n")
-    _write_atomic(Path(out), "".join(lines))
-    return len(attempts)
+    """Write every attempt of a run as JSON lines to `out` (with the prompts unless told not to), streamed one
+    problem at a time; the file appears whole (written under a temporary name, then renamed)."""
+    read_run(run_dir, texts=False)  # refuses what is not a readable run, before anything is written
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp")
+    n = 0
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            for _, attempts in read_problem_texts(run_dir):
+                for a in attempts:
+                    rec = a.summary()
+                    rec["code"] = a.code
+                    if include_prompts:
+                        rec["prompt"] = a.prompt
+                    f.write(_dumps(rec) + "\n")
+                    n += 1
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return n
 
 
 # ---------------------------------------------------------------------- helpers
@@ -583,7 +852,7 @@ def _create(db_path: Path, config: dict[str, Any], harness_version: str) -> None
     conn = _connect(tmp)
     try:
         with conn:
-            conn.executescript(_SESSIONS_SQL + _ATTEMPTS_SQL)
+            conn.executescript(_SESSIONS_SQL + _ATTEMPTS_SQL + _INDEX_SQL)
             conn.executemany(
                 "INSERT INTO meta (key, value) VALUES (?, ?)",
                 [
@@ -650,11 +919,18 @@ def _meta(conn: sqlite3.Connection) -> dict[str, str]:
     return dict(conn.execute("SELECT key, value FROM meta").fetchall())
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _write_atomic(path: Path, text: str, *, durable: bool = True) -> None:
+    """Write `path` whole or not at all; a failure (a full disk) leaves no temporary file and raises
+    `StoreWriteError` naming the path."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _write_failed(path, exc) from None

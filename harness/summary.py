@@ -12,22 +12,29 @@ from eval.result import EvalResult, Status
 from eval.scoring import DEFAULT_PS, fast_p
 from harness.report.tables import NOT_TIMED
 from harness.loop import LoopOutcome, best_key
-from harness.store import AGENT_ERROR, Attempt
+from harness.store import AGENT_ERROR, Outline, RunStore
 
 _MAX_PROBLEM_ROWS = 40
 _MAX_ERROR_CHARS = 300
 UNAVAILABLE_KIND = "agent unavailable"  # attempts not recorded: the agent could not be reached
 
 
-def first_errors(attempts: Sequence[Attempt], unreachable: Sequence[str] = ()) -> dict[str, tuple[int, str]]:
-    """Each kind of failure (attempt status, or `agent unavailable`) -> (how many, the earliest one's message)."""
-    out: dict[str, tuple[int, str]] = {}
-    for a in sorted(attempts, key=lambda a: a.finished_at):
-        if a.status == Status.CORRECT.value:
+def first_errors(store: RunStore, outline: Sequence[Outline], unreachable: Sequence[str] = ()) -> dict[str, tuple[int, str]]:
+    """Each kind of failure (attempt status, or `agent unavailable`) -> (how many, the earliest one's message); only
+    the earliest attempt of each kind is read with its texts."""
+    counts: dict[str, int] = {}
+    earliest: dict[str, Outline] = {}
+    for o in outline:
+        if o.status == Status.CORRECT.value:
             continue
-        message = a.error if a.status == AGENT_ERROR or a.result is None else a.result.reason
-        n, first = out.get(a.status, (0, message))
-        out[a.status] = (n + 1, first)
+        counts[o.status] = counts.get(o.status, 0) + 1
+        if o.status not in earliest or o.finished_at < earliest[o.status].finished_at:
+            earliest[o.status] = o
+    texts = store.attempts_by_id(o.id for o in earliest.values())
+    out: dict[str, tuple[int, str]] = {}
+    for status, o in sorted(earliest.items(), key=lambda kv: kv[1].finished_at):
+        a = texts[o.id]
+        out[status] = (counts[status], a.error if a.status == AGENT_ERROR or a.result is None else a.result.reason)
     if unreachable:
         out[UNAVAILABLE_KIND] = (len(unreachable), unreachable[0])
     return out
@@ -38,20 +45,18 @@ def _one_line(text: str) -> str:
     return flat if len(flat) <= _MAX_ERROR_CHARS else flat[: _MAX_ERROR_CHARS - 3] + "..."
 
 
-def best_results_by_turn(
-    attempts: Sequence[Attempt], problem_ids: Sequence[str], turns: int
-) -> dict[int, dict[str, EvalResult | None]]:
-    """For each turn t, each problem's best result over all samples and turns <= t (None: no result yet)."""
-    out: dict[int, dict[str, EvalResult | None]] = {}
-    by_problem: dict[str, list[Attempt]] = {pid: [] for pid in problem_ids}
-    for a in attempts:
-        if a.problem_id in by_problem and a.result is not None:
-            by_problem[a.problem_id].append(a)
+def best_by_turn(outline: Sequence[Outline], problem_ids: Sequence[str], turns: int) -> dict[int, dict[str, Outline | None]]:
+    """For each turn t, each problem's best attempt over all samples and turns <= t (None: no result yet)."""
+    by_problem: dict[str, list[Outline]] = {pid: [] for pid in problem_ids}
+    for o in outline:
+        if o.problem_id in by_problem and o.status != AGENT_ERROR:  # an agent error has no result
+            by_problem[o.problem_id].append(o)
+    out: dict[int, dict[str, Outline | None]] = {}
     for t in range(1, turns + 1):
-        row: dict[str, EvalResult | None] = {}
+        row: dict[str, Outline | None] = {}
         for pid, items in by_problem.items():
-            upto = [a for a in items if a.turn <= t]
-            row[pid] = max(upto, key=lambda a: best_key(a.status, a.speedup)).result if upto else None
+            upto = [o for o in items if o.turn <= t]
+            row[pid] = max(upto, key=lambda o: best_key(o.status, o.speedup)) if upto else None
         out[t] = row
     return out
 
@@ -77,12 +82,14 @@ def print_summary(
     *,
     run_dir: str,
     outcome: LoopOutcome,
-    attempts: Sequence[Attempt],
+    store: RunStore,
     problem_ids: Sequence[str],
     turns: int,
 ) -> None:
-    """Print the run's outcome, per-problem bests (small runs) and the fast_p table."""
+    """Print the run's outcome, per-problem bests (small runs) and the fast_p table (results read only for the
+    best attempts shown)."""
     st = outcome.stats
+    outline = store.outline()
     statuses = ", ".join(f"{k} {v}" for k, v in sorted(st.statuses.items(), key=lambda kv: -kv[1])) or "none"
     console.print(f"[bold]run[/bold] {run_dir}")
     console.print(f"stopped: {outcome.stop_reason}", markup=False, soft_wrap=True)  # unwrapped: read and grepped whole
@@ -97,25 +104,27 @@ def print_summary(
         markup=False,
         soft_wrap=True,
     )
-    errors = first_errors(attempts, outcome.unreachable)
+    errors = first_errors(store, outline, outcome.unreachable)
     if errors:
         console.print("first error of each kind:")
         for kind, (n, message) in errors.items():
             console.print(f"  {kind} ({n}): {_one_line(message)}", markup=False, highlight=False, soft_wrap=True)
-    by_turn = best_results_by_turn(attempts, problem_ids, turns)
+    best = best_by_turn(outline, problem_ids, turns)
+    texts = store.attempts_by_id(o.id for row in best.values() for o in row.values() if o is not None)
+    by_turn = {t: {pid: None if o is None else texts[o.id].result for pid, o in row.items()} for t, row in best.items()}
     final = by_turn[turns]
     if len(problem_ids) <= _MAX_PROBLEM_ROWS:
         table = Table(title="best attempt per problem")
         for col in ("problem", "status", "speedup", "turn"):
             table.add_column(col)
         for pid in problem_ids:
-            best = max((a for a in attempts if a.problem_id == pid), key=lambda a: best_key(a.status, a.speedup),
-                       default=None)  # fmt: skip
-            if best is None:
+            top = max((o for o in outline if o.problem_id == pid), key=lambda o: best_key(o.status, o.speedup),
+                      default=None)  # fmt: skip
+            if top is None:
                 table.add_row(pid, "-", "-", "-")
                 continue
-            speed = "-" if best.speedup is None else f"{best.speedup:.2f}x"
-            table.add_row(pid, best.status, speed, f"{best.turn} (sample {best.sample})")
+            speed = "-" if top.speedup is None else f"{top.speedup:.2f}x"
+            table.add_row(pid, top.status, speed, f"{top.turn} (sample {top.sample})")
         console.print(table)
     console.print(fast_p_table(by_turn))
     correct = [r for r in final.values() if r is not None and r.is_correct]

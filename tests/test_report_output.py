@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.report import build_report
+from harness.report import build_report, write_report
+from harness.report.transcripts import read_script
 from tests.report_fixtures import SMOKE, config, write_run
 from tests.run_fixtures import BROKEN, GOOD, WRONG, base_overrides, fenced, write_problem
 
@@ -47,6 +48,16 @@ def embedded(html: str, element_id: str) -> object:
     return json.loads(m[1])
 
 
+def transcripts(out: Path) -> dict[str, dict]:
+    """The transcript files beside a written page, by their path as the page's index names them."""
+    got = {}
+    for path in sorted((out / "transcripts").rglob("*.js")):
+        run, problem, data = read_script(path.read_text())
+        assert path.relative_to(out).as_posix() == f"transcripts/{run}/{problem}.js"
+        got[path.relative_to(out).as_posix()] = data
+    return got
+
+
 def test_one_run_writes_four_files_into_its_report_folder(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     run = ties(tmp_path)
     assert main(["report", str(run), "--bootstrap", "300", "--seed", "2"]) == 0
@@ -56,7 +67,9 @@ def test_one_run_writes_four_files_into_its_report_folder(tmp_path: Path, capsys
         "leaderboard.html",
         "leaderboard.json",
         "leaderboard.md",
+        "transcripts",
     ]
+    assert len(transcripts(out)) == 4  # one file per attempted problem
     assert "ties: 6 problems, correct 0.50, fast_1 0.33" in capsys.readouterr().out
 
     data = json.loads((out / "leaderboard.json").read_text())
@@ -156,7 +169,9 @@ def test_page_is_self_contained_and_escapes_untrusted_text(tmp_path: Path) -> No
         [(SMOKE[0], 1, 1, "correct", 1.2, None), (EVIL_ID, 1, 1, "incorrect", None, None)],
         reply=EVIL,
     )
-    html = build_report([run]).html
+    report = build_report([run])
+    html = report.html
+    write_report(report, tmp_path / "out")
     # offline: the markup loads nothing from anywhere (the SVG namespace is a name, not a fetch)
     markup = re.sub(r'<script type="application/json".*?</script>', "", html, flags=re.S)
     assert "<link" not in markup and " src=" not in markup and "url(" not in markup
@@ -176,8 +191,13 @@ def test_page_is_self_contained_and_escapes_untrusted_text(tmp_path: Path) -> No
         assert raw not in html
     assert "&lt;b onmouseover=&quot;alert(1)&quot;&gt;x" in html  # the heatmap's row label
     tx = embedded(html, "transcript-data")
-    assert EVIL in tx["strings"] and tx["runs"][0]["name"] == 'run<i onclick="x">'
+    assert tx["runs"][0]["name"] == 'run<i onclick="x">'
     assert [p["id"] for p in tx["runs"][0]["problems"]] == [SMOKE[0], EVIL_ID]
+    files = transcripts(tmp_path / "out")
+    assert sorted(files) == sorted(p["file"] for p in tx["runs"][0]["problems"])
+    assert all(EVIL in data["strings"] for data in files.values())
+    for path in (tmp_path / "out" / "transcripts").rglob("*.js"):  # a transcript file is base64 in one string
+        assert re.fullmatch(r'khTranscript\(0,\d+,"[A-Za-z0-9+/=]*"\);\n', path.read_text())
     assert embedded(html, "leaderboard-data")["runs"][0]["name"] == 'run<i onclick="x">'
 
 
@@ -187,11 +207,14 @@ def test_transcript_texts_are_stored_once(tmp_path: Path) -> None:
         config("many", turns=3),
         [(pid, 1, t, "incorrect", None, None) for pid in SMOKE for t in (1, 2, 3)],
     )
-    tx = embedded(build_report([run]).html, "transcript-data")
-    assert tx["strings"].count("You write Triton kernels.") == 1  # the shared system prompt
-    attempts = [a for p in tx["runs"][0]["problems"] for a in p["attempts"]]
+    write_report(build_report([run]), tmp_path / "out")
+    files = transcripts(tmp_path / "out")
+    assert len(files) == len(SMOKE)
+    for data in files.values():
+        assert data["strings"].count("You write Triton kernels.") == 1  # the shared system prompt
+    attempts = [(data, a) for data in files.values() for a in data["attempts"]]
     assert len(attempts) == 18 and all(
-        tx["strings"][a["prompt"][0][1]] == "You write Triton kernels." for a in attempts
+        data["strings"][a["prompt"][0][1]] == "You write Triton kernels." for data, a in attempts
     )
 
 
@@ -223,7 +246,8 @@ def test_report_of_a_real_run_on_cpu(tmp_path: Path) -> None:
     assert m["compile_rate"] == 1.0 and m["fast_p"]["0"] == 0.0
     html = (run / "report" / "leaderboard.html").read_text()
     tx = embedded(html, "transcript-data")
-    turns = [(a["sample"], a["turn"], a["status"]) for a in tx["runs"][0]["problems"][0]["attempts"]]
+    data = transcripts(run / "report")[tx["runs"][0]["problems"][0]["file"]]
+    turns = [(a["sample"], a["turn"], a["status"]) for a in data["attempts"]]
     assert sorted(turns) == [
         (1, 1, "compile_error"),
         (1, 2, "incorrect"),
@@ -232,4 +256,4 @@ def test_report_of_a_real_run_on_cpu(tmp_path: Path) -> None:
         (2, 2, "correct"),
         (2, 3, "correct"),
     ]
-    assert EVIL in tx["strings"] and GOOD in tx["strings"] and "<script>window" not in html
+    assert EVIL in data["strings"] and GOOD in data["strings"] and "<script>window" not in html

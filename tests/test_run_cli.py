@@ -157,3 +157,18 @@ def test_version(capsys) -> None:
         main(["--version"])
     assert info.value.code == 0
     assert capsys.readouterr().out.strip() == f"harness {importlib.metadata.version('kernel-harness')}"
+
+
+def test_a_resume_with_nothing_left_starts_no_evaluator(base, tmp_path, capsys) -> None:
+    """A finished run resumed: the evaluator is not started (it would take seconds), the summary is the same; a run
+    extended by a turn starts it again."""
+    args = [*base, "agent=reference", "quiet=false", "name=done"]
+    assert main(["run", *args]) == 0
+    first = capsys.readouterr().err
+    assert "evaluator worker(s)" in first and "nothing left to run" not in first
+    assert main(["run", *args]) == 0
+    out, again = capsys.readouterr()
+    assert "nothing left to run: the evaluator is not started" in again and "evaluator worker(s)" not in again
+    assert "resuming" in again and "stopped: finished" in out
+    assert main(["run", *args, "turns=2"]) == 0  # more turns: work left, an evaluator again
+    assert "evaluator worker(s)" in capsys.readouterr().err

@@ -373,3 +373,48 @@ def test_the_reference_agent_without_a_solution_is_skipped_not_a_format_error(ba
     assert main(["run", *base, "agent=reference", "name=ref"]) == 0
     ((status, reply),) = rows(tmp_path / "runs" / "ref", "status, reply")
     assert status == "skipped" and "no reference solution" in reply
+
+
+def test_a_provider_that_sends_no_usage_is_counted_here_and_the_budget_holds(server, base, tmp_path, capsys) -> None:
+    """A real local server that omits `usage`: tokens are estimated (never 0), the cost is priced from them and
+    marked estimated, and the token budget stops the run, exceeded by at most one request."""
+    server.script(*[reply("Still thinking, no code yet.", usage=False)] * 16)
+    args = openai_args(server, "nousage", turns=2, samples=8, max_concurrency=4)
+    budget = 5000
+    code = main(["run", *base, *args, "agent.max_tokens=200", "agent.pricing={input: 2.0, output: 8.0}",
+                 f"budget.max_tokens={budget}"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 3, err
+    lines = results(tmp_path / "runs" / "nousage")
+    assert 0 < len(lines) < 16 and len(lines) == len(server.requests)  # every request sent was recorded
+    for line, request in zip(sorted(lines, key=lambda x: x["started_at"]), server.requests):
+        assert line["usage_estimated"] is True and line["input_tokens"] > 0 and line["output_tokens"] > 0
+        assert line["cost_usd"] == pytest.approx((line["input_tokens"] * 2.0 + line["output_tokens"] * 8.0) / 1e6)
+    prompts = sorted(-(-sum(len(m["content"]) for m in r.body["messages"]) // 4) for r in server.requests)
+    assert sorted(x["input_tokens"] for x in lines) == prompts  # the stated estimate: 4 characters per token
+    spent = sum(x["input_tokens"] + x["output_tokens"] for x in lines)
+    assert spent <= budget + max(x["input_tokens"] + x["output_tokens"] for x in lines)  # at most one request over
+    assert f"stopped: budget: max_tokens={budget} reached; {spent:,} tokens spent (some counted here" in err
+
+
+def test_a_request_refused_every_time_stops_the_run_and_a_resume_retries_it(server, base, tmp_path, capsys) -> None:
+    """A real local server that rejects the model name (HTTP 400) on every request: the run stops after the same
+    refusal on its first requests, exit 6 with the provider's message, recording nothing; once the server accepts
+    the requests, a resume runs every attempt."""
+    server.script(*[error(400, "The model `fake-coder` does not exist or you do not have access to it.")] * 8)
+    args = openai_args(server, "badmodel", turns=2, samples=4, max_concurrency=2)
+    code = main(["run", *base, *args])
+    err = capsys.readouterr().err
+    assert code == 6, err
+    assert "stopped: refused: the provider refused the first 3 requests of this session the same way" in err
+    assert "HTTP 400: The model `fake-coder` does not exist" in err and "Traceback" not in err
+    assert rows(tmp_path / "runs" / "badmodel") == [] and not (tmp_path / "runs" / "badmodel" / "code").exists()
+    refused = len(server.requests)
+    assert 3 <= refused <= 4  # the requests in flight when the third refusal came finish; no new one starts
+    with server._lock:  # noqa: SLF001 (the fix: the refusals not used are dropped, the server answers from now on)
+        server._actions.clear()
+    server.script(*[reply("No code yet.")] * 8)
+    assert main(["run", *base, *args]) == 0
+    got = rows(tmp_path / "runs" / "badmodel")
+    assert sorted((s, t) for _, s, t, _ in got) == [(s, t) for s in range(1, 5) for t in (1, 2)]
+    assert {status for *_, status in got} == {"format_error"} and len(server.requests) == refused + 8

@@ -257,7 +257,7 @@ def _version_1_run(run: Path) -> None:
     with conn:
         conn.execute("ALTER TABLE attempts RENAME TO v2")
         conn.execute(_V1_ATTEMPTS)
-        columns = ", ".join(r[1] for r in conn.execute("PRAGMA table_info(v2)"))
+        columns = ", ".join(r[1] for r in conn.execute("PRAGMA table_info(attempts)"))  # version 1's columns
         conn.execute(f"INSERT INTO attempts ({columns}) SELECT {columns} FROM v2")
         conn.execute("DROP TABLE v2")
         conn.execute("UPDATE attempts SET sample = sample - 1")
@@ -300,3 +300,26 @@ def test_the_reader_opens_the_database_read_only(tmp_path: Path) -> None:
         run.chmod(0o755)
         db.chmod(0o644)
     assert [a.key for a in record.attempts] == [("L1/01_x", 1, 1)] and record.schema_version == 2
+
+
+def test_results_jsonl_is_append_only_in_commit_order(tmp_path: Path) -> None:
+    """Attempts recorded out of (problem, sample, turn) order, as concurrent trajectories record them: a resume
+    leaves the file as it is (same bytes, same inode), and lines lost in a crash are appended in commit order."""
+    run = tmp_path / "r"
+    order = [("L1/02_y", 1, 1), ("L1/01_x", 2, 1), ("L1/01_x", 1, 1), ("L1/02_y", 1, 2), ("L1/01_x", 1, 2)]
+    with RunStore.open(run, CONFIG) as store:
+        store.begin_session()
+        for pid, sample, turn in order:
+            store.record(attempt(problem=pid, sample=sample, turn=turn))
+    path = run / "results.jsonl"
+    keys = [(x["problem_id"], x["sample"], x["turn"]) for x in map(json.loads, path.read_text().splitlines())]
+    assert keys == order  # commit order, not the database's (problem, sample, turn) order
+    before, inode = path.read_bytes(), path.stat().st_ino
+    RunStore.open(run, CONFIG).close()
+    assert path.read_bytes() == before and path.stat().st_ino == inode  # never rewritten
+    lines = before.decode().splitlines(keepends=True)
+    path.write_text(lines[0] + lines[1] + lines[2][:10])  # a crash: two lines lost, one torn
+    inode = path.stat().st_ino
+    RunStore.open(run, CONFIG).close()
+    assert path.read_bytes() == before and path.stat().st_ino == inode  # appended in place, in commit order
+    assert len(read_run(run).attempts) == len(order)

@@ -1,4 +1,5 @@
-"""`harness bench eval|suite|trusted|kernelbench|serve|loop`: benchmarks of the harness itself (figures go to docs/benchmarks.md)."""
+"""`harness bench eval|suite|trusted|kernelbench|serve|loop|store`: benchmarks of the harness itself (figures go to
+docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("overrides", nargs="*", help="Hydra overrides for both sides (eval.workers_per_gpu=6)")
     loop = sub.add_parser("loop", help="per-attempt overhead of the run loop")
     loop.add_argument("--attempts", type=int, default=200)
+    store = sub.add_parser("store", help="a large synthetic run through the store: resume, report and the page's load "
+                                         "in headless Chromium timed, with peak memory (CPU)")
+    store.add_argument("--attempts", type=int, default=50000, help="about this many attempts (default 50000)")
+    store.add_argument("--out", required=True, help="folder for the synthetic run, its report and the logs")
+    store.add_argument("--no-browser", action="store_true", help="skip loading the page in Chromium")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,5 +106,9 @@ def run(args: argparse.Namespace) -> int:
         from harness.bench import serve_bench
 
         return serve_bench.main(args.candidates, args.callers, args.out, args.overrides)
+    if args.bench == "store":
+        from harness.bench import store_bench
+
+        return store_bench.main(args.attempts, args.out, browser=not args.no_browser)
     bench_loop = importlib.import_module("harness.bench_loop")
     return int(bench_loop.main(args.attempts) or 0)

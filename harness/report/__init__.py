@@ -2,11 +2,12 @@
 
     from harness.report import build_report, write_report
     report = build_report(["runs/a", "runs/b"], n_boot=2000, seed=0)
-    paths = write_report(report, "reports/ab")   # leaderboard.{md,csv,json,html}
+    paths = write_report(report, "reports/ab")   # leaderboard.{md,csv,json,html} and transcripts/
 
 Runs are only read (SQLite read-only), so a report can be made while a run is still going.
 Modules: `load` (reading a run), `metrics` (the numbers), `compare` (which runs are comparable),
-`tables` (text formats), `svg` and `plots` (charts), `page` (the HTML page).
+`tables` (text formats), `svg` and `plots` (charts), `page` (the HTML page), `transcripts` (the
+transcript files beside the page, one per problem, read from the runs when the report is written).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from harness.report.load import RunData, load_run
 from harness.report.metrics import RunMetrics, compute_metrics
 from harness.report.page import render_page
 from harness.report.tables import to_csv, to_json, to_json_data, to_markdown
+from harness.report.transcripts import write_transcripts
 
 OUTPUT_NAMES = ("leaderboard.md", "leaderboard.csv", "leaderboard.json", "leaderboard.html")
 
@@ -64,16 +66,21 @@ def build_report(run_dirs: Sequence[str | Path], *, n_boot: int = 2000, seed: in
 
 
 def write_report(report: Report, out_dir: str | Path) -> list[Path]:
-    """Write the four files into `out_dir` (created if needed), each atomically; return their paths."""
+    """Write the four files into `out_dir` (created if needed), each atomically, and the transcripts beside the page
+    (`transcripts/`, first: the page refers to them); return the four paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    write_transcripts(report.runs, out)
     texts = (report.markdown, report.csv, to_json(report.data), report.html)
     paths = []
     for name, text in zip(OUTPUT_NAMES, texts):
         path = out / name
         tmp = out / f".{name}.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)  # a full disk leaves no temporary file behind
         paths.append(path)
     return paths
 

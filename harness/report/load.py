@@ -30,7 +30,7 @@ class RunData:
     run_dir: Path
     name: str
     config: dict[str, Any]
-    attempts: list[Attempt]
+    attempts: list[Attempt]  # without their texts (prompt, reply, code, feedback, error): see `load_run`
     problems: list[ProblemInfo]  # the selection (plus any attempted problem outside it), in order
     wall_s: float  # summed over sessions; an unfinished session counts up to its last attempt
     in_progress: bool  # the last session has not finished (still running, or killed)
@@ -52,7 +52,7 @@ class RunData:
 def load_run(run_dir: str | Path) -> RunData:
     """Read one run directory without changing anything in it; `StoreError` if it is not a run."""
     run_dir = Path(run_dir)
-    record = read_run(run_dir)
+    record = read_run(run_dir, texts=False)  # the transcripts' texts are read per problem (report.transcripts)
     config, attempts, sessions, session_of = record.config, record.attempts, record.sessions, record.session_of
     problems, warnings = _selection(config, attempts)
     wall_s, in_progress = _wall_time(sessions, attempts, session_of)

@@ -1,11 +1,13 @@
-"""leaderboard.html: one self-contained page with the tables, the plots and a transcript viewer.
+"""leaderboard.html: one page with the tables, the plots and a transcript viewer, opened offline.
 
-Nothing is fetched: CSS and JS are inlined, plots are inline SVG, and the data the script needs
-is embedded as JSON. Replies and prompts are untrusted text, so:
+Nothing is fetched from a network: CSS and JS are inlined, plots are inline SVG, and the data the
+script needs is embedded as JSON, except the transcripts: one file per problem beside the page,
+loaded when opened (`harness.report.transcripts`). Replies and prompts are untrusted text, so:
 - every string the page shows from a run is HTML-escaped (tables, SVG) or set with textContent
-  (the transcript viewer, from the embedded JSON);
+  (the transcript viewer);
 - the embedded JSON escapes `<`, `>` and `&`, so no reply can close its `<script>` element;
-- a Content-Security-Policy allows only the page's own script (by hash) and no network at all.
+- a Content-Security-Policy allows only the page's own script (by hash) and scripts beside it
+  (the transcript files, whose texts are base64 inside a string literal), and no network at all.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from importlib import resources
 from typing import Any, Sequence
 
 from eval.scoring import DEFAULT_PS
-from harness.report import plots
+from harness.report import plots, transcripts
 from harness.report.compare import Comparison
 from harness.report.load import RunData
-from harness.report.metrics import RunMetrics, rank
+from harness.report.metrics import RunMetrics
 from harness.report.tables import NOT_TIMED, leaderboard_table, level_table, notes, samples_table, turn_table
 
 _TEXT_COLUMNS = {"run", "agent", "model", "search", "backend", "device", "setting", "level"}
@@ -39,63 +41,6 @@ def embed_json(data: Any) -> str:
     ):
         text = text.replace(ch, code)
     return text
-
-
-def transcript_data(runs: Sequence[RunData], metrics: Sequence[RunMetrics]) -> dict[str, Any]:
-    """Every attempt of every run, with each distinct text stored once (prompts repeat across turns)."""
-    strings: list[str] = []
-    index: dict[str, int] = {}
-
-    def ref(text: str | None) -> int | None:
-        if text is None:
-            return None
-        if text not in index:
-            index[text] = len(strings)
-            strings.append(text)
-        return index[text]
-
-    out_runs = []
-    for run, m in zip(runs, metrics):
-        by_problem: dict[str, list[Any]] = {p.id: [] for p in run.problems}
-        for a in run.attempts:
-            by_problem.setdefault(a.problem_id, []).append(a)
-        problems = []
-        for p in run.problems:
-            attempts = by_problem[p.id]
-            best = max(attempts, key=lambda a: rank(a.result), default=None)
-            problems.append(
-                {
-                    "id": p.id,
-                    "level": p.level,
-                    "status": "no attempt" if best is None else best.status,
-                    "attempts": [_attempt(a, ref) for a in attempts],
-                }
-            )
-        out_runs.append({"name": m.name, "problems": problems})
-    return {"statuses": sorted(plots.STATUS_STYLE), "strings": strings, "runs": out_runs}
-
-
-def _attempt(a: Any, ref: Any) -> dict[str, Any]:
-    r = a.result
-    return {
-        "sample": a.sample,
-        "turn": a.turn,
-        "status": a.status,
-        "speedup": r.speedup if r is not None and r.is_correct and r.timing_meaningful else None,
-        "input_tokens": a.input_tokens,
-        "output_tokens": a.output_tokens,
-        "cost_usd": a.cost_usd,
-        "latency_s": a.latency_s,
-        "eval_s": a.eval_s,
-        "from_cache": a.from_cache,
-        "prompt": [[str(m.get("role", "?")), ref(str(m.get("content", "")))] for m in a.prompt],
-        "reply": None if a.status == "agent_error" else ref(a.reply),
-        "code": ref(a.code),
-        "feedback": ref(a.feedback),
-        "error": ref(a.error) if a.error else None,
-        "reason": ref(r.reason) if r is not None and r.reason else None,
-        "flags": list(r.flags) if r is not None else [],
-    }
 
 
 def _table(headers: list[str], rows: list[list[str]], table_id: str) -> str:
@@ -181,7 +126,8 @@ def render_page(
     """The whole HTML document."""
     script = _asset("report.js")
     script_hash = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()
-    csp = f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-{script_hash}'"
+    csp = (f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+           f"script-src 'sha256-{script_hash}' 'self'")  # 'self': the transcript files beside the page
     n_boot, seed = leaderboard_json["bootstrap"]["n_boot"], leaderboard_json["bootstrap"]["seed"]
     note_items = "".join(
         f"<li>{escape(n.strip())}</li>" if not n.startswith("  ") else f"<ul><li>{escape(n.strip())}</li></ul>"
@@ -247,7 +193,7 @@ def render_page(
 {"".join(sections)}
 </main>
 <script type="application/json" id="leaderboard-data">{embed_json(leaderboard_json)}</script>
-<script type="application/json" id="transcript-data">{embed_json(transcript_data(runs, metrics))}</script>
+<script type="application/json" id="transcript-data">{embed_json(transcripts.index(runs, metrics))}</script>
 <script>{script}</script>
 </body>
 </html>

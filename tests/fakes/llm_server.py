@@ -38,6 +38,7 @@ class Action:
     cached_tokens: int = 0
     finish_reason: str | None = None
     thinking: str | None = None  # Anthropic: a thinking block before the text
+    usage: bool = True  # False: the reply carries no `usage` (some OpenAI-compatible servers send none)
 
 
 def reply(text: str, **kwargs: Any) -> Action:
@@ -159,7 +160,7 @@ def _estimate_input(body: Any) -> int:
 def _openai_completion(action: Action, body: Any, n: int) -> dict[str, Any]:
     prompt = action.input_tokens if action.input_tokens is not None else _estimate_input(body)
     completion = action.output_tokens if action.output_tokens is not None else max(len(action.text or "") // 4, 1)
-    return {
+    out = {
         "id": f"chatcmpl-fake-{n}",
         "object": "chat.completion",
         "created": int(time.time()),
@@ -176,6 +177,9 @@ def _openai_completion(action: Action, body: Any, n: int) -> dict[str, Any]:
             "prompt_tokens_details": {"cached_tokens": action.cached_tokens},
         },
     }
+    if not action.usage:
+        del out["usage"]
+    return out
 
 
 def _anthropic_message(action: Action, body: Any, n: int) -> dict[str, Any]:

@@ -1,13 +1,42 @@
 // Behaviour of leaderboard.html: sortable tables, plot variants, and the transcript viewer.
 // Every piece of run data is put into the page with textContent, never parsed as HTML.
+// Transcripts are loaded when a problem is opened: each is a script beside the page (transcripts/R/P.js) that
+// calls khTranscript(R, P, base64 of gzip'd JSON); see harness/report/transcripts.py.
 "use strict";
 
 (function () {
   const TX = JSON.parse(document.getElementById("transcript-data").textContent);
   const STATUSES = new Set(TX.statuses);
+  const loaded = new Map();  // "R/P" -> promise of {strings, attempts}
+  const waiting = new Map();  // "R/P" -> resolve, until its script calls khTranscript
 
-  function str(i) {
-    return i === null || i === undefined ? null : TX.strings[i];
+  window.khTranscript = function (run, problem, packed) {
+    const key = run + "/" + problem;
+    const done = waiting.get(key);
+    if (!done) return;
+    waiting.delete(key);
+    const bytes = Uint8Array.from(atob(packed), function (c) { return c.charCodeAt(0); });
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    done(new Response(stream).text().then(JSON.parse));
+  };
+
+  function transcript(run, problem) {
+    const key = run + "/" + problem;
+    if (!loaded.has(key)) {
+      const file = TX.runs[run].problems[problem].file;
+      loaded.set(key, new Promise(function (resolve, reject) {
+        waiting.set(key, resolve);
+        const s = document.createElement("script");
+        s.onerror = function () {
+          waiting.delete(key);
+          loaded.delete(key);  // a later click tries again
+          reject(new Error("cannot load " + file + " (keep the transcripts folder beside the page)"));
+        };
+        s.src = file;
+        document.head.appendChild(s);
+      }));
+    }
+    return loaded.get(key);
   }
 
   function el(tag, className, text) {
@@ -87,7 +116,7 @@
   function currentRun() { return TX.runs[Number(runSelect.value)]; }
   function currentProblem() { return currentRun().problems[Number(problemSelect.value)]; }
 
-  function onRun() {
+  function onRun(problemIndex) {
     if (currentRun().problems.length === 0) {
       fill(problemSelect, []);
       fill(sampleSelect, []);
@@ -97,15 +126,38 @@
     fill(problemSelect, currentRun().problems.map(function (p, i) {
       return { value: String(i), label: p.id + " — " + p.status };
     }));
+    if (typeof problemIndex === "number") problemSelect.value = String(problemIndex);
     onProblem();
   }
 
+  let shown = null;  // the transcript on view: {strings, attempts}
+
   function onProblem() {
-    const samples = Array.from(new Set(currentProblem().attempts.map(function (a) { return a.sample; })));
-    samples.sort(function (a, b) { return a - b; });
-    fill(sampleSelect, samples.map(function (s) { return { value: String(s), label: "sample " + s }; }));
-    sampleSelect.disabled = samples.length <= 1;
-    render();
+    const run = Number(runSelect.value), problem = Number(problemSelect.value);
+    const p = currentProblem();
+    shown = null;
+    if (!p.file) {
+      fill(sampleSelect, []);
+      sampleSelect.disabled = true;
+      render();
+      return Promise.resolve();
+    }
+    view.replaceChildren(el("p", "empty", "Loading " + p.id + " …"));
+    return transcript(run, problem).then(function (data) {
+      if (Number(runSelect.value) !== run || Number(problemSelect.value) !== problem) return;  // moved on meanwhile
+      shown = data;
+      const samples = Array.from(new Set(data.attempts.map(function (a) { return a.sample; })));
+      samples.sort(function (a, b) { return a - b; });
+      fill(sampleSelect, samples.map(function (s) { return { value: String(s), label: "sample " + s }; }));
+      sampleSelect.disabled = samples.length <= 1;
+      render();
+    }, function (err) {
+      view.replaceChildren(el("p", "empty", String(err.message)));
+    });
+  }
+
+  function str(i) {
+    return i === null || i === undefined || shown === null ? null : shown.strings[i];
   }
 
   function section(title, open, content) {
@@ -165,29 +217,25 @@
     const p = currentProblem();
     view.replaceChildren();
     view.appendChild(el("p", "summary-line", currentRun().name + " · " + p.id + " (" + p.level + ") · best: " + p.status));
-    if (p.attempts.length === 0) {
+    if (shown === null || shown.attempts.length === 0) {
       view.appendChild(el("p", "empty", "No attempt recorded for this problem (counted as a failure)."));
       return;
     }
     const sample = Number(sampleSelect.value);
-    p.attempts.filter(function (a) { return a.sample === sample; }).forEach(function (a) {
+    shown.attempts.filter(function (a) { return a.sample === sample; }).forEach(function (a) {
       view.appendChild(turnCard(a));
     });
   }
 
   function select(runIndex, problemId) {
     runSelect.value = String(runIndex);
-    onRun();
     const i = currentRun().problems.findIndex(function (p) { return p.id === problemId; });
-    if (i >= 0) {
-      problemSelect.value = String(i);
-      onProblem();
-    }
+    onRun(i >= 0 ? i : 0);
     document.getElementById("transcripts").scrollIntoView();
   }
 
   fill(runSelect, TX.runs.map(function (r, i) { return { value: String(i), label: r.name }; }));
-  runSelect.addEventListener("change", onRun);
+  runSelect.addEventListener("change", function () { onRun(0); });
   problemSelect.addEventListener("change", onProblem);
   sampleSelect.addEventListener("change", render);
   document.querySelectorAll("svg g.cell[data-run]").forEach(function (g) {

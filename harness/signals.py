@@ -1,0 +1,41 @@
+"""Stop signals: SIGTERM (what SLURM and Kubernetes send) and SIGHUP (a closed terminal) end a command the way
+Ctrl-C does, by raising `Interrupted` (a `KeyboardInterrupt`) in the main thread, so one code path handles all
+three and none leaves a traceback."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal raised in the main thread; `name` says which (SIGINT, SIGTERM, SIGHUP)."""
+
+    def __init__(self, name: str = "SIGINT") -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def signal_name(exc: KeyboardInterrupt) -> str:
+    """Which signal a `KeyboardInterrupt` stands for (Python raises a plain one for SIGINT)."""
+    return exc.name if isinstance(exc, Interrupted) else "SIGINT"
+
+
+def stop_reason(exc: KeyboardInterrupt) -> str:
+    """A run's stop reason for this signal: `interrupted` for Ctrl-C, `interrupted (SIGTERM)` for the others."""
+    name = signal_name(exc)
+    return "interrupted" if name == "SIGINT" else f"interrupted ({name})"
+
+
+def _raise(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def install() -> None:
+    """Make SIGTERM and SIGHUP raise `Interrupted` (only the main thread can set handlers; elsewhere a no-op)."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, _raise)
