@@ -186,6 +186,18 @@ def _tree(folder: Path) -> dict[str, tuple[int, int]]:
     return {str(f.relative_to(folder)): (f.stat().st_size, f.stat().st_mtime_ns) for f in folder.rglob("*")}
 
 
+def _in_worker_folder(worker: WorkerProcess, name: str) -> Path:
+    """A file in the worker's own folder. That folder is a tmpfs of the worker's mount namespace (the host's folder
+    of that path stays empty), so it is read through the worker process's root, /proc/PID/root (as root)."""
+    pid = worker.proc.pid  # `unshare`; the worker is its deepest descendant
+    while True:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        if not children:
+            break
+        pid = int(children[0])
+    return Path(f"/proc/{pid}/root") / str(worker.workdir).lstrip("/") / name
+
+
 def _build_then_load(candidate: str, libraries: list[tuple[str, bool]],
                      check_loaded: Callable[[WorkerProcess], None]) -> None:
     """Build `candidate` with the real Builder (as on a GPU machine), check that its record names `libraries`, load
@@ -210,9 +222,9 @@ def _build_then_load(candidate: str, libraries: list[tuple[str, bool]],
                                         extensions_dir=str(folder)), timeout=600)
         assert load.ok, load.error
         check_loaded(worker)
-        assert (worker.workdir / "outcome").read_text() == "Read-only file system"
+        assert _in_worker_folder(worker, "outcome").read_text() == "Read-only file system"
         assert _tree(builder.root) == before  # no lock file, no ninja log, nothing planted
-        assert not (worker.workdir / "torch-extensions").exists()  # imported, not compiled again
+        assert not _in_worker_folder(worker, "torch-extensions").exists()  # imported, not compiled again
     finally:
         if worker is not None:
             worker.close()
@@ -239,7 +251,7 @@ def test_the_evaluating_worker_loads_the_build_read_only_and_compiles_nothing() 
                     reason="needs a CUDA build of torch, nvcc (CUDA_HOME) and ninja; not a GPU")
 def test_cuda_extensions_load_read_only_in_every_form() -> None:
     def imported_every_form(worker: WorkerProcess) -> None:
-        assert (worker.workdir / "loaded").read_text() == \
+        assert _in_worker_folder(worker, "loaded").read_text() == \
             "kh_cu_add_kh_light.so kh_cu_add_kh_light_v1.so kh_cu_heavy.so ops:True"
 
     _build_then_load(CUDA_CANDIDATE, [("kh_cu_add_kh_light.so", False), ("kh_cu_add_kh_light_v1.so", False),
