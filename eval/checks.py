@@ -37,7 +37,7 @@ from eval.reference import Reference, encode_args, problem_size
 from eval.result import EvalResult, KernelShare, Status, Timing
 from eval.roofline import IMPLAUSIBLE_BELOW_FLOOR, REJECT_BELOW_BYTE_FLOOR, Ceilings
 from problems import runtime
-from problems.compare import compare, compare_structure
+from problems.compare import Mismatch, compare, compare_structure
 from problems.runtime import derive_seed
 from problems.problem import Problem
 
@@ -234,7 +234,7 @@ def trials(ctx: Context) -> None:
     distribution, unless off), outputs compared here, inputs must stay unchanged. Each trial holds the GPU gate shared
     on its own (the step is "per_trial")."""
     assert ctx.reference is not None
-    ref, atol_rtol = ctx.reference, ctx.tolerance()
+    ref = ctx.reference
     plan: list[tuple[str, int | None, str]] = [(f"trial{t}", None, "") for t in range(max(2, ctx.config.trials))]
     if ctx.config.hidden_shapes:
         plan += [(f"extra{j}", j, "") for j in range(ref.extra_count())]
@@ -255,23 +255,18 @@ def trials(ctx: Context) -> None:
             reply, outputs = _run_trial(ctx, inputs, fingerprint, p.Run(seed=seed, extra=-1 if extra is None else extra,
                                                                          on_cpu=bool(public), distribution=distribution))
             ctx.result.trials += 1
-            mismatch = (compare_structure(ref.structure, reply.output_structure, trial)
-                        or compare(expected, outputs, *atol_rtol, trial=trial))
+            mismatch = _trial_mismatch(ctx, expected, reply, outputs, trial)
             del inputs, expected, outputs
+        if distribution:
+            ctx.result.distributions[distribution] = "failed" if mismatch is not None else "passed"
         if mismatch is not None:
-            shape_note = f" on hidden input shapes #{extra}" if extra is not None else ""
+            note = f" on hidden input shapes #{extra}" if extra is not None else ""
             if distribution:
-                shape_note += f", inputs off the published distribution: {runtime.DISTRIBUTIONS[distribution]}"
-            where = f"output {mismatch.output}: " if mismatch.output >= 0 else ""
-            ctx.result.mismatch = mismatch
-            if distribution:
-                ctx.result.distributions[distribution] = "failed"
-            raise Verdict(Status.INCORRECT, f"{where}{mismatch.reason} (trial {trial}{shape_note})")
+                note += f", inputs off the published distribution: {runtime.DISTRIBUTIONS[distribution][0]}"
+            _incorrect(ctx, mismatch, f"trial {trial}{note}")
         if reply.mutated_inputs:
             raise Verdict(Status.INCORRECT, f"the candidate modified input(s) {reply.mutated_inputs} in place; "
                                             "the reference leaves its inputs unchanged")
-        if distribution:
-            ctx.result.distributions[distribution] = "passed"
     if ctx.config.hidden_shapes and not public and ref.extra_count() == 0:
         derived_workload_trial(ctx, len(plan))
 
@@ -281,8 +276,7 @@ def derived_workload_trial(ctx: Context, trial: int) -> None:
     constants that only get_inputs() reads (batch, sequence...) roughly halved (`runtime.derived_workload`). The
     inputs are drawn here from that module and carried; skipped where the reference itself fails on them."""
     assert ctx.reference is not None
-    ref = ctx.reference
-    workload = runtime.derived_workload(ref.module, runtime.input_only_constants(ctx.problem.source))
+    workload = runtime.derived_workload(ctx.reference.module, runtime.input_only_constants(ctx.problem.source))
     if not workload:
         return
     name = ", ".join(f"{k}={v}" for k, v in workload.items())
@@ -302,15 +296,26 @@ def derived_workload_trial(ctx: Context, trial: int) -> None:
         spec, tensors = encode_args(inputs)
         reply, outputs = ctx.request(p.Run(args=spec, poison=True), tensors, timeout=ctx.config.call_timeout_s)
         ctx.result.trials += 1
-        mismatch = (compare_structure(ref.structure, reply.output_structure, trial)
-                    or compare(expected, outputs, *ctx.tolerance(), trial=trial))
+        mismatch = _trial_mismatch(ctx, expected, reply, outputs, trial)
         del inputs, expected, outputs
+    ctx.result.workloads[name] = "failed" if mismatch is not None else "passed"
     if mismatch is not None:
-        ctx.result.workloads[name] = "failed"
-        ctx.result.mismatch = mismatch
-        where = f"output {mismatch.output}: " if mismatch.output >= 0 else ""
-        raise Verdict(Status.INCORRECT, f"{where}{mismatch.reason} (trial {trial}, on a hidden workload: {name})")
-    ctx.result.workloads[name] = "passed"
+        _incorrect(ctx, mismatch, f"trial {trial}, on a hidden workload: {name}")
+
+
+def _trial_mismatch(ctx: Context, expected: list[torch.Tensor], reply: p.RunReply, outputs: list[torch.Tensor],
+                    trial: int) -> Mismatch | None:
+    """How a trial's outputs differ from the reference's: their containers first, then their values."""
+    assert ctx.reference is not None
+    return (compare_structure(ctx.reference.structure, reply.output_structure, trial)
+            or compare(expected, outputs, *ctx.tolerance(), trial=trial))
+
+
+def _incorrect(ctx: Context, mismatch: Mismatch, where: str) -> NoReturn:
+    """The verdict of a trial whose outputs are wrong, naming the output and the trial."""
+    ctx.result.mismatch = mismatch
+    output = f"output {mismatch.output}: " if mismatch.output >= 0 else ""
+    raise Verdict(Status.INCORRECT, f"{output}{mismatch.reason} ({where})")
 
 
 def _finite(t: torch.Tensor) -> bool:

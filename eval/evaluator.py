@@ -31,11 +31,12 @@ from eval.cache import JsonCache, cache_key
 from eval.checks import Context, RetryAlone, RetryEager, Verdict, trim
 from eval.config import EvalConfig
 from eval.pool import WorkerPool
-from eval.reference import Reference, encode_args, use_small_sizes
+from eval.reference import Reference, encode_args, traced_cost, use_small_sizes
 from eval.result import EvalResult, Status, Timing
 from eval.roofline import Ceilings, cached_ceilings, probe, probe_and_cache
 from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout, check_identity, protect_parent
 from eval.watchdog import GIB, default_limit_bytes
+from problems.cost import estimate_memory
 from problems.problem import Problem
 from problems.runtime import derive_seed, strict_precision
 
@@ -409,13 +410,11 @@ def _ceilings(cache_dir: str | None, device: torch.device, device_name: str) -> 
 def _too_big_for_a_worker(problem: Problem, scale: str, limit_bytes: int) -> str:
     """Why a problem cannot be evaluated on this CPU at the sizes it would run at (or ""): a KernelBench problem has
     no reduced sizes, and its full-size inputs can exceed a worker's memory (a 6.4 GB softmax input on a laptop)."""
-    from problems.cost import estimate_memory, measure_cost
-
     small = use_small_sizes(problem, scale, torch.device("cpu"))
-    try:
-        need = estimate_memory(measure_cost(problem, small=small))
-    except Exception:  # noqa: BLE001  a forward that cannot be traced without data: the worker's watchdog still holds
+    cost = traced_cost(problem, small)
+    if cost is None:  # a forward that cannot be traced without data: the worker's memory watchdog still holds
         return ""
+    need = estimate_memory(cost)
     if need <= limit_bytes:
         return ""
     return (f"at {'its reduced' if small else 'full'} size this problem needs about {need / 1e9:.1f} GB (inputs, "

@@ -15,31 +15,37 @@ from typing import Any
 import torch
 
 from problems import runtime
-from problems.cost import measure_cost
+from problems.cost import Cost, measure_cost
 from problems.problem import Problem, ProblemError
 
 _modules: dict[tuple[str, bool], ModuleType] = {}
-_sizes: dict[str, tuple[float | None, float | None]] = {}
+_costs: dict[tuple[str, bool], Cost | None] = {}
 _modules_lock = threading.Lock()
+
+
+def traced_cost(problem: Problem, small: bool = False) -> Cost | None:
+    """The problem's cost (`problems.cost`, fake tensors, no data) at full or reduced size, traced once per source;
+    None for a forward that cannot be traced without data."""
+    key = (problem.source_hash, small)
+    with _modules_lock:
+        if key not in _costs:
+            try:
+                _costs[key] = measure_cost(problem, small=small)
+            except Exception:  # noqa: BLE001  data-dependent forwards cannot be traced
+                _costs[key] = None
+        return _costs[key]
 
 
 def problem_size(problem: Problem) -> tuple[float | None, float | None]:
     """(FLOPs, minimum bytes moved) of a problem: its META where given, else traced once from its source.
 
-    KernelBench problems carry no META; tracing them (`problems.cost`, fake tensors, no data) gives
-    every result a roofline floor, a SOL fraction and the implausibility flag all the same.
+    KernelBench problems carry no META; tracing them gives every result a roofline floor, a SOL fraction and the
+    implausibility checks all the same.
     """
     if problem.flops is not None and problem.bytes_moved is not None:
         return problem.flops, problem.bytes_moved
-    key = problem.source_hash
-    with _modules_lock:
-        if key not in _sizes:
-            try:
-                cost = measure_cost(problem)
-                _sizes[key] = (float(cost.flops) or None, float(cost.bytes) or None)
-            except Exception:  # noqa: BLE001  data-dependent forwards cannot be traced: no floor
-                _sizes[key] = (None, None)
-        traced = _sizes[key]
+    cost = traced_cost(problem)
+    traced = (float(cost.flops) or None, float(cost.bytes) or None) if cost else (None, None)
     return (problem.flops if problem.flops is not None else traced[0],
             problem.bytes_moved if problem.bytes_moved is not None else traced[1])
 

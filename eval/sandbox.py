@@ -404,7 +404,7 @@ def _runs_as_nobody() -> bool:
         proc = subprocess.run([sys.executable, "-c", check], user=UNPRIVILEGED_UID, group=UNPRIVILEGED_UID,
                               extra_groups=[], cwd="/", capture_output=True, timeout=120,
                               env=scrubbed_env({"HOME": "/tmp"}))
-        return proc.returncode == 0 and (out / "ok").exists()
+        return proc.returncode == 0 and (probe_dir / "ok").exists()
     except (OSError, subprocess.SubprocessError):
         return False
     finally:

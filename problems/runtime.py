@@ -216,10 +216,10 @@ def make_inputs(module: types.ModuleType, seed: int, device: str | torch.device 
 # Correctness trials beyond the published distribution: each applies to every floating-point input at once. A
 # shortcut that uses get_inputs()'s distribution instead of the inputs (a loss that is, on average, a function of a
 # few statistics) fails on them; an honest kernel computes the same formula on any values.
-DISTRIBUTIONS: dict[str, str] = {
-    "scaled": "every floating-point input multiplied by 4",
-    "shifted": "every floating-point input plus 2",
-    "flipped": "every floating-point input negated",
+DISTRIBUTIONS: dict[str, tuple[str, Any]] = {  # name -> (what it does, as a verdict says it; the change)
+    "scaled": ("every floating-point input multiplied by 4", lambda t: t * 4),
+    "shifted": ("every floating-point input plus 2", lambda t: t + 2),
+    "flipped": ("every floating-point input negated", torch.neg),
 }
 
 
@@ -227,7 +227,7 @@ def transformed(inputs: list[Any], distribution: str) -> list[Any]:
     """`inputs` with `distribution` (a key of DISTRIBUTIONS, or "" for none) applied to each floating-point tensor."""
     if not distribution:
         return inputs
-    change = {"scaled": lambda t: t * 4, "shifted": lambda t: t + 2, "flipped": torch.neg}[distribution]
+    change = DISTRIBUTIONS[distribution][1]
     return [change(x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
 
 
@@ -238,9 +238,8 @@ def draw_inputs(module: types.ModuleType, seed: int, device: str | torch.device,
 
     The parent and the worker both call this, so the same seed gives the same values on either side.
     """
-    if on_cpu:
-        return transformed(make_inputs_on_cpu(module, seed, device, extra_index), distribution)
-    return transformed(make_inputs(module, seed, device, extra_index), distribution)
+    drawn = (make_inputs_on_cpu if on_cpu else make_inputs)(module, seed, device, extra_index)
+    return transformed(drawn, distribution)
 
 
 _FINGERPRINT_VALUES = 64

@@ -234,8 +234,8 @@ class Worker:
         assert self.candidate is not None and self.snapshot is not None
         fingerprint: list[str] = []
         if msg.seed:
-            inputs = runtime.transformed(self._draw(msg.seed, None if msg.extra < 0 else msg.extra, msg.on_cpu),
-                                         msg.distribution)
+            extra = None if msg.extra < 0 else msg.extra
+            inputs = self._draw(msg.seed, extra, msg.on_cpu, distribution=msg.distribution)
             fingerprint = runtime.input_fingerprint(inputs)
         else:
             inputs = _rebuild_args(msg.args, [t.to(self.device) for t in tensors])
@@ -292,10 +292,11 @@ class Worker:
         subject.graph = None
         return reply, []
 
-    def _draw(self, seed: int, extra: int | None, on_cpu: bool, subject: Subject | None = None) -> list[Any]:
+    def _draw(self, seed: int, extra: int | None, on_cpu: bool, subject: Subject | None = None,
+              distribution: str = "") -> list[Any]:
         """Inputs drawn here from a seed the parent chose (it draws the same ones for the reference)."""
         problem = (subject or self.subjects["candidate"]).problem
-        return runtime.draw_inputs(problem, seed, self.device, extra, on_cpu)
+        return runtime.draw_inputs(problem, seed, self.device, extra, on_cpu, distribution)
 
     def cmd_kernels(self, msg: p.Kernels, tensors: list[torch.Tensor]) -> Handled:
         """Own Triton launches so far and, on a GPU, a profile of calls on the staged candidate set."""
