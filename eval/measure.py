@@ -30,6 +30,7 @@ import torch
 
 from eval import capture as capture_math
 from eval import protocol as p
+from problems.runtime import derive_seed
 
 BLOCK_MS = 25.0  # a block of repetitions lasts about this long (more repetitions for short calls)
 MAX_BLOCK_REPS = 64
@@ -45,6 +46,7 @@ OVERHEAD_SHARE = 0.2
 # honest process's lowest block falls with more blocks, a forger's or hider's gap stays in every block.
 SECOND_LOOK_PAIRS = 6
 WALL_FLOOR_MS = 0.03
+PRIMING_REP = -2_000_000  # repetition indices of the block that primes fresh draws (never a timed repetition's)
 
 
 @dataclass
@@ -93,6 +95,7 @@ class Block:
     reps: int
     wall_ms: float
     event_ms: float
+    worker_phases_ms: dict[str, float] = field(default_factory=dict)  # the worker's own account: diagnostics only
 
     @property
     def excess_ms(self) -> float:
@@ -163,18 +166,23 @@ class CaptureFailed(Exception):
 
 def _block(side: Side, meas: Measurement, reps: int, first_rep: int, *, nonce: int, flush: bool, flush_bytes: int,
            sync_each: bool, capture: bool, graphs: bool, timeout: float, keep: bool = True, lead: bool = True,
-           grad: bool = False) -> p.TimeBlockReply:
-    """Run one block on one side, observe its wall time here, and record what it reported."""
-    if nonce and keep:  # the fresh inputs of these repetitions, drawn before the block and its wall time
-        staged, _ = side.worker.request(p.Stage(subject=side.subject, sets=reps, nonce=nonce, first_rep=first_rep),
-                                        timeout=timeout)
-        if not staged.ok:
-            raise BlockFailed(side.name, staged)
+           grad: bool = False, draw: bool | None = None) -> p.TimeBlockReply:
+    """Run one block on one side, observe its wall time here, and record what it reported.
+
+    With a `nonce`, each kept repetition gets fresh inputs from a seed derived here from the nonce, which never
+    leaves this process: a worker learns a repetition's seed only in the request that times it, and draws its
+    inputs inside that request's wall time (work on them ahead of the timed call is wall time too). `draw`
+    (default: `keep`) draws fresh inputs for a block that is not kept."""
+    seeds = [fresh_seed(nonce, first_rep + i) for i in range(reps)] if nonce and (keep if draw is None else draw) else []
     msg = p.TimeBlock(subject=side.subject, reps=reps, first_rep=first_rep, flush=flush, flush_bytes=flush_bytes,
-                      lead=lead, grad=grad, sync_each=sync_each, capture=capture, graphs=graphs, key=side.key)
+                      lead=lead, grad=grad, sync_each=sync_each, capture=capture, graphs=graphs, key=side.key,
+                      seeds=seeds)
+    sent = time.monotonic() * 1e3
     t0 = time.perf_counter()
     reply, tensors = side.worker.request(msg, timeout=timeout, device=torch.device("cpu"))
     wall_ms = (time.perf_counter() - t0) * 1000.0
+    if reply.phases_ms:  # diagnostics only (`harness bench trusted`): the legs to and from the worker
+        reply.phases_ms = dict(reply.phases_ms, sent=sent, received=time.monotonic() * 1e3)
     if not reply.ok:
         raise BlockFailed(side.name, reply)
     if reply.timing_mode == "capture_failed":
@@ -189,7 +197,7 @@ def _block(side: Side, meas: Measurement, reps: int, first_rep: int, *, nonce: i
     if len(times) != reps or not all(math.isfinite(t) and t >= 0 for t in times):
         raise Forged(side.name, f"the {side.name}'s block reported {len(times)} valid times for {reps} repetitions")
     meas.samples.setdefault(side.name, []).extend(times)
-    meas.blocks.setdefault(side.name, []).append(Block(first_rep, reps, wall_ms, sum(times)))
+    meas.blocks.setdefault(side.name, []).append(Block(first_rep, reps, wall_ms, sum(times), dict(reply.phases_ms)))
     if capture:
         rows = tensors[0] if tensors else torch.empty(0)
         if rows.dim() != 3 or rows.shape[0] != reps or rows.dtype != torch.float64:
@@ -202,11 +210,16 @@ def _block(side: Side, meas: Measurement, reps: int, first_rep: int, *, nonce: i
     return reply
 
 
+def fresh_seed(nonce: int, rep: int) -> int:
+    """The seed of timed repetition `rep`'s fresh inputs (the same for both sides)."""
+    return derive_seed(nonce, f"rep{rep}")
+
+
 def time_pair(reference: Side, candidate: Side, rule: TimingRule, *, nonce: int, graphs: bool,
               timeout: float, max_block_reps: int = MAX_BLOCK_REPS, min_pairs: int = 2) -> Measurement:
     """Time both sides by `rule`; raises `BlockFailed` (a side's forward failed), `CaptureFailed` or `Forged`.
 
-    With a `nonce`, every timed repetition gets fresh inputs, staged per block (at most `max_block_reps`
+    With a `nonce`, every timed repetition gets fresh inputs, drawn in its block (at most `max_block_reps`
     repetitions' inputs fit the device at once)."""
     meas = Measurement()
     common = dict(nonce=nonce, flush=rule.flush, flush_bytes=rule.flush_bytes, graphs=graphs, timeout=timeout,
@@ -230,6 +243,9 @@ def _plan(reference: Side, candidate: Side, rule: TimingRule, meas: Measurement,
         return
     per_rep = max(_warm_up(side, rule, meas, common) for side in (reference, candidate))
     reps = max(2, min(most, MAX_BLOCK_REPS, int(BLOCK_MS / max(per_rep, 1e-3))))
+    if common["nonce"]:  # one block of fresh draws per side, not kept: the first draws of a size grow the caching
+        for side in (reference, candidate):  # allocator (cudaMalloc), which put 1-3 ms a repetition into a wall
+            _block(side, meas, reps, PRIMING_REP, sync_each=False, capture=False, keep=False, draw=True, **common)
     started = time.perf_counter()
     first = 0
     pair = 0

@@ -150,10 +150,8 @@ class StageReply(Reply):
 class Stage(Request):
     """Keep `sets` timing input sets on the device for `subject`, rotated by repetition index.
 
-    The sets are the tensors carried, or, with `seeds` (one per set), drawn by the worker as in `Run`. With a
-    `nonce`, the sets are instead the fresh inputs of repetitions `first_rep` .. `first_rep + sets - 1`, drawn
-    from `derive_seed(nonce, "rep<r>")` for the next timed block: drawn here, before the block, so the
-    block's wall time holds only a copy per repetition, the same on both sides.
+    The sets are the tensors carried, or, with `seeds` (one per set), drawn by the worker as in `Run`. Fresh
+    inputs for timed repetitions are not staged here: `TimeBlock.seeds` draws them inside the block's wall time.
     """
 
     cmd: ClassVar[str] = "stage"
@@ -164,8 +162,6 @@ class Stage(Request):
     sets: int = 0
     seeds: list[int] = field(default_factory=list)
     on_cpu: bool = False
-    nonce: int = 0
-    first_rep: int = 0
 
 
 @dataclass
@@ -176,6 +172,9 @@ class TimeBlockReply(Reply):
     fresh_inputs: bool = False  # every repetition had fresh inputs staged for it
     timing_mode: str = "eager"  # "cuda_graph": replays of a captured graph; "capture_failed": nothing timed
     graph_note: str = ""
+    # The worker's own clock for its phases (draw, loop, pack), in ms: untrusted, never used in a verdict; for
+    # `harness bench` diagnostics of where a block's wall time goes.
+    phases_ms: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -183,8 +182,11 @@ class TimeBlock(Request):
     """Time `reps` repetitions of `subject` in the worker's native loop; replies with the raw event times and, with
     `capture`, one capture per repetition and output (`eval.capture`) as a float64 tensor.
 
-    Repetition `first_rep + i` gets the fresh inputs staged for it (`Stage` with a nonce, just before) or the
-    staged set `r mod sets`: the two processes get the same inputs for the same repetition index. `key`, when
+    With `seeds` (one per repetition, chosen by the parent for this block alone), repetition `first_rep + i` gets
+    fresh inputs drawn from `seeds[i]`, drawn in this request, so inside the wall time the parent observes: a
+    worker learns a repetition's inputs only inside the block that times it, and work it does on them ahead of a
+    call still shows in that block's wall time. Without seeds, repetition r gets the staged set `r mod sets`. The
+    two processes get the same inputs for the same repetition index. `key`, when
     non-zero, re-keys the captures (sent only to the trusted reference process: a candidate's key is set
     before its code is imported). `sync_each` synchronises after every call (KernelBench's method);
     `graphs` times replays of a CUDA graph of the subject's forward, captured at the first such block.
@@ -203,6 +205,7 @@ class TimeBlock(Request):
     capture: bool = True
     graphs: bool = False
     key: int = 0
+    seeds: list[int] = field(default_factory=list)
 
 
 @dataclass

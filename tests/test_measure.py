@@ -3,6 +3,9 @@ index, statistics from raw samples, the wall bound, and the capture comparison."
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pytest
 import torch
 
@@ -41,13 +44,18 @@ def test_adaptive_blocks_alternate_abba_and_both_sides_time_the_same_repetitions
     log: list = []
     reference, candidate = _sides(log)
     rule = TimingRule(min_reps=20, max_reps=200, warmup_ms=1.0)
-    meas = measure.time_pair(reference, candidate, rule, nonce=99, graphs=False, timeout=10)
-    staged = [(name, m) for name, m in log if isinstance(m, p.Stage)]
+    nonce = 0x2B5E_7A11_C0DE_F00D
+    meas = measure.time_pair(reference, candidate, rule, nonce=nonce, graphs=False, timeout=10)
+    assert not [m for _, m in log if isinstance(m, p.Stage)]  # fresh inputs are never staged ahead of their block
     log[:] = [(name, m) for name, m in log if isinstance(m, p.TimeBlock)]
     timed = [(name, m) for name, m in log if m.capture]
     assert all(m.flush and not m.sync_each and m.lead and not m.grad for _, m in timed)
-    # each timed block's fresh inputs are staged just before it, for exactly its repetitions
-    assert [(n, m.nonce, m.first_rep, m.sets) for n, m in staged] == [(n, 99, m.first_rep, m.reps) for n, m in timed]
+    # each timed block carries the seeds of exactly its own repetitions, derived here; the nonce never leaves
+    for _, m in timed:
+        assert m.seeds == [measure.fresh_seed(nonce, m.first_rep + i) for i in range(m.reps)]
+        assert str(nonce) not in json.dumps(dataclasses.asdict(m))
+    cand_seeds = [s for n, m in timed if n == "candidate" for s in m.seeds]
+    assert len(set(cand_seeds)) == len(cand_seeds)  # no repetition's inputs are seen twice
     # pairs of blocks: (R, C), then (C, R), ...: A B B A at block level
     order = [name for name, _ in timed]
     assert order[:4] == ["reference", "candidate", "candidate", "reference"]

@@ -20,13 +20,13 @@ import torch
 
 from eval.capture import CAPTURE_EXTRA, SUPPORTED_DTYPES
 from eval.worker.native import build, kernels
-from eval.worker.timing import BlockResult, Copies, check_copies, span_bytes
+from eval.worker.timing import CAPTURE_SAMPLES, BlockResult, Copies, check_copies, span_bytes
 
 
 class NativeLoop:
     """The timed loop of one CUDA device. Build it in trusted code, before any candidate import."""
 
-    def __init__(self, device: torch.device, key: int, samples: int = 32768, lead_us: float = 200.0):
+    def __init__(self, device: torch.device, key: int, samples: int = CAPTURE_SAMPLES, lead_us: float = 200.0):
         device = torch.device(device)
         if device.type != "cuda":
             raise ValueError(f"NativeLoop needs a CUDA device, not {device}")

@@ -97,7 +97,6 @@ class Subject:
     buffers: list[torch.Tensor] = field(default_factory=list)
     args: list[Any] = field(default_factory=list)
     graph: Any = None
-    fresh: dict[int, list[torch.Tensor]] = field(default_factory=dict)  # the next block's fresh inputs, by repetition
 
 
 class Worker:
@@ -266,16 +265,6 @@ class Worker:
         subject = self.subjects[msg.subject]
         n, count = msg.n_inputs, msg.sets
         reply = p.StageReply()
-        if msg.nonce:  # fresh inputs for the next block's repetitions (drawn outside its wall time)
-            subject.fresh.clear()
-            if not self._fresh_draws_fit(subject, msg.nonce):
-                return p.StageReply(ok=False, stage="stage", error="get_inputs() draws other shapes each time"), []
-            for rep in range(msg.first_rep, msg.first_rep + count):
-                drawn = runtime.make_inputs(subject.problem, runtime.derive_seed(msg.nonce, f"rep{rep}"), self.device)
-                subject.fresh[rep] = [x for x in drawn if isinstance(x, torch.Tensor)]
-            if self.device.type == "cuda":  # the draws' GPU work ends here, not inside the next block's wall time
-                torch.cuda.synchronize(self.device)
-            return reply, []
         if msg.seeds:
             drawn = [self._draw(seed, None, msg.on_cpu, subject) for seed in msg.seeds]
             reply.fingerprints = [runtime.input_fingerprint(d) for d in drawn]
@@ -339,11 +328,16 @@ class Worker:
             self.loop.rekey(msg.key)
             msg.key = 0
         reps = range(msg.first_rep, msg.first_rep + msg.reps)
-        fresh = bool(subject.fresh) and all(r in subject.fresh for r in reps)
-        refill = _refiller(subject, subject.fresh if fresh else None)
-        copies = [list(zip(subject.buffers, _inputs_of(subject, subject.fresh if fresh else None, rep))) for rep in reps]
+        started = time.perf_counter()
+        fresh: dict[int, list[torch.Tensor]] | None = None
+        if msg.seeds:
+            fresh, problem = self._draw_fresh(subject, reps, msg.seeds)
+            if problem:
+                return p.TimeBlockReply(ok=False, stage="stage", error=problem), []
+        refill = _refiller(subject, fresh)
+        copies = [list(zip(subject.buffers, _inputs_of(subject, fresh, rep))) for rep in reps]
         forward: Callable[..., Any] = subject.model
-        reply = p.TimeBlockReply(fresh_inputs=fresh)
+        reply = p.TimeBlockReply(fresh_inputs=fresh is not None)
         with torch.set_grad_enabled(bool(msg.grad)):
             if msg.graphs and self.device.type == "cuda":
                 if subject.graph is None:
@@ -353,6 +347,7 @@ class Worker:
                         return p.TimeBlockReply(timing_mode="capture_failed", graph_note=graphs.failure_note(exc)), []
                 forward = graphs.replayer(*subject.graph)
                 reply.timing_mode = "cuda_graph"
+            drawn = time.perf_counter()
             result = self.loop.block(forward, [] if subject.graph is not None and msg.graphs else subject.args,
                                      msg.reps, first_rep=msg.first_rep, flush=msg.flush,
                                      flush_bytes=max(0, int(msg.flush_bytes)), lead=msg.lead,
@@ -360,7 +355,9 @@ class Worker:
         reply.times_ms = [float(t) for t in result.times_ms]
         reply.leaves = [[dtype, list(shape)] for dtype, shape in result.leaves]
         reply.violations = list(result.violations)  # the loop's; the snapshot is compared apart (`Integrity`)
-        subject.fresh.clear()
+        reply.phases_ms = {"draw": (drawn - started) * 1e3, "loop": (time.perf_counter() - drawn) * 1e3,
+                           "began": time.monotonic() * 1e3 - (time.perf_counter() - started) * 1e3,
+                           "ended": time.monotonic() * 1e3}
         return reply, ([result.captures] if msg.capture and result.captures.numel() else [])
 
     def cmd_integrity(self, msg: p.Integrity, tensors: list[torch.Tensor]) -> Handled:
@@ -370,12 +367,20 @@ class Worker:
         """Tamper evidence in a candidate's process (none in the reference process, which has no candidate code)."""
         return self.snapshot.violations() if self.snapshot is not None else []
 
-    def _fresh_draws_fit(self, subject: Subject, nonce: int) -> bool:
-        """Whether the problem's `get_inputs()` draws tensors shaped like the staged set (so buffers can be refilled)."""
-        probe = [x for x in runtime.make_inputs(subject.problem, runtime.derive_seed(nonce, "probe"), self.device)
-                 if isinstance(x, torch.Tensor)]
-        return len(probe) == len(subject.buffers) and all(
-            a.shape == b.shape and a.dtype == b.dtype for a, b in zip(probe, subject.buffers))
+    def _draw_fresh(self, subject: Subject, reps: range, seeds: list[int]
+                    ) -> tuple[dict[int, list[torch.Tensor]], str]:
+        """Repetition r's fresh inputs, drawn from the parent's seed for it; or why they cannot refill the buffers
+        (`get_inputs()` draws other shapes each time). Drawn inside the block's request, so inside its wall time."""
+        if len(seeds) != len(reps):
+            return {}, f"{len(seeds)} seeds for {len(reps)} repetitions"
+        fresh: dict[int, list[torch.Tensor]] = {}
+        for rep, seed in zip(reps, seeds):
+            drawn = [x for x in runtime.make_inputs(subject.problem, seed, self.device) if isinstance(x, torch.Tensor)]
+            if len(drawn) != len(subject.buffers) or any(
+                    (a.shape, a.dtype) != (b.shape, b.dtype) for a, b in zip(drawn, subject.buffers)):
+                return {}, "get_inputs() draws other shapes each time"
+            fresh[rep] = drawn
+        return fresh, ""
 
     def cmd_busy(self, msg: p.Busy, tensors: list[torch.Tensor]) -> Handled:
         """Host and GPU time of an eager call of a subject on its staged sets (see `graphs.busy_share`)."""
