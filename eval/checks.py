@@ -28,7 +28,7 @@ from typing import Any, Callable, NoReturn
 import torch
 
 from eval import protocol as p
-from eval import measure, sandbox, static_checks
+from eval import affinity, measure, sandbox, static_checks
 from eval.builds import Build
 from eval.config import EvalConfig
 from eval.pool import Lease
@@ -540,7 +540,8 @@ def _timed(ctx: Context, rule: measure.TimingRule, fresh: bool, reference: measu
     try:
         meas = measure.time_pair(reference, candidate, rule, nonce=secrets.randbits(62) | 1 if fresh else 0,
                                  graphs=ctx.graphs, timeout=config.timing_timeout_s,
-                                 max_block_reps=fresh_sets_per_block(ctx), min_pairs=min_pairs)
+                                 max_block_reps=fresh_sets_per_block(ctx), min_pairs=min_pairs,
+                                 core=affinity.timing_core(ctx.lease.gpu_index) if ctx.on_gpu else None)
     except measure.BlockFailed as exc:
         _block_failed(ctx, exc)
     except measure.CaptureFailed as exc:  # the failing process's CUDA state is suspect: both start over

@@ -99,6 +99,12 @@ class Session:
                 device: torch.device | None = None) -> tuple[Any, list[torch.Tensor]]:
         return self.process.request(message, tensors, timeout=timeout, device=device, generation=self._generation)
 
+    @property
+    def pid(self) -> int | None:
+        """The host pid of the reference process's launcher (None while none runs)."""
+        worker = self.process._worker
+        return worker.pid if worker is not None else None
+
     def close(self) -> None:
         """Drop this evaluation's reference (a process that restarted has dropped it already)."""
         try:

@@ -597,6 +597,11 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    @property
+    def pid(self) -> int:
+        """The host pid of the worker's launcher (the worker runs in its process tree)."""
+        return self.proc.pid
+
     def _death_detail(self) -> str:
         if self.killed_for:
             self.kill()

@@ -112,7 +112,7 @@ def test_wall_bound_passes_an_honest_candidate_with_host_noise_in_some_blocks() 
                        blocks={"reference": _blocks([0.30, 0.31, 0.30, 0.33], 2.0),
                                "candidate": _blocks([0.30, 0.9, 0.31, 2.5], 1.0)})
     finding, numbers = measure.wall_bound(meas)
-    assert finding is None and numbers["unexplained_us"] == pytest.approx(-5.0, abs=1e-6)
+    assert finding is None and numbers["unexplained_us"] == pytest.approx(0.0, abs=1e-6)
 
 
 def test_wall_bound_rejects_times_a_worker_did_not_take() -> None:
@@ -180,13 +180,14 @@ def test_first_capture_mismatch_names_the_repetition_and_refuses_missing_capture
 
 
 def test_wall_bound_allows_noise_proportional_to_the_loops_overhead() -> None:
-    # a 0.1 ms call under a 2 ms loop overhead: the candidate's lowest block 0.3 ms above the reference's median is
-    # within OVERHEAD_SHARE of the overhead (the spread seen between honest processes on the H100); 0.5 ms is not
+    # a 0.1 ms call under a 2 ms loop overhead: the candidate's lowest block 0.08 ms above the reference's lowest is
+    # within OVERHEAD_SHARE (5 %) of the overhead (the spread between honest processes pinned to one core on the
+    # H100); 0.15 ms above it is not, whatever the reference's slower blocks
     ref = _blocks([2.0, 2.1, 1.9, 2.0], 0.3)
     honest = Measurement(samples={"candidate": [0.1] * 80, "reference": [0.3] * 80},
-                         blocks={"reference": ref, "candidate": _blocks([2.3, 2.6], 0.1)})
+                         blocks={"reference": ref, "candidate": _blocks([1.98, 2.6], 0.1)})
     hider = Measurement(samples={"candidate": [0.1] * 80, "reference": [0.3] * 80},
-                        blocks={"reference": ref, "candidate": _blocks([2.5, 2.6], 0.1)})
+                        blocks={"reference": ref, "candidate": _blocks([2.05, 2.6], 0.1)})
     assert measure.wall_bound(honest)[0] is None
     finding, numbers = measure.wall_bound(hider)
-    assert finding and numbers["limit_us"] == pytest.approx(measure.OVERHEAD_SHARE * 2000)
+    assert finding and numbers["limit_us"] == pytest.approx(measure.OVERHEAD_SHARE * 1900)
