@@ -5,7 +5,9 @@ reference process's. Part of each block is host work in the worker (drawing the 
 reply), and its speed depended on the core each process happened to run on: on the H100 machine, drawing the
 same inputs took 200 us a repetition in one process and 400-500 us in another, an offset the bound cannot tell
 from hidden work. While a timing runs, both processes (every thread of their process trees) run on the same core,
-so that host work costs the same on both sides; afterwards each thread gets its own cores back.
+so that host work costs the same on both sides; afterwards each thread gets its own cores back. The pool sets
+those cores aside when it starts (`reserve`), so its own spares, builds and threads do not crowd them (an honest
+candidate timed beside three other evaluations was rejected before they were).
 """
 
 from __future__ import annotations
@@ -15,17 +17,30 @@ import os
 from typing import Iterable, Iterator
 
 
-def timing_core(gpu_index: int | None) -> int | None:
-    """The core for timings on GPU `gpu_index`: one of the highest-numbered cores this process may use, a different
-    one per GPU; None where there are too few cores to set one aside (fewer than 4 per GPU)."""
+_reserved: dict[int, int] = {}  # GPU index -> its timing core, once `reserve` has set them aside
+
+
+def reserve(gpu_indices: list[int | None], cores_per_gpu: int = 4) -> dict[int, int]:
+    """Set one core per GPU aside for timings: the highest-numbered cores this thread may use, taken out of its mask,
+    so the threads and processes it starts later (the pool's spares, builds) stay off them. Where there are fewer
+    than `cores_per_gpu` cores per GPU, none is set aside (pinning would then only crowd the timed processes)."""
     try:
         cores = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return None
-    index = gpu_index or 0
-    if len(cores) < 4 * (index + 1):
-        return None
-    return cores[-1 - index]
+        return {}
+    gpus = sorted({g or 0 for g in gpu_indices})
+    fresh = [g for g in gpus if g not in _reserved]
+    if fresh and len(cores) >= cores_per_gpu * len(gpus):
+        free = [c for c in cores if c not in _reserved.values()]
+        for g in fresh:
+            _reserved[g] = free.pop()
+        os.sched_setaffinity(0, set(free))
+    return dict(_reserved)
+
+
+def timing_core(gpu_index: int | None) -> int | None:
+    """The core set aside for timings on GPU `gpu_index` (None: none was)."""
+    return _reserved.get(gpu_index or 0)
 
 
 def _threads(pid: int) -> list[int]:

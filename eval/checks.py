@@ -590,6 +590,11 @@ def time_candidate(ctx: Context) -> None:
         raise Verdict(Status.REJECTED, f"integrity: {finding}")
     if finding:  # the preset leaves work outside the timed intervals unjudged, as KernelBench does: a flag only
         result.flags.append(f"wall bound (not judged: eval.hidden_work_check=false): {finding}")
+    concentrated, result.wall_bound["concentration"] = measure.concentration(meas)
+    if concentrated and rule.statistic == "median":
+        if config.hidden_work_check:
+            raise Verdict(Status.REJECTED, f"integrity: {concentrated}")
+        result.flags.append(f"concentration (not judged: eval.hidden_work_check=false): {concentrated}")
     result.timing_meaningful = True
     key = "median_ms" if rule.statistic == "median" else "mean_ms"
     result.speedup = ref[key] / cand[key]

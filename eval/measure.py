@@ -97,6 +97,7 @@ class Block:
     reps: int
     wall_ms: float
     event_ms: float
+    median_ms: float = 0.0  # the block's median event time
     worker_phases_ms: dict[str, float] = field(default_factory=dict)  # the worker's own account: diagnostics only
 
     @property
@@ -199,7 +200,8 @@ def _block(side: Side, meas: Measurement, reps: int, first_rep: int, *, nonce: i
     if len(times) != reps or not all(math.isfinite(t) and t >= 0 for t in times):
         raise Forged(side.name, f"the {side.name}'s block reported {len(times)} valid times for {reps} repetitions")
     meas.samples.setdefault(side.name, []).extend(times)
-    meas.blocks.setdefault(side.name, []).append(Block(first_rep, reps, wall_ms, sum(times), dict(reply.phases_ms)))
+    meas.blocks.setdefault(side.name, []).append(Block(first_rep, reps, wall_ms, sum(times), statistics.median(times),
+                                                     dict(reply.phases_ms)))
     if capture:
         rows = tensors[0] if tensors else torch.empty(0)
         if rows.dim() != 3 or rows.shape[0] != reps or rows.dtype != torch.float64:
@@ -310,6 +312,26 @@ def wall_bound(meas: Measurement, reference: str = "reference", candidate: str =
             f"process's loop overhead, its lowest block: {overhead * 1000:.1f} us; allowed beyond it: {limit * 1000:.1f} us, for "
             f"calls of {per_call * 1000:.1f} us): work ran outside its timed intervals, or it reported times it "
             "did not take"), numbers
+
+
+# A block's calls may take at most this many times their median in total, in every block: the speedup is a ratio of
+# medians, so work moved into a few calls of each block (the others returning outputs computed there) would not count.
+# Honest blocks on the H100 sum to 1.0-1.1x their median (a slow call now and then).
+CONCENTRATION_LIMIT = 1.5
+
+
+def concentration(meas: Measurement, candidate: str = "candidate") -> tuple[str | None, float]:
+    """Why the candidate's work sits in a few calls of every block (or None), with the lowest block's ratio of its
+    total event time to reps x its median."""
+    ratios = [b.event_ms / (b.reps * b.median_ms) for b in meas.blocks.get(candidate, []) if b.median_ms > 0]
+    if not ratios:
+        return None, 0.0
+    lowest = min(ratios)
+    if lowest <= CONCENTRATION_LIMIT:
+        return None, lowest
+    return (f"in every one of {len(ratios)} timed blocks the candidate's calls took at least {lowest:.1f}x their "
+            f"median time in total (allowed: {CONCENTRATION_LIMIT:g}x): its work is concentrated in a few calls of "
+            "each block, which the median would not count"), lowest
 
 
 def first_capture_mismatch(meas: Measurement, atol: float, rtol: float, reference: str = "reference",

@@ -26,6 +26,7 @@ from typing import Callable, Iterator
 
 import torch
 
+from eval import affinity
 from eval.reference_process import ReferenceProcess
 from eval.sandbox import WorkerProcess
 
@@ -110,6 +111,8 @@ class WorkerPool:
 
     def __init__(self, gpu_indices: list[int | None], per_device: int, make_worker: Callable[[int | None], WorkerProcess]):
         self._make_worker = make_worker
+        if gpu_indices != [None]:  # before any thread or process starts: they inherit this thread's cores
+            affinity.reserve(gpu_indices)
         self._idle: queue.Queue[WorkerProcess | _SpawnFailure] = queue.Queue()
         self._gates = {g: GpuGate() for g in gpu_indices}
         self._references = {g: ReferenceProcess(lambda g=g: make_worker(g)) for g in gpu_indices}

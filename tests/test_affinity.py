@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -43,12 +44,38 @@ def test_no_core_pins_nothing_and_gone_processes_are_skipped() -> None:
         assert count == 0
 
 
-def test_each_gpu_gets_its_own_core_where_there_are_enough() -> None:
-    cores = sorted(os.sched_getaffinity(0))
-    first = affinity.timing_core(0)
-    if len(cores) < 4:
-        assert first is None
-        return
-    assert first == cores[-1]
-    second = affinity.timing_core(1)
-    assert second is None if len(cores) < 8 else second == cores[-2]
+RESERVE = """
+import json, os, subprocess, sys, threading
+from eval import affinity
+cores = sorted(os.sched_getaffinity(0))
+got = affinity.reserve([int(g) for g in sys.argv[2].split(",")], cores_per_gpu=int(sys.argv[1]))
+seen = {}
+t = threading.Thread(target=lambda: seen.update(thread=sorted(os.sched_getaffinity(0))))
+t.start(); t.join()
+child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"], capture_output=True,
+                       text=True).stdout.strip()
+print(json.dumps({"cores": cores, "reserved": got, "core0": affinity.timing_core(0), "core1": affinity.timing_core(1),
+                  "thread": seen["thread"], "child": child}))
+"""
+
+
+def _reserve(cores_per_gpu: int, gpus: str = "0,1") -> dict:
+    done = subprocess.run([sys.executable, "-c", RESERVE, str(cores_per_gpu), gpus], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs a core left over after setting one aside")
+def test_reserved_cores_are_one_per_gpu_and_kept_from_later_threads_and_processes() -> None:
+    many = len(os.sched_getaffinity(0)) >= 3
+    out = _reserve(cores_per_gpu=1, gpus="0,1" if many else "0")
+    cores = out["cores"]
+    assert out["core0"] == cores[-1] and out["core1"] == (cores[-2] if many else None)
+    rest = cores[:-2] if many else cores[:-1]
+    assert out["thread"] == rest and out["child"] == str(rest)  # started after: off the timing cores
+
+
+def test_too_few_cores_sets_none_aside() -> None:
+    out = _reserve(cores_per_gpu=len(os.sched_getaffinity(0)))  # 2 GPUs x all cores: more than there are
+    assert out["reserved"] == {} and out["core0"] is None and out["thread"] == out["cores"]

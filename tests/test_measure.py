@@ -191,3 +191,21 @@ def test_wall_bound_allows_noise_proportional_to_the_loops_overhead() -> None:
     assert measure.wall_bound(honest)[0] is None
     finding, numbers = measure.wall_bound(hider)
     assert finding and numbers["limit_us"] == pytest.approx(measure.OVERHEAD_SHARE * 1900)
+
+
+def _timed_blocks(per_block: list[list[float]]) -> list[Block]:
+    return [Block(0, len(t), wall_ms=sum(t) + 1.0, event_ms=sum(t), median_ms=sorted(t)[len(t) // 2]) for t in per_block]
+
+
+def test_work_concentrated_in_one_call_of_every_block_is_found() -> None:
+    # each block's first call does all 20 repetitions' work (20 ms), the other 19 return what it computed (0.01 ms)
+    front = [[20.0] + [0.01] * 19 for _ in range(3)]
+    meas = Measurement(blocks={"candidate": _timed_blocks(front)})
+    finding, ratio = measure.concentration(meas)
+    assert finding and "concentrated in a few calls" in finding and ratio > 50
+
+
+def test_an_honest_slow_call_now_and_then_is_not_concentration() -> None:
+    blocks = [[1.0] * 20, [1.0] * 18 + [3.0, 9.0], [1.0] * 20]  # one block with two slow calls
+    finding, ratio = measure.concentration(Measurement(blocks={"candidate": _timed_blocks(blocks)}))
+    assert finding is None and ratio == pytest.approx(1.0)

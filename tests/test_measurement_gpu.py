@@ -35,7 +35,7 @@ SPEED_MARGIN = 1.15  # a hostile candidate judged correct may be at most this mu
 # 2**26 float32 elements (256 MiB a tensor): the honest kernel takes ~0.1-0.2 ms a call, far above the wall
 # bound's 30 us floor, so dividing reported times by 8 leaves ~7/8 of a call unexplained in every block
 N_LARGE = 1 << 26
-N_SMALL = 1 << 15  # at most `timing.CAPTURE_SAMPLES` (32768) elements: every element of every timed output is captured
+N_SMALL = 1 << 12  # at most `timing.CAPTURE_SAMPLES` (4096) elements: every element of every timed output is captured
 N_WEIGHT = 4 << 20  # 16 MiB of float32: a weight that fits the H100's persisting L2 share
 
 # -- problems ---------------------------------------------------------------------------------------------------
@@ -489,6 +489,35 @@ if not _forge_the_timing_loop():
 ''')
 
 
+# -- 8. work concentrated in one call of each block --------------------------------------------------------------
+# The first call of each block finds the block's input copies (the `copies` of a frame that calls it, a new list each
+# block; the frame access disguised from the static check) and computes every repetition's output there; the later calls of the block return those.
+FRONT_LOADER = variant(LAUNCH, '''        plan = _block_plan()
+        if plan and plan is not getattr(self, "_plan", None):  # a new block: do all of its work in this call
+            self._plan, self._k, self._outs = plan, 0, [_affine(pairs[0][1]) for pairs in plan]
+        if plan and plan is getattr(self, "_plan", None) and self._k < len(self._outs):
+            self._k += 1
+            return self._outs[self._k - 1]
+''' + LAUNCH, at_import('''
+import traceback
+
+
+def _block_plan():
+    for frame, _ in traceback.walk_stack(None):
+        names = getattr(frame, "f_" + "locals")  # disguised from the static check
+        if "copies" in names:
+            return names["copies"]
+    return None
+
+
+def _affine(src):
+    o = torch.empty_like(src)
+    n = o.numel()
+    affine_kernel[(triton.cdiv(n, 1024),)](src, o, n, BLOCK_SIZE=1024)
+    return o
+'''))
+
+
 # -- fixtures -----------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def evaluator():
@@ -584,7 +613,7 @@ def test_lazy_only_while_timed_is_caught(evaluator, problem, honest_speedup, sou
 def test_drift_after_validation_is_caught_on_a_fully_captured_output(evaluator, small_problem):
     """Class 3, drift after validation: correct for the first 20 calls (the correctness trials), then every 5th
     call overwrites 16 scattered elements with 1e6 after the correct kernel. Defence: the captures of the timed
-    outputs; with 2**15 elements every element of every timed output is sampled, so the first wrong timed
+    outputs; with 2**12 elements every element of every timed output is sampled, so the first wrong timed
     repetition shows ("the output of timed repetition r is wrong")."""
     r = evaluator.evaluate(small_problem, DRIFT)
     assert r.status is Status.INCORRECT, why(r)
@@ -593,7 +622,7 @@ def test_drift_after_validation_is_caught_on_a_fully_captured_output(evaluator, 
 
 def test_drift_after_validation_is_caught_on_a_large_output(evaluator, problem):
     """Class 3, drift after validation, on 2**26 elements: the same 16 wrong elements per wrong repetition are
-    hit by the 32768 sampled elements with probability ~16 * 32768 / 2**26 = 0.8% per repetition, so sampling
+    hit by the 4096 sampled elements with probability ~16 * 4096 / 2**26 = 0.1% per repetition, so sampling
     alone would mostly miss them. Defence: the 8 secret-sign projections over ALL elements of each timed output;
     a 1e6 error on 16 elements moves them by ~1e6-1e7, against a limit of ~10 (8 sigma of the tolerance's
     spread), so every wrong repetition is caught. (On the sampling argument alone this would be an expected
@@ -661,4 +690,16 @@ def test_forged_block_times_are_rejected(evaluator, problem, honest_speedup):
                     "Worker's `loop`) to patch; update the attack to the worker's current layout. " + why(r))
     assert r.status is Status.REJECTED, why(r)
     assert "integrity" in r.reason, why(r)
+    assert_not_faster(r, honest_speedup)
+
+
+# -- 8. work concentrated in one call of each block ------------------------------------------------------------------
+def test_work_concentrated_in_one_call_per_block_is_rejected(evaluator, problem, honest_speedup):
+    """Class 8, concentration: the first call of each block computes every repetition's output of that block (it
+    finds their inputs through the garbage collector), the other calls return them. Every output is right and the
+    events are honest, but the median call is nearly free. Defence: `measure.concentration` (a block's calls may
+    take at most 1.5x their median in total, in every block): rejected, naming it."""
+    r = evaluator.evaluate(problem, FRONT_LOADER)
+    assert r.status is Status.REJECTED, why(r)
+    assert "concentrated in a few calls" in r.reason, why(r)
     assert_not_faster(r, honest_speedup)
