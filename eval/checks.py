@@ -590,6 +590,7 @@ def time_candidate(ctx: Context) -> None:
         raise Verdict(Status.REJECTED, f"integrity: {finding}")
     if finding:  # the preset leaves work outside the timed intervals unjudged, as KernelBench does: a flag only
         result.flags.append(f"wall bound (not judged: eval.hidden_work_check=false): {finding}")
+    result.wall_bound["pinned_threads"] = float(meas.pinned_threads)
     concentrated, result.wall_bound["concentration"] = measure.concentration(meas)
     if concentrated and rule.statistic == "median":
         if config.hidden_work_check:

@@ -118,6 +118,7 @@ class Measurement:
     fresh_inputs: bool = False
     timing_mode: str = "eager"
     graph_note: str = ""
+    pinned_threads: int = 0  # threads of the two processes run on the timing core (`eval.affinity`)
 
     def summary(self, name: str) -> dict[str, float]:
         return summarize(self.samples[name])
@@ -231,7 +232,7 @@ def time_pair(reference: Side, candidate: Side, rule: TimingRule, *, nonce: int,
     common = dict(nonce=nonce, flush=rule.flush, flush_bytes=rule.flush_bytes, graphs=graphs, timeout=timeout,
                   most=max(2, max_block_reps), min_pairs=min_pairs)
     pids = [getattr(side.worker, "pid", None) for side in (reference, candidate)]
-    with affinity.pinned(pids, core):
+    with affinity.pinned(pids, core) as meas.pinned_threads:
         try:
             _plan(reference, candidate, rule, meas, common)
         except _Violated:
