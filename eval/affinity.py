@@ -4,8 +4,9 @@ The parent's wall bound (`eval.measure.wall_bound`) compares the wall time of a 
 reference process's. Part of each block is host work in the worker (drawing the fresh inputs, the request and the
 reply), and its speed depended on the core each process happened to run on: on the H100 machine, drawing the
 same inputs took 200 us a repetition in one process and 400-500 us in another, an offset the bound cannot tell
-from hidden work. While a timing runs, both processes (every thread of their process trees) run on the same core,
-so that host work costs the same on both sides; afterwards each thread gets its own cores back. The pool sets
+from hidden work. While one of the two runs a block, it (every thread of its process tree) runs on a core set aside for the GPU,
+so that host work costs the same on both sides; between its blocks it is off that core, so a candidate's threads
+never share it with the reference process's blocks. The pool sets
 those cores aside when it starts (`reserve`), so its own spares, builds and threads do not crowd them (an honest
 candidate timed beside three other evaluations was rejected before they were).
 """
@@ -68,23 +69,27 @@ def _threads(pid: int) -> list[int]:
 @contextlib.contextmanager
 def pinned(pids: Iterable[int | None], core: int | None) -> Iterator[int]:
     """Run every thread of the process trees of `pids` on `core` inside the block; yields how many were pinned.
-    Threads that exit, or that this process may not move, are left alone (the bound then sees their noise)."""
+
+    On the way out each thread gets its cores back, and a thread started inside the block (it inherited the timing
+    core) gets the cores of the thread that called this, so nothing of a candidate stays on the core to crowd the
+    reference process's blocks. Threads that exit, or that this process may not move, are left alone (the bound
+    then sees their noise)."""
     saved: dict[int, set[int]] = {}
-    if core is not None:
-        for pid in pids:
-            if pid is None:
-                continue
-            for tid in _threads(pid):
-                try:
-                    saved[tid] = os.sched_getaffinity(tid)
-                    os.sched_setaffinity(tid, {core})
-                except OSError:
-                    saved.pop(tid, None)
+    live = [pid for pid in pids if pid is not None] if core is not None else []
+    fallback = os.sched_getaffinity(0) if live else set()
+    for pid in live:
+        for tid in _threads(pid):
+            try:
+                saved[tid] = os.sched_getaffinity(tid)
+                os.sched_setaffinity(tid, {core})
+            except OSError:
+                saved.pop(tid, None)
     try:
         yield len(saved)
     finally:
-        for tid, cores in saved.items():
-            try:
-                os.sched_setaffinity(tid, cores)
-            except OSError:
-                pass
+        for pid in live:
+            for tid in _threads(pid):
+                try:
+                    os.sched_setaffinity(tid, saved.get(tid, fallback))
+                except OSError:
+                    pass

@@ -118,7 +118,7 @@ class Measurement:
     fresh_inputs: bool = False
     timing_mode: str = "eager"
     graph_note: str = ""
-    pinned_threads: int = 0  # threads of the two processes run on the timing core (`eval.affinity`)
+    pinned_threads: int = 0  # the most threads of one side run on the timing core in a block (`eval.affinity`)
 
     def summary(self, name: str) -> dict[str, float]:
         return summarize(self.samples[name])
@@ -170,7 +170,7 @@ class CaptureFailed(Exception):
 
 def _block(side: Side, meas: Measurement, reps: int, first_rep: int, *, nonce: int, flush: bool, flush_bytes: int,
            sync_each: bool, capture: bool, graphs: bool, timeout: float, keep: bool = True, lead: bool = True,
-           grad: bool = False, draw: bool | None = None) -> p.TimeBlockReply:
+           grad: bool = False, draw: bool | None = None, core: int | None = None) -> p.TimeBlockReply:
     """Run one block on one side, observe its wall time here, and record what it reported.
 
     With a `nonce`, each kept repetition gets fresh inputs from a seed derived here from the nonce, which never
@@ -181,10 +181,12 @@ def _block(side: Side, meas: Measurement, reps: int, first_rep: int, *, nonce: i
     msg = p.TimeBlock(subject=side.subject, reps=reps, first_rep=first_rep, flush=flush, flush_bytes=flush_bytes,
                       lead=lead, grad=grad, sync_each=sync_each, capture=capture, graphs=graphs, key=side.key,
                       seeds=seeds)
-    sent = time.monotonic() * 1e3
-    t0 = time.perf_counter()
-    reply, tensors = side.worker.request(msg, timeout=timeout, device=torch.device("cpu"))
-    wall_ms = (time.perf_counter() - t0) * 1000.0
+    with affinity.pinned([getattr(side.worker, "pid", None)], core) as pinned:  # moved outside the wall time
+        sent = time.monotonic() * 1e3
+        t0 = time.perf_counter()
+        reply, tensors = side.worker.request(msg, timeout=timeout, device=torch.device("cpu"))
+        wall_ms = (time.perf_counter() - t0) * 1000.0
+    meas.pinned_threads = max(meas.pinned_threads, pinned)
     if reply.phases_ms:  # diagnostics only (`harness bench trusted`): the legs to and from the worker
         reply.phases_ms = dict(reply.phases_ms, sent=sent, received=time.monotonic() * 1e3)
     if not reply.ok:
@@ -226,17 +228,15 @@ def time_pair(reference: Side, candidate: Side, rule: TimingRule, *, nonce: int,
     """Time both sides by `rule`; raises `BlockFailed` (a side's forward failed), `CaptureFailed` or `Forged`.
 
     With a `nonce`, every timed repetition gets fresh inputs, drawn in its block (at most `max_block_reps`
-    repetitions' inputs fit the device at once). With a `core`, both processes run on it throughout
-    (`eval.affinity`)."""
+    repetitions' inputs fit the device at once). With a `core`, each side runs its blocks on it (`eval.affinity`)."""
     meas = Measurement()
     common = dict(nonce=nonce, flush=rule.flush, flush_bytes=rule.flush_bytes, graphs=graphs, timeout=timeout,
                   most=max(2, max_block_reps), min_pairs=min_pairs)
-    pids = [getattr(side.worker, "pid", None) for side in (reference, candidate)]
-    with affinity.pinned(pids, core) as meas.pinned_threads:
-        try:
-            _plan(reference, candidate, rule, meas, common)
-        except _Violated:
-            pass
+    common["core"] = core
+    try:
+        _plan(reference, candidate, rule, meas, common)
+    except _Violated:
+        pass
     return meas
 
 

@@ -79,3 +79,26 @@ def test_reserved_cores_are_one_per_gpu_and_kept_from_later_threads_and_processe
 def test_too_few_cores_sets_none_aside() -> None:
     out = _reserve(cores_per_gpu=len(os.sched_getaffinity(0)))  # 2 GPUs x all cores: more than there are
     assert out["reserved"] == {} and out["core0"] is None and out["thread"] == out["cores"]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to see a thread moved")
+def test_a_thread_started_inside_the_block_leaves_the_core_with_the_rest() -> None:
+    """A candidate's thread started during its block inherits the timing core; on the way out it gets the caller's
+    cores, so it cannot crowd the reference process's next block there."""
+    import threading
+
+    mine = os.sched_getaffinity(0)
+    core = max(mine)
+    release = threading.Event()
+    seen: dict[str, int] = {}
+    with affinity.pinned([os.getpid()], core):
+        worker = threading.Thread(target=lambda: (seen.update(tid=threading.get_native_id()), release.wait(10)))
+        worker.start()
+        while "tid" not in seen:
+            time.sleep(0.01)
+        assert os.sched_getaffinity(seen["tid"]) == {core}
+    try:
+        assert os.sched_getaffinity(seen["tid"]) == mine and os.sched_getaffinity(0) == mine
+    finally:
+        release.set()
+        worker.join()
