@@ -187,7 +187,7 @@ def _block(side: Side, meas: Measurement, reps: int, first_rep: int, *, nonce: i
         reply, tensors = side.worker.request(msg, timeout=timeout, device=torch.device("cpu"))
         wall_ms = (time.perf_counter() - t0) * 1000.0
     meas.pinned_threads = max(meas.pinned_threads, pinned)
-    if reply.phases_ms:  # diagnostics only (`harness bench trusted`): the legs to and from the worker
+    if reply.phases_ms:  # diagnostics only (where a block's wall time goes): the legs to and from the worker
         reply.phases_ms = dict(reply.phases_ms, sent=sent, received=time.monotonic() * 1e3)
     if not reply.ok:
         raise BlockFailed(side.name, reply)
@@ -231,8 +231,7 @@ def time_pair(reference: Side, candidate: Side, rule: TimingRule, *, nonce: int,
     repetitions' inputs fit the device at once). With a `core`, each side runs its blocks on it (`eval.affinity`)."""
     meas = Measurement()
     common = dict(nonce=nonce, flush=rule.flush, flush_bytes=rule.flush_bytes, graphs=graphs, timeout=timeout,
-                  most=max(2, max_block_reps), min_pairs=min_pairs)
-    common["core"] = core
+                  most=max(2, max_block_reps), min_pairs=min_pairs, core=core)
     try:
         _plan(reference, candidate, rule, meas, common)
     except _Violated:
