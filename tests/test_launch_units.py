@@ -312,7 +312,7 @@ def test_a_failed_capture_ends_both_processes_and_asks_for_an_eager_retry() -> N
         sides = (measure.Side("reference", Process(failing == "reference"), "ref0", key=3),
                  measure.Side("candidate", Process(failing == "candidate"), "candidate"))
         ctx = SimpleNamespace(config=EvalConfig(cuda_graphs="auto"), graphs=True, result=EvalResult(), worker_draws=True,
-                              sides=lambda sides=sides: sides,
+                              on_gpu=False, sides=lambda sides=sides: sides,
                               lease=SimpleNamespace(device=torch.device("cpu"),
                                                     worker=SimpleNamespace(kill=lambda: killed.append("worker")),
                                                     reference=SimpleNamespace(restart=lambda: killed.append("reference"))))
