@@ -98,7 +98,6 @@ class Block:
     wall_ms: float
     event_ms: float
     median_ms: float = 0.0  # the block's median event time
-    worker_phases_ms: dict[str, float] = field(default_factory=dict)  # the worker's own account: diagnostics only
 
     @property
     def excess_ms(self) -> float:
@@ -170,25 +169,22 @@ class CaptureFailed(Exception):
 
 def _block(side: Side, meas: Measurement, reps: int, first_rep: int, *, nonce: int, flush: bool, flush_bytes: int,
            sync_each: bool, capture: bool, graphs: bool, timeout: float, keep: bool = True, lead: bool = True,
-           grad: bool = False, draw: bool | None = None, core: int | None = None) -> p.TimeBlockReply:
+           grad: bool = False, draw: bool = False, core: int | None = None) -> p.TimeBlockReply:
     """Run one block on one side, observe its wall time here, and record what it reported.
 
     With a `nonce`, each kept repetition gets fresh inputs from a seed derived here from the nonce, which never
     leaves this process: a worker learns a repetition's seed only in the request that times it, and draws its
-    inputs inside that request's wall time (work on them ahead of the timed call is wall time too). `draw`
-    (default: `keep`) draws fresh inputs for a block that is not kept."""
-    seeds = [fresh_seed(nonce, first_rep + i) for i in range(reps)] if nonce and (keep if draw is None else draw) else []
+    inputs inside that request's wall time (work on them ahead of the timed call is wall time too). `draw` also
+    draws fresh inputs for a block that is not kept."""
+    seeds = [fresh_seed(nonce, first_rep + i) for i in range(reps)] if nonce and (keep or draw) else []
     msg = p.TimeBlock(subject=side.subject, reps=reps, first_rep=first_rep, flush=flush, flush_bytes=flush_bytes,
                       lead=lead, grad=grad, sync_each=sync_each, capture=capture, graphs=graphs, key=side.key,
                       seeds=seeds)
     with affinity.pinned([getattr(side.worker, "pid", None)], core) as pinned:  # moved outside the wall time
-        sent = time.monotonic() * 1e3
         t0 = time.perf_counter()
         reply, tensors = side.worker.request(msg, timeout=timeout, device=torch.device("cpu"))
         wall_ms = (time.perf_counter() - t0) * 1000.0
     meas.pinned_threads = max(meas.pinned_threads, pinned)
-    if reply.phases_ms:  # diagnostics only (where a block's wall time goes): the legs to and from the worker
-        reply.phases_ms = dict(reply.phases_ms, sent=sent, received=time.monotonic() * 1e3)
     if not reply.ok:
         raise BlockFailed(side.name, reply)
     if reply.timing_mode == "capture_failed":
@@ -203,8 +199,7 @@ def _block(side: Side, meas: Measurement, reps: int, first_rep: int, *, nonce: i
     if len(times) != reps or not all(math.isfinite(t) and t >= 0 for t in times):
         raise Forged(side.name, f"the {side.name}'s block reported {len(times)} valid times for {reps} repetitions")
     meas.samples.setdefault(side.name, []).extend(times)
-    meas.blocks.setdefault(side.name, []).append(Block(first_rep, reps, wall_ms, sum(times), statistics.median(times),
-                                                     dict(reply.phases_ms)))
+    meas.blocks.setdefault(side.name, []).append(Block(first_rep, reps, wall_ms, sum(times), statistics.median(times)))
     if capture:
         rows = tensors[0] if tensors else torch.empty(0)
         if rows.dim() != 3 or rows.shape[0] != reps or rows.dtype != torch.float64:

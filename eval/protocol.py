@@ -172,9 +172,6 @@ class TimeBlockReply(Reply):
     fresh_inputs: bool = False  # every repetition had fresh inputs staged for it
     timing_mode: str = "eager"  # "cuda_graph": replays of a captured graph; "capture_failed": nothing timed
     graph_note: str = ""
-    # The worker's own clock for its phases (draw, loop; began and ended on the monotonic clock), in ms: untrusted,
-    # never used in a verdict; diagnostics of where a block's wall time goes.
-    phases_ms: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -80,6 +80,12 @@ class ReferenceProcess:
                 self._worker.close()
                 self._worker = None
 
+    @property
+    def pid(self) -> int | None:
+        """The host pid of the reference process's launcher (None while none runs)."""
+        worker = self._worker
+        return worker.pid if worker is not None else None
+
     def _current(self) -> WorkerProcess:
         if self._worker is None or not self._worker.alive():
             if self._worker is not None:
@@ -101,9 +107,7 @@ class Session:
 
     @property
     def pid(self) -> int | None:
-        """The host pid of the reference process's launcher (None while none runs)."""
-        worker = self.process._worker
-        return worker.pid if worker is not None else None
+        return self.process.pid
 
     def close(self) -> None:
         """Drop this evaluation's reference (a process that restarted has dropped it already)."""

@@ -328,7 +328,6 @@ class Worker:
             self.loop.rekey(msg.key)
             msg.key = 0
         reps = range(msg.first_rep, msg.first_rep + msg.reps)
-        started = time.perf_counter()
         fresh: dict[int, list[torch.Tensor]] | None = None
         if msg.seeds:
             fresh, problem = self._draw_fresh(subject, reps, msg.seeds)
@@ -347,7 +346,6 @@ class Worker:
                         return p.TimeBlockReply(timing_mode="capture_failed", graph_note=graphs.failure_note(exc)), []
                 forward = graphs.replayer(*subject.graph)
                 reply.timing_mode = "cuda_graph"
-            drawn = time.perf_counter()
             result = self.loop.block(forward, [] if subject.graph is not None and msg.graphs else subject.args,
                                      msg.reps, first_rep=msg.first_rep, flush=msg.flush,
                                      flush_bytes=max(0, int(msg.flush_bytes)), lead=msg.lead,
@@ -355,9 +353,6 @@ class Worker:
         reply.times_ms = [float(t) for t in result.times_ms]
         reply.leaves = [[dtype, list(shape)] for dtype, shape in result.leaves]
         reply.violations = list(result.violations)  # the loop's; the snapshot is compared apart (`Integrity`)
-        reply.phases_ms = {"draw": (drawn - started) * 1e3, "loop": (time.perf_counter() - drawn) * 1e3,
-                           "began": time.monotonic() * 1e3 - (time.perf_counter() - started) * 1e3,
-                           "ended": time.monotonic() * 1e3}
         return reply, ([result.captures] if msg.capture and result.captures.numel() else [])
 
     def cmd_integrity(self, msg: p.Integrity, tensors: list[torch.Tensor]) -> Handled:
@@ -375,7 +370,7 @@ class Worker:
             return {}, f"{len(seeds)} seeds for {len(reps)} repetitions"
         fresh: dict[int, list[torch.Tensor]] = {}
         for rep, seed in zip(reps, seeds):
-            drawn = [x for x in runtime.make_inputs(subject.problem, seed, self.device) if isinstance(x, torch.Tensor)]
+            drawn = [x for x in self._draw(seed, None, False, subject) if isinstance(x, torch.Tensor)]
             if len(drawn) != len(subject.buffers) or any(
                     (a.shape, a.dtype) != (b.shape, b.dtype) for a, b in zip(drawn, subject.buffers)):
                 return {}, "get_inputs() draws other shapes each time"
