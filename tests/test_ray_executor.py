@@ -103,18 +103,25 @@ def ray_head(ray_module: Any) -> Iterator[str]:
     ray_bin = Path(sys.executable).parent / "ray"
     address = f"127.0.0.1:{free_port()}"
     head = subprocess.Popen([str(ray_bin), "start", "--head", f"--port={address.rsplit(':', 1)[1]}", "--num-cpus=2",
-                             "--block", "--include-dashboard=false", "--disable-usage-stats",
+                             "--node-ip-address=127.0.0.1", "--block", "--include-dashboard=false",
+                             "--disable-usage-stats",
                              f"--ray-client-server-port={free_port()}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
                             env={**os.environ, "RAY_AUTH_MODE": "disabled"})
     try:
-        deadline = time.monotonic() + 120
-        while True:  # ready when a driver can join it
-            probe = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address='{address}', "
-                                    "logging_level='ERROR')"], capture_output=True, text=True, timeout=120)
-            if probe.returncode == 0:
-                break
-            assert head.poll() is None and time.monotonic() < deadline, f"ray start failed: {probe.stderr[-2000:]}"
+        # ready when a driver can join it; on a busy machine a join can hang past its own timeout, which
+        # is a retry, not a failure: only the head's death or a generous deadline ends the wait
+        deadline = time.monotonic() + 600
+        while True:
+            try:
+                probe = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address='{address}', "
+                                        "logging_level='ERROR')"], capture_output=True, text=True, timeout=180)
+                if probe.returncode == 0:
+                    break
+                failure = probe.stderr[-2000:]
+            except subprocess.TimeoutExpired as hung:
+                failure = f"a join hung past 180 s: {(hung.stderr or b'')[-2000:]!r}"
+            assert head.poll() is None and time.monotonic() < deadline, f"ray start failed: {failure}"
             time.sleep(2)
         yield address
     finally:
