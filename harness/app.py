@@ -36,7 +36,7 @@ from harness.cli import VERSION, stdout_closed
 from harness.executors import make_evaluator
 from harness.loop import (DISK, MIN_CONCURRENCY, REFUSED, UNREACHABLE, LoopOutcome, LoopSettings, RunLoop,
                           concurrency_for, unfinished)
-from harness.progress import QuietDisplay, RichDisplay
+from harness.progress import QuietDisplay, live_display
 from harness.response_cache import ResponseCache
 from harness.signals import install as install_signal_handlers, stop_reason
 from harness.store import CONFIG_NAME, DB_NAME, VOLATILE_KEYS, RunStore, StoreError, safe_name
@@ -152,7 +152,7 @@ def _run(cfg: DictConfig) -> int:
                 _say(f"resuming {run_dir}: {resumed} attempt(s) already recorded")
             loop = RunLoop(
                 store=store, agent=agent, evaluator=evaluator, problems=problems, prompts=prompts,
-                settings=settings, display=QuietDisplay() if quiet else RichDisplay(Console(stderr=True)),
+                settings=settings, display=QuietDisplay() if quiet else live_display(Console(stderr=True)),
                 response_cache=cache, agent_config=config["agent"],
             )  # fmt: skip
             outcome = loop.run()

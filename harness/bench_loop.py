@@ -5,7 +5,7 @@ interpreter judges it quickly; an instant agent that always returns the worked s
 real `Evaluator` with a fresh result cache, warmed by one real evaluation before the clock
 starts, so every timed evaluation is a result-cache hit; a real run store on disk (fsync'd
 commits); one thread (max_concurrency=1), so wall time splits cleanly into agent + evaluator +
-loop. Measured: (wall - time inside agent.respond - time inside Evaluator.evaluate) / attempts,
+loop; the display a log gets (a line per attempt on stderr: stdout is the JSON report), so its cost counts. Measured: (wall - time inside agent.respond - time inside Evaluator.evaluate) / attempts,
 over `samples x turns` attempts with full context (prompts grow with every turn, as in a run).
 """
 
@@ -23,7 +23,7 @@ from agents import AgentResponse, Message, PromptBuilder, Usage
 from agents.prompting import EXAMPLES_DIR, fenced
 from eval import EvalConfig, Evaluator
 from harness.loop import LoopSettings, RunLoop
-from harness.progress import QuietDisplay
+from harness.progress import LineDisplay
 from harness.store import RunStore
 from problems.problem import problem_from_source
 
@@ -63,7 +63,7 @@ def run_loop_bench(attempts: int = 200) -> dict[str, Any]:
             setup_s = time.perf_counter() - t0
             loop = RunLoop(
                 store=store, agent=_InstantAgent(fenced(solution)), evaluator=evaluator, problems=[problem],
-                prompts=PromptBuilder("triton", hardware=None), display=QuietDisplay(),
+                prompts=PromptBuilder("triton", hardware=None), display=LineDisplay(sys.stderr),
                 settings=LoopSettings(turns=_TURNS, samples=samples, max_concurrency=1),
             )  # fmt: skip
             outcome = loop.run()

@@ -275,6 +275,7 @@ class RunLoop:
         self._tokens, self._cost = totals.tokens, totals.cost_usd
         st = self._stats
         st.problems = len(self._problems)
+        st.turns = self.settings.turns
         pending = []
         for problem in self._problems:
             self._remaining[problem.id] = 0
@@ -311,6 +312,9 @@ class RunLoop:
         except BaseException as exc:
             self._request_stop(f"error: {type(exc).__name__}: {exc}")
             raise
+        finally:
+            with self._lock:
+                self._stats.end(problem.id, sample)
         self._trajectory_done(problem, len(history))
 
     def _trajectory_done(self, problem: Problem, turns: int) -> None:
@@ -326,6 +330,8 @@ class RunLoop:
         turn = len(history) + 1
         if self._stop.is_set():
             raise _Stop
+        with self._lock:
+            self._stats.begin(problem.id, sample, turn, history[-1].status if history else None)
         messages = self._prompts.messages(problem.source, [_record(a) for a in history])
         prompt = [{"role": m.role, "content": m.content} for m in messages]
         started = time.time()
@@ -418,7 +424,7 @@ class RunLoop:
         self._store.record(attempt)
         with self._lock:
             self._stats.add(attempt, this_session=True)
-        self._display.update(self._stats)
+        self._display.finished(attempt, self._stats)
         return attempt
 
     # ------------------------------------------------------------------ budget

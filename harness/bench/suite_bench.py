@@ -21,6 +21,7 @@ import torch
 from eval import EvalConfig, EvalResult, Evaluator, Job, Status
 from eval.roofline import Ceilings, cached_ceilings, probe_and_cache
 from harness.bench.eval_bench import environment
+from harness.progress import Tally
 from problems import select_problems
 from problems.problem import Problem
 from problems.suite import solution_path
@@ -123,12 +124,18 @@ def main(selection: str = "all", out: str | None = None, solutions: bool = True,
     with Evaluator(config) as ev:
         if solutions:
             jobs = [Job(p, path.read_text()) for p in problems if (path := solution_path(p)) is not None]
-            for job, result in zip(jobs, ev.evaluate_many(jobs)):
+            solved = Tally(len(jobs))
+
+            def on_result(i: int, result: EvalResult) -> None:
+                job = jobs[i]
                 fields = rows[job.problem.id] = _solution_fields(result)
-                print(f"solution {job.problem.id:42s} {result.status.value:10s} speedup "
+                print(f"{solved.step()} solution {job.problem.id:42s} {result.status.value:10s} speedup "
                       f"{_fmt(result.speedup, '.2f')}  SOL {_fmt(result.sol_fraction, '.0%')}  "
                       f"{result.eval_seconds:.0f}s host/GPU {json.dumps(result.host_share)} host ms "
                       f"{json.dumps(result.host_ms)} {fields['solution_reason'][:120]}", flush=True)
+
+            ev.evaluate_many(jobs, on_result=on_result)
+        timed = Tally(len(problems))
         ordered = []
         for problem in problems:
             if not baselines:
@@ -137,7 +144,7 @@ def main(selection: str = "all", out: str | None = None, solutions: bool = True,
                 continue
             row = {**baseline_row(ev, problem, ceilings), **rows.get(problem.id, {})}
             ordered.append(row)
-            print(f"baseline {problem.id:42s} eager {_fmt(row.get('eager_us'), '10.1f')} us  compile "
+            print(f"{timed.step()} baseline {problem.id:42s} eager {_fmt(row.get('eager_us'), '10.1f')} us  compile "
                   f"{_fmt(row.get('compile_us'), '10.1f')} us  floor {_fmt(row.get('floor_us'), '9.1f')} us  "
                   f"{row.get('baseline_seconds', 0)}s {row.get('error', '')}", flush=True)
     print()

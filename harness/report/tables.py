@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from eval.scoring import DEFAULT_PS
 from harness.report.compare import Comparison
+from harness.progress import duration_text
 from harness.report.metrics import RunMetrics, ks_for
 
 NOT_TIMED = "n/t"
@@ -56,13 +57,6 @@ def cost_text(m: RunMetrics) -> str:
         return "unknown"
     digits = 2 if m.cost_usd >= 0.01 or m.cost_usd == 0 else 4
     return f"{'' if m.cost_complete else '≥ '}${m.cost_usd:.{digits}f}"
-
-
-def duration_text(seconds: float) -> str:
-    s = int(round(seconds))
-    if s >= 3600:
-        return f"{s // 3600}h {s % 3600 // 60:02d}m"
-    return f"{s // 60}m {s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
 def leaderboard_table(metrics: Sequence[RunMetrics], comparison: Comparison) -> tuple[list[str], list[list[str]]]:
