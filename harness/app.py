@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Iterator, NoReturn
@@ -41,13 +42,16 @@ from harness.response_cache import ResponseCache
 from harness.signals import install as install_signal_handlers, stop_reason
 from harness.store import CONFIG_NAME, DB_NAME, VOLATILE_KEYS, RunStore, StoreError, safe_name
 from harness.summary import print_summary
+from harness.sweep import print_sweep, record_job
 from problems.problem import Problem, ProblemError
 from problems.select import select_problems
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_STOPPED, EXIT_AUTH, EXIT_UNREACHABLE, EXIT_REFUSED = 0, 1, 2, 3, 4, 5, 6
 _SWEEP_ENV = "HARNESS_SWEEP_KEYS"  # swept keys, passed from `main` to every job (also in launcher subprocesses)
+_SWEEP_ID_ENV = "HARNESS_SWEEP_ID"  # this sweep's id (its start in ns), stamped on each job's note (harness.sweep)
 
 _exit_codes: list[int] = []
+_sweep_dirs: list[tuple[str, bool]] = []  # this process's jobs' sweep folders, and whether the job was quiet
 INTERRUPTED = "interrupted; every finished attempt is saved. Re-run the same command to resume."
 
 
@@ -70,9 +74,23 @@ def main(argv: list[str]) -> int:
         _say(f"error: {exc}")
         return EXIT_BAD_INPUT
     _exit_codes.clear()
-    with _argv(["harness run", *argv]), _env(_SWEEP_ENV, ",".join(swept)):
+    _sweep_dirs.clear()
+    with _argv(["harness run", *argv]), _env(_SWEEP_ENV, ",".join(swept)), _env(_SWEEP_ID_ENV, str(time.time_ns())):
         _hydra_main()
+    if args.multirun and _sweep_dirs and not all(quiet for _, quiet in _sweep_dirs):
+        _sweep_summary(_sweep_dirs[0][0])
     return max(_exit_codes, default=EXIT_OK)
+
+
+def _sweep_summary(sweep_dir: str) -> None:
+    """One table across the sweep's runs, after its last job (`harness report SWEEP_DIR` gives the same)."""
+    try:
+        print_sweep(Console(), sweep_dir)
+    except Exception as exc:  # noqa: BLE001 (the runs are saved; a table that cannot be made must not hide that)
+        _say(f"warning: the sweep's comparison table could not be made ({type(exc).__name__}: {exc}); "
+             f"`harness report {sweep_dir}` makes it from the saved runs")
+    else:
+        _say(f"compare the sweep's runs again with: harness report {sweep_dir}")
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
@@ -147,6 +165,7 @@ def _run(cfg: DictConfig) -> int:
         except OSError as exc:  # a read-only or full runs directory, a missing parent
             raise BadInput(f"cannot write the run directory {run_dir}: {exc.strerror or exc}") from None
         store.begin_session()
+        _note_sweep_job(run_dir, quiet)
         try:
             if (resumed := store.totals().attempts) and not quiet:
                 _say(f"resuming {run_dir}: {resumed} attempt(s) already recorded")
@@ -253,13 +272,35 @@ def _job_name(cfg: DictConfig) -> str:
     hc = HydraConfig.get()
     if hc.mode != RunMode.MULTIRUN:
         return name
+    parts = [safe_name(part) for kv in _swept().items() for part in kv]
+    return f"{name}-{'-'.join(parts) or f'job{hc.job.num}'}"
+
+
+def _swept() -> dict[str, str]:
+    """This multirun job's values of the swept keys (`search` -> `serial`)."""
     keys = [k for k in os.environ.get(_SWEEP_ENV, "").split(",") if k]
-    parts = []
-    for override in hc.overrides.task:
+    out = {}
+    for override in HydraConfig.get().overrides.task:
         key, _, value = override.partition("=")
         if key.lstrip("+~") in keys:
-            parts += [safe_name(key.lstrip("+~")), safe_name(value)]
-    return f"{name}-{'-'.join(parts) or f'job{hc.job.num}'}"
+            out[key.lstrip("+~")] = value
+    return out
+
+
+def _note_sweep_job(run_dir: Path, quiet: bool) -> None:
+    """In a multirun, note this job's run in the sweep folder (`harness.sweep`), so the sweep can be compared."""
+    try:
+        hc = HydraConfig.get()
+    except ValueError:  # not under Hydra (called directly)
+        return
+    if hc.mode != RunMode.MULTIRUN:
+        return
+    try:
+        record_job(hc.sweep.dir, int(os.environ.get(_SWEEP_ID_ENV) or 0), hc.job.num, run_dir, _swept())
+    except OSError as exc:  # the run itself goes on; only the sweep's table will miss it
+        _say(f"warning: cannot note this run in the sweep folder {hc.sweep.dir}: {exc.strerror or exc}")
+        return
+    _sweep_dirs.append((str(hc.sweep.dir), quiet))
 
 
 def _check_problem_sources(store: RunStore, problems: list[Problem]) -> None:

@@ -29,26 +29,3 @@ def test_untimed_correct_results_show_not_timed_and_timed_ones_their_fast_p() ->
     assert correct == "0.50" and fast[-2:] == ["0.50", "0.00"], fast  # 2.0x: above 1.5, not strictly above 2
     correct, *fast = _row({1: {"a": wrong, "b": None}})
     assert correct == "0.00" and set(fast) == {"0.00"}, fast  # nothing passed: 0 is true
-
-
-
-def test_the_live_display_estimates_the_time_left_from_this_sessions_pace() -> None:
-    """`harness run` shows an ETA beside each bar; attempts recorded in earlier sessions fill the bar at the start
-    without counting as this session's pace (the estimate stays unknown until this session records some)."""
-    import time
-
-    from harness.progress import RichDisplay, RunStats
-
-    console = Console(width=160, record=True, force_terminal=False)
-    display = RichDisplay(console)
-    stats = RunStats(problems=4, attempts_planned=40, attempts_done=20)
-    display.start(stats)
-    first = display._progress.tasks[1]
-    assert first.completed == 20 and first.speed is None  # resumed work is not pace
-    for done in range(21, 25):
-        time.sleep(0.05)
-        stats.attempts_done = done
-        display.update(stats)
-    assert display._progress.tasks[1].time_remaining is not None
-    display.stop()
-    assert "eta" in console.export_text()

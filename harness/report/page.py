@@ -24,7 +24,8 @@ from harness.report import plots, transcripts
 from harness.report.compare import Comparison
 from harness.report.load import RunData
 from harness.report.metrics import RunMetrics
-from harness.report.tables import NOT_TIMED, leaderboard_table, level_table, notes, samples_table, turn_table
+from harness.report.tables import (NOT_TIMED, leaderboard_table, level_table, notes, samples_table, sweep_table,
+                                   turn_table)
 
 _TEXT_COLUMNS = {"run", "agent", "model", "search", "backend", "device", "setting", "level"}
 
@@ -122,8 +123,9 @@ def render_page(
     metrics: Sequence[RunMetrics],
     comparison: Comparison,
     leaderboard_json: dict[str, Any],
+    sweep: Sequence[dict[str, str]] | None = None,
 ) -> str:
-    """The whole HTML document."""
+    """The whole HTML document (with a sweep's table when the runs are a `harness run -m` sweep's)."""
     script = _asset("report.js")
     script_hash = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()
     csp = (f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
@@ -134,6 +136,10 @@ def render_page(
         for n in notes(metrics, comparison)
     )
     samples_headers, samples_rows = samples_table(metrics)
+    sweep_section = [] if sweep is None else [
+        f'<section id="sweep"><h2>Sweep</h2>{_table(*sweep_table(metrics, sweep), "sweep-table")}'
+        '<p class="explain">One row per run of the sweep: its swept values, correct share, fast_p, attempts, and '
+        "attempts that were not correct.</p></section>"]
     sections = [
         '<section id="leaderboard"><h2>Leaderboard</h2>',
         _table(*leaderboard_table(metrics, comparison), "leaderboard-table"),
@@ -144,6 +150,7 @@ def render_page(
         f"integrity check. SOL: median fraction of the roofline speed of light over correct results.</p>",
         f'<div class="notes"><ul>{note_items}</ul></div>' if note_items else "",
         "</section>",
+        *sweep_section,
     ]
     if samples_rows:
         sections += [
