@@ -315,7 +315,7 @@ class RayEvaluator:
             raise
         with self._cond:
             del self._pending[key]
-            if d["status"] not in (Status.TIMEOUT.value, Status.CRASH.value):  # what the evaluator's cache keeps too
+            if Status(d["status"]) not in (Status.TIMEOUT, Status.CRASH):  # what the evaluator's cache keeps too
                 self._memo[key] = d
                 while len(self._memo) > _MEMO_MAX:
                     self._memo.popitem(last=False)

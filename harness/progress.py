@@ -12,6 +12,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, Text
                            TimeRemainingColumn)
 from rich.text import Text
 
+from eval.result import Status
 from harness.store import Attempt, Outline
 
 
@@ -30,7 +31,7 @@ class RunStats:
     usage_estimated: bool = False  # some tokens were counted here: the provider sent no usage
     correct: int = 0
     best_speedup: float | None = None
-    statuses: dict[str, int] = field(default_factory=dict)
+    statuses: dict[Status, int] = field(default_factory=dict)
 
     def add(self, a: Attempt | Outline, *, this_session: bool) -> None:
         """Count one recorded attempt."""
@@ -44,7 +45,7 @@ class RunStats:
                 self.cost_known = False
             else:
                 self.cost_usd += a.cost_usd
-        if a.status == "correct":
+        if a.status is Status.CORRECT:
             self.correct += 1
             if a.speedup is not None and (self.best_speedup is None or a.speedup > self.best_speedup):
                 self.best_speedup = a.speedup
