@@ -68,6 +68,30 @@ def test_record_and_reopen_keeps_everything(tmp_path: Path) -> None:
     assert json.loads(json.dumps(read_run(run).attempts[1].summary())) == lines[1]
 
 
+def test_statuses_read_back_as_members_and_store_as_their_text(tmp_path: Path) -> None:
+    """Every reader gets `Status` members (not the stored text), and the stored text is the member's value."""
+    run = tmp_path / "r"
+    with RunStore.open(run, CONFIG) as store:
+        store.begin_session()
+        store.record(attempt(turn=1, status=Status.CORRECT, speedup=2.0, best_turn=1, best_status=Status.CORRECT))
+        store.record(attempt(sample=2, status=Status.AGENT_ERROR))
+    with RunStore.open(run, CONFIG) as store:
+        read = [(a.status, a.best_status) for a in store.attempts()] + [(o.status, o.best_status) for o in store.outline()]
+    read += [(a.status, a.best_status) for a in read_run(run).attempts]
+    assert read == [(Status.CORRECT, Status.CORRECT), (Status.AGENT_ERROR, None)] * 3
+    assert all(type(s) is Status for s, _ in read) and all(type(b) is Status for _, b in read[::2])
+    conn = sqlite3.connect(run / "attempts.sqlite")
+    assert conn.execute("SELECT status, best_status, typeof(status) FROM attempts ORDER BY sample").fetchall() == [
+        ("correct", "correct", "text"), ("agent_error", None, "text")]
+    conn.close()
+    assert '"status": "correct"' in (run / "results.jsonl").read_text()
+
+
+def test_an_unknown_status_is_refused() -> None:
+    with pytest.raises(ValueError, match="'solved' is not a valid Status"):
+        Attempt(problem_id="L1/01_x", sample=1, turn=1, status="solved", prompt=[])
+
+
 def test_an_attempt_is_never_recorded_twice(tmp_path: Path) -> None:
     with RunStore.open(tmp_path / "r", CONFIG) as store:
         store.begin_session()
