@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from agents.base import ABSTENTION_REASON, AgentError, AgentResponse, ConfigError, Message, Usage
+from eval.result import Status
 
 RESULTS_FILE = "results.jsonl"
 _KEYS = ("problem_id", "sample", "turn")
@@ -106,7 +107,7 @@ def _load(path: Path) -> tuple[dict[Key, str | None], dict[Key, str], set[Key]]:
         if row.get("model"):
             models[key] = str(row["model"])
         reason = (row.get("result") or {}).get("reason", "") if isinstance(row.get("result"), dict) else ""
-        if row.get("status") == "skipped" and str(reason).startswith(ABSTENTION_REASON):
+        if row.get("status") == Status.SKIPPED and str(reason).startswith(ABSTENTION_REASON):
             abstained.add(key)
     if not replies:
         raise ConfigError(f"replay: {path} holds no attempts")

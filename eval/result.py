@@ -14,7 +14,9 @@ from problems.compare import Mismatch
 
 
 class Status(str, Enum):
-    """The one verdict of an evaluation. Only `CORRECT` counts as solved."""
+    """The one status type from the evaluator to the report: an evaluation's verdict, and an attempt's status
+    in the run store. Only `CORRECT` counts as solved. A member is its value as text (JSON, SQLite, f-strings),
+    so stored runs hold the bare strings; readers turn them back into members where they load them."""
 
     FORMAT_ERROR = "format_error"  # no usable code / no ModelNew / no kernel in the source
     COMPILE_ERROR = "compile_error"  # import or build of the candidate failed
@@ -26,6 +28,10 @@ class Status(str, Enum):
     SKIPPED = "skipped"  # cannot be run here (e.g. CUDA candidate without a GPU); reason says why
     CORRECT = "correct"
     PENDING = "pending"  # not yet decided: every evaluation starts here and must end elsewhere
+    AGENT_ERROR = "agent_error"  # the provider refused the request: no candidate (set by the run loop, not here)
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass

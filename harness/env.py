@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents import TurnRecord
+from eval.result import Status
 from harness.serve import rewards
 
 
@@ -65,7 +66,7 @@ class KernelEnv:
         self.history.append({"turn": turn, "reply": reply, "code": answer.get("code"),
                              "feedback": answer["feedback"]})
         self.scores.append(float(answer["reward"]))
-        correct = answer["status"] == "correct"
+        correct = answer["status"] == Status.CORRECT  # the answer is JSON: its status is the text
         self.done = turn >= self.max_turns or (self.stop_when_correct and correct)
         info: dict[str, Any] = {"turn": turn, "answer": answer, "status": answer["status"], "scores": list(self.scores)}
         if self.done and (self.reward or "") == "kevin":

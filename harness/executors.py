@@ -102,19 +102,8 @@ def make_evaluator(executor: dict[str, Any], eval_config: EvalConfig,
     except TypeError as exc:
         raise ExecutorError(f"executor: {exc}") from None
     if cfg.kind == "local":
-        return LocalEvaluator(eval_config)
+        return Evaluator(eval_config)
     return RayEvaluator(eval_config, cfg, log=log)
-
-
-class LocalEvaluator(Evaluator):
-    """`eval.Evaluator` on this machine (`executor=local`), each result stamped with the host's name as ray does."""
-
-    node = socket.gethostname()
-
-    def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> EvalResult:
-        result = super().evaluate(problem, source, backend)
-        result.node = result.node or self.node
-        return result
 
 
 # -- the actor: the trusted parent on its node -------------------------------------------------
@@ -142,7 +131,7 @@ class EvaluatorActor:
         self.node = socket.gethostname()
         self.node_id = ray.get_runtime_context().get_node_id()
         self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]  # physical GPU indices on this node
-        self.evaluator = Evaluator(EvalConfig(**eval_config))
+        self.evaluator = Evaluator(EvalConfig(**eval_config), host_gpu_ids=self.gpu_ids)
 
     def info(self) -> dict[str, Any]:
         """Where this actor runs and what it holds (also the readiness probe)."""
@@ -150,13 +139,8 @@ class EvaluatorActor:
                 "workers": self.evaluator.workers, "device": self.evaluator.device_name}
 
     def evaluate(self, problem: Problem, source: str, backend: str) -> dict[str, Any]:
-        """The result as a plain dict, with this node's name and the GPU's index on the node."""
-        result = self.evaluator.evaluate(problem, source, backend)
-        result.node = self.node
-        if result.gpu_index is not None and result.gpu_index < len(self.gpu_ids) \
-                and self.gpu_ids[result.gpu_index].isdigit():
-            result.gpu_index = int(self.gpu_ids[result.gpu_index])
-        return result.to_dict()
+        """The result as a plain dict (it names this node and the GPU's index on the node)."""
+        return self.evaluator.evaluate(problem, source, backend).to_dict()
 
     def baseline(self, problem: Problem) -> dict[str, Any]:
         return self.evaluator.baseline(problem)
@@ -315,7 +299,7 @@ class RayEvaluator:
             raise
         with self._cond:
             del self._pending[key]
-            if d["status"] not in (Status.TIMEOUT.value, Status.CRASH.value):  # what the evaluator's cache keeps too
+            if Status(d["status"]) not in (Status.TIMEOUT, Status.CRASH):  # what the evaluator's cache keeps too
                 self._memo[key] = d
                 while len(self._memo) > _MEMO_MAX:
                     self._memo.popitem(last=False)
@@ -394,9 +378,7 @@ class RayEvaluator:
 
     @staticmethod
     def _copy(d: dict[str, Any]) -> EvalResult:
-        result = EvalResult.from_dict(d)
-        result.cached = True
-        return result
+        return EvalResult.from_dict({**d, "cached": True})
 
     # -- actors: start, lease, lose, replace --------------------------------------------------
     def _config_for_actors(self) -> dict[str, Any]:

@@ -57,7 +57,7 @@ from eval.result import EvalResult, Status
 from harness.progress import Display, RunStats
 from harness.response_cache import ResponseCache, request_key
 from harness.signals import stop_reason
-from harness.store import AGENT_ERROR, Attempt, Outline, RunStore, StoreWriteError
+from harness.store import Attempt, Outline, RunStore, StoreWriteError
 from problems.problem import Problem
 
 
@@ -148,9 +148,9 @@ class _Held(Exception):
     """Ends a trajectory whose refused attempt is held (see `RunLoop._hold`); recording it finishes the trajectory."""
 
 
-def best_key(status: str, speedup: float | None) -> tuple[int, float]:
+def best_key(status: Status, speedup: float | None) -> tuple[int, float]:
     """Order of attempts for best-so-far: correct beats everything; then the higher measured speedup."""
-    if status != Status.CORRECT.value:
+    if status is not Status.CORRECT:
         return (0, 0.0)
     return (1, speedup if speedup is not None else float("-inf"))
 
@@ -161,9 +161,9 @@ def finished(last: Attempt | Outline | None, settings: LoopSettings) -> bool:
     if last is None:
         return False
     target = settings.target_speedup
-    reached = (target is not None and last.best_status == Status.CORRECT.value and last.best_speedup is not None
+    reached = (target is not None and last.best_status is Status.CORRECT and last.best_speedup is not None
                and last.best_speedup >= target)  # fmt: skip
-    return last.turn >= settings.turns or last.status == AGENT_ERROR or reached
+    return last.turn >= settings.turns or last.status is Status.AGENT_ERROR or reached
 
 
 def unfinished(outline: Sequence[Outline], problem_ids: Sequence[str], settings: LoopSettings) -> int:
@@ -348,7 +348,7 @@ class RunLoop:
             raise _Stop from None
         except AgentError as exc:
             requests = getattr(exc, "attempts", 1)
-            failed = Attempt(status=AGENT_ERROR, error=str(exc), requests=requests, started_at=started, **base)
+            failed = Attempt(status=Status.AGENT_ERROR, error=str(exc), requests=requests, started_at=started, **base)
             if self._hold(problem, failed, history):
                 raise _Held from None
             return self._commit(failed, history)
@@ -366,7 +366,7 @@ class RunLoop:
             else:
                 result, eval_s = self._evaluate(problem, code)
         attempt = Attempt(
-            status=result.status.value,
+            status=result.status,
             reply=response.text,
             code=code,
             result=result,
@@ -418,7 +418,7 @@ class RunLoop:
     def _commit(self, attempt: Attempt, history: list[Attempt]) -> Attempt:
         """Fill in best-so-far, record durably, update the counters."""
         best = max([*history, attempt], key=lambda a: best_key(a.status, a.speedup))
-        if best.status == Status.CORRECT.value:
+        if best.status is Status.CORRECT:
             attempt.best_turn, attempt.best_status, attempt.best_speedup = best.turn, best.status, best.speedup
         attempt.finished_at = time.time()
         self._store.record(attempt)

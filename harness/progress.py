@@ -15,6 +15,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from eval.result import Status
 from harness.store import Attempt, Outline
 
 MAX_FLIGHT_LINES = 12  # in-flight trajectories shown on a terminal; more are counted on one line
@@ -64,7 +65,7 @@ class Flight:
     problem_id: str
     sample: int
     turn: int
-    last: str | None = None  # None: no attempt of it finished yet
+    last: Status | None = None  # None: no attempt of it finished yet
 
 
 @dataclass
@@ -82,11 +83,11 @@ class RunStats:
     usage_estimated: bool = False  # some tokens were counted here: the provider sent no usage
     correct: int = 0
     best_speedup: float | None = None
-    statuses: dict[str, int] = field(default_factory=dict)
+    statuses: dict[Status, int] = field(default_factory=dict)
     turns: int = 1
     in_flight: dict[tuple[str, int], Flight] = field(default_factory=dict)  # (problem, sample) -> its turn
 
-    def begin(self, problem_id: str, sample: int, turn: int, last: str | None) -> None:
+    def begin(self, problem_id: str, sample: int, turn: int, last: Status | None) -> None:
         """A trajectory starts a turn (`last`: the verdict of its previous attempt, if any)."""
         self.in_flight[(problem_id, sample)] = Flight(problem_id, sample, turn, last)
 
@@ -108,7 +109,7 @@ class RunStats:
                 self.cost_known = False
             else:
                 self.cost_usd += a.cost_usd
-        if a.status == "correct":
+        if a.status is Status.CORRECT:
             self.correct += 1
             if a.speedup is not None and (self.best_speedup is None or a.speedup > self.best_speedup):
                 self.best_speedup = a.speedup

@@ -1,4 +1,4 @@
-"""Issue 10, item 3, on a GPU (`pytest -m gpu`): the own-kernel check recognises a CUDA kernel in every
+"""On a GPU (`pytest -m gpu`): the own-kernel check recognises a CUDA kernel in every
 form its name can take (template, namespace, anonymous namespace, `extern "C"`, launched through
 `cudaLaunchKernel` or a function pointer) and still catches a decoy of each form: a kernel that is built
 but never runs while PyTorch does the work. Decoys named like the library kernel doing the work (CUDA

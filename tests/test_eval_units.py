@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import struct
 
 import pytest
@@ -135,7 +136,7 @@ def test_cpu_mode_uses_reduced_sizes_and_caches(tmp_path):
         assert first.status is Status.CORRECT, first.reason + first.error
         assert first.problem_scale == "small" and "reduced sizes" in first.reason
         again = ev.evaluate(problem, GOOD)
-    assert again.cached and again.status is Status.CORRECT
+    assert again.cached and again.status is Status.CORRECT and again.node == first.node == socket.gethostname()
     with Evaluator(EvalConfig(device="cpu", cache_dir=str(tmp_path), trials=6)) as ev:
         assert not ev.evaluate(problem, GOOD).cached  # other settings, other key
 
@@ -298,3 +299,12 @@ def test_a_worker_sees_its_parents_gpu_under_cuda_visible_devices():
     assert visible_device_entry(0, "GPU-8c1f2e,GPU-77aa") == "GPU-8c1f2e"
     with pytest.raises(RuntimeError, match="not among"):
         visible_device_entry(2, "2,3")
+
+
+def test_a_result_names_the_hosts_gpu_where_ray_renumbered_them():
+    from eval.evaluator import host_gpu_index
+
+    assert host_gpu_index(["2", "3"], 1) == 3  # a Ray actor holding the host's GPUs 2 and 3 sees them as 0 and 1
+    assert host_gpu_index([], 1) == 1  # no renumbering (executor=local)
+    assert host_gpu_index(["GPU-8c1f2e"], 0) == 0  # a UUID is no index: the visible one stays
+    assert host_gpu_index(["2"], None) is None  # the CPU

@@ -94,7 +94,7 @@ def test_fast_p_ties_at_p_and_missing_problems(ties_run: Path) -> None:
     assert m.cost_usd == pytest.approx(0.04) and m.cost_complete
     assert m.timings_measured and m.timing_available and m.devices == [H100] and m.at_k == []
     assert (m.agent, m.model, m.search, m.backend) == ("openai", "gpt-4o", "1 turn × 1 sample", "triton")
-    assert [m.per_problem[p].status for p in SMOKE] == ["correct"] * 3 + ["incorrect", "missing", "missing"]
+    assert [m.per_problem[p].status for p in SMOKE] == ["correct"] * 3 + ["incorrect", None, None]
     levels = {lv: (s.n_problems, s.correct_rate, s.fast_p[1.0]) for lv, s in m.by_level.items()}
     assert levels == {"level1": (2, 1.0, 0.5), "level2": (1, 1.0, 1.0), "level3": (1, 0.0, 0.0), "llm": (2, 0.0, 0.0)}
 

@@ -13,7 +13,6 @@ import yaml
 
 from eval.result import EvalResult, Mismatch, Status
 from harness.store import (
-    AGENT_ERROR,
     Attempt,
     RunStore,
     StoreError,
@@ -29,13 +28,13 @@ VOLATILE = ("budget", "agent.retry")
 
 
 def attempt(problem: str = "L1/01_x", sample: int = 1, turn: int = 1, status: str = "incorrect", **kw) -> Attempt:
-    result = None if status == AGENT_ERROR else EvalResult(
+    result = None if status == Status.AGENT_ERROR else EvalResult(
         status=Status(status), reason="why", problem_id=problem,
         mismatch=Mismatch(output=0, reason="differs", max_abs_err=0.5) if status == "incorrect" else None,
     )  # fmt: skip
     return Attempt(problem_id=problem, sample=sample, turn=turn, status=status,
                    prompt=[{"role": "user", "content": f"turn {turn}"}], reply=f"reply {turn}",
-                   code=None if status == AGENT_ERROR else f"# code {sample} {turn}\n", result=result,
+                   code=None if status == Status.AGENT_ERROR else f"# code {sample} {turn}\n", result=result,
                    input_tokens=10, output_tokens=5, cost_usd=0.01, **{"feedback": "fb", **kw})  # fmt: skip
 
 
@@ -49,12 +48,12 @@ def test_record_and_reopen_keeps_everything(tmp_path: Path) -> None:
         store.begin_session()
         store.record(attempt(turn=1))
         store.record(attempt(turn=2, status="correct", speedup=1.5))
-        store.record(attempt(sample=2, status=AGENT_ERROR, error="HTTP 400: context length exceeded"))
+        store.record(attempt(sample=2, status=Status.AGENT_ERROR, error="HTTP 400: context length exceeded"))
         store.end_session("finished")
     with RunStore.open(run, CONFIG) as store:
         got = store.attempts()
         assert [(a.problem_id, a.sample, a.turn, a.status) for a in got] == [
-            ("L1/01_x", 1, 1, "incorrect"), ("L1/01_x", 1, 2, "correct"), ("L1/01_x", 2, 1, AGENT_ERROR)]
+            ("L1/01_x", 1, 1, "incorrect"), ("L1/01_x", 1, 2, "correct"), ("L1/01_x", 2, 1, Status.AGENT_ERROR)]
         assert got[0].result.mismatch.max_abs_err == 0.5 and got[0].prompt == [{"role": "user", "content": "turn 1"}]
         assert got[1].speedup == 1.5 and got[2].result is None and "HTTP 400" in got[2].error
         totals = store.totals()
@@ -62,11 +61,35 @@ def test_record_and_reopen_keeps_everything(tmp_path: Path) -> None:
         assert [s["stop_reason"] for s in store.sessions()] == ["finished"]
     lines = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
     assert [(x["sample"], x["turn"], x["status"], x["speedup"]) for x in lines] == [
-        (1, 1, "incorrect", None), (1, 2, "correct", 1.5), (2, 1, AGENT_ERROR, None)]
+        (1, 1, "incorrect", None), (1, 2, "correct", 1.5), (2, 1, Status.AGENT_ERROR, None)]
     assert lines[1]["reply"] == "reply 2" and lines[1]["result"]["status"] == "correct"
     assert (run / "code/L1/01_x/1_2.py").read_text() == "# code 1 2\n"
     assert not (run / "code/L1/01_x/2_1.py").exists()  # no code for an agent error
     assert json.loads(json.dumps(read_run(run).attempts[1].summary())) == lines[1]
+
+
+def test_statuses_read_back_as_members_and_store_as_their_text(tmp_path: Path) -> None:
+    """Every reader gets `Status` members (not the stored text), and the stored text is the member's value."""
+    run = tmp_path / "r"
+    with RunStore.open(run, CONFIG) as store:
+        store.begin_session()
+        store.record(attempt(turn=1, status=Status.CORRECT, speedup=2.0, best_turn=1, best_status=Status.CORRECT))
+        store.record(attempt(sample=2, status=Status.AGENT_ERROR))
+    with RunStore.open(run, CONFIG) as store:
+        read = [(a.status, a.best_status) for a in store.attempts()] + [(o.status, o.best_status) for o in store.outline()]
+    read += [(a.status, a.best_status) for a in read_run(run).attempts]
+    assert read == [(Status.CORRECT, Status.CORRECT), (Status.AGENT_ERROR, None)] * 3
+    assert all(type(s) is Status for s, _ in read) and all(type(b) is Status for _, b in read[::2])
+    conn = sqlite3.connect(run / "attempts.sqlite")
+    assert conn.execute("SELECT status, best_status, typeof(status) FROM attempts ORDER BY sample").fetchall() == [
+        ("correct", "correct", "text"), ("agent_error", None, "text")]
+    conn.close()
+    assert '"status": "correct"' in (run / "results.jsonl").read_text()
+
+
+def test_an_unknown_status_is_refused() -> None:
+    with pytest.raises(ValueError, match="'solved' is not a valid Status"):
+        Attempt(problem_id="L1/01_x", sample=1, turn=1, status="solved", prompt=[])
 
 
 def test_an_attempt_is_never_recorded_twice(tmp_path: Path) -> None:

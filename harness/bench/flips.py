@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from eval import EvalConfig, Evaluator, Job
+from eval import EvalConfig, Evaluator, Job, Status
 from harness.bench import candidates
 from problems.problem import Problem, problem_from_source
 
@@ -125,7 +125,7 @@ def run(rounds: int = 20, pools: int = 5, budget_s: float = 280.0, device: str |
         line = []
         for (label, _, _), r in zip(batch, results):
             verdicts[label].append(r.status.value)
-            if r.status.value != "correct":
+            if r.status is not Status.CORRECT:
                 reasons[label].append(r.reason[:300])
             if r.hidden_work:
                 unexplained[label].append(r.hidden_work["unexplained_us"])

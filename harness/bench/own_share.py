@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from eval import EvalConfig, EvalResult, Evaluator, Job
+from eval import EvalConfig, EvalResult, Evaluator, Job, Status
 from eval.feedback import share_text
 from problems import select_problems
 from problems.problem import Problem
@@ -183,7 +183,7 @@ def _row(case: ShareCase, result: EvalResult) -> dict[str, Any]:
             "expected": case.expected, "own_share": k.own_time_fraction if k else None,
             "own_kernels": k.own_kernels_launched if k else [],
             "top_kernel": [top[0][:60], round(top[1] * 1000, 1)] if top else None,
-            "reason": result.reason if result.status.value != "correct" else ""}
+            "reason": result.reason if result.status is not Status.CORRECT else ""}
 
 
 def print_table(report: dict[str, Any]) -> None:

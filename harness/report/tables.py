@@ -97,7 +97,7 @@ def sweep_table(metrics: Sequence[RunMetrics], overrides: Sequence[dict[str, str
     rows = []
     for m, o in zip(metrics, overrides):
         fast = [f"{m.fast_p[p]:.2f}" if m.timing_available else NOT_TIMED for p in DEFAULT_PS]
-        failed = m.attempts - m.statuses.get(Status.CORRECT.value, 0)
+        failed = m.attempts - m.statuses.get(Status.CORRECT, 0)
         rows.append([m.name, *(o.get(k, "-") for k in keys), f"{m.correct_rate:.2f}", *fast, str(m.attempts),
                      str(failed)])
     return headers, rows
