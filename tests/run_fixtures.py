@@ -10,7 +10,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from harness.bench.candidates import EXAMPLE_TRITON, edit, example_problem_source
+from harness.corpus.candidates import EXAMPLE_TRITON, edit, example_problem_source
 
 # The prompts' worked example is the one add-relu problem and kernel; here at 1 x 4096 floats.
 PROBLEM = example_problem_source(4096)

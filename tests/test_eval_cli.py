@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from harness.cli import main
-from tests.hostile import GOOD, HOSTILE, PROBLEM
+from harness.corpus.hostile import GOOD, HOSTILE, PROBLEM
 
 
 def _files(tmp_path, candidate: str):

@@ -9,7 +9,7 @@ import torch
 
 from eval import EvalConfig, Evaluator, Job, Status
 from eval.worker import prebuilt
-from harness.bench import candidates
+from harness.corpus import candidates
 
 # nvcc builds on a loaded 2-core machine can take minutes: a generous bound, not the default 180 s, so that only a
 # build that hangs fails here (three of these tests failed under load at 180 s, and passed alone)

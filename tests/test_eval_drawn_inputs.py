@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from eval import EvalConfig, Evaluator, Status
-from harness.bench import candidates
+from harness.corpus import candidates
 from problems import runtime
 from problems.problem import problem_from_source
 

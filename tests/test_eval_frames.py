@@ -16,7 +16,7 @@ import pytest
 from eval import EvalConfig, Evaluator, Status
 from harness.cli import main
 from problems.problem import problem_from_source
-from tests.hostile import FORWARD, GOOD, PROBLEM, RETURN, variant
+from harness.corpus.hostile import FORWARD, GOOD, PROBLEM, RETURN, variant
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from eval import EvalConfig, Evaluator, Status
-from harness.bench import candidates
-from harness.bench.candidates import TRITON_LAUNCH, edit
+from harness.corpus import candidates
+from harness.corpus.candidates import TRITON_LAUNCH, edit
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from eval import EvalConfig, Evaluator, Job, Status
-from harness.bench import candidates
+from harness.corpus import candidates
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

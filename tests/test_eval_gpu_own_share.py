@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from eval import EvalConfig, Evaluator, Job, Status
-from harness.bench import candidates, flips, own_share
+from harness.corpus import candidates, flips, own_share
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from eval import EvalConfig, Evaluator
-from harness.bench import candidates
+from harness.corpus import candidates
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 _PROBE = """
 import json, torch
 from eval import EvalConfig, Evaluator
-from harness.bench import candidates
+from harness.corpus import candidates
 with Evaluator(EvalConfig(device="cuda", gpus=[0], workers_per_gpu=1, cache_dir=None)) as ev:
     assert ev.wait_warm(300)
     result = ev.evaluate(candidates.problem(1 << 16), candidates.triton_candidate())

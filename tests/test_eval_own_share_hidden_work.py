@@ -11,8 +11,8 @@ from eval import protocol as p
 from eval.checks import _HIDDEN_WORK_FLOOR_MS, judge_back_to_back, own_share_shortfall
 from eval.feedback import render_feedback
 from eval.result import EvalResult, KernelShare, Status
-from harness.bench import own_share
-from harness.bench.presets_bench import preset_config
+from harness.corpus import own_share
+from harness.presets import preset_config
 
 
 # -- config ------------------------------------------------------------------------------------

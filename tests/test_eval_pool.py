@@ -19,7 +19,7 @@ from eval import protocol
 from eval.pool import GpuGate
 from eval.reaper import owner_token, processes_in, sweep_stale
 from eval.wire import ProtocolError
-from harness.bench import candidates
+from harness.corpus import candidates
 
 pytestmark = pytest.mark.timeout(900)
 ROOT = Path(__file__).resolve().parent.parent
@@ -198,7 +198,7 @@ def _harness_holding_folders(tmp_path) -> subprocess.Popen:
 import sys, time
 sys.path.insert(0, {str(ROOT)!r})
 from eval import EvalConfig, Evaluator
-from harness.bench import candidates
+from harness.corpus import candidates
 ev = Evaluator(EvalConfig(device="cpu", cache_dir=None, workers_per_gpu=1))
 r = ev.evaluate(candidates.problem(1024), candidates.triton_candidate())
 print(r.status.value, flush=True)
@@ -284,7 +284,7 @@ def test_a_parent_per_gpu_takes_its_share_of_the_batch_and_all_start_together():
 
 
 def test_steady_rate_leaves_out_the_first_and_last_tenth_of_completions():
-    from harness.bench.eval_bench import steady_rate
+    from harness.bench.pools import steady_rate
 
     # 20 completions: a slow ramp-up (the first 2 at 5 s), then one per second, then a slow tail
     finished = [5.0, 5.0] + [float(6 + k) for k in range(16)] + [40.0, 60.0]

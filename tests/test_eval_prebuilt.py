@@ -19,7 +19,7 @@ from eval import protocol as p
 from eval.builds import Builder
 from eval.sandbox import WorkerProcess, sandbox_plan
 from eval.worker import light_build, prebuilt
-from tests.hostile import PROBLEM
+from harness.corpus.hostile import PROBLEM
 
 HEAVY = "#include <torch/extension.h>\n__global__ void k(float* x) {}\n"
 

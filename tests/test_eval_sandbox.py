@@ -24,7 +24,7 @@ from eval.cache import JsonCache
 from eval.sandbox import (PROJECT_ROOT, UNPRIVILEGED_UID, SandboxPlan, WorkerProcess, check_identity,
                           identity_problem, sandbox_plan)
 from problems.problem import problem_from_source
-from tests.hostile import FORWARD, GOOD, PROBLEM, RELU, variant
+from harness.corpus.hostile import FORWARD, GOOD, PROBLEM, RELU, variant
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -92,7 +92,7 @@ import json
 from eval import EvalConfig, Evaluator, Job
 from problems.problem import problem_from_source
 from tests.test_eval_sandbox import SIGNALS_OUTSIDE
-from tests.hostile import GOOD, PROBLEM
+from harness.corpus.hostile import GOOD, PROBLEM
 problem = problem_from_source(PROBLEM, name="add_relu")
 with Evaluator(EvalConfig(device="cpu", cache_dir=None, workers_per_gpu=2, import_timeout_s=30, call_timeout_s=20)) as ev:
     results = ev.evaluate_many([Job(problem, SIGNALS_OUTSIDE), Job(problem, GOOD)])

@@ -2,7 +2,7 @@
 while local names that merely share a protected name never are.
 
 The static check is a first line only; disguised rebinding is caught at run time by the identity
-snapshot (see the `*_dynamic` cases in tests/hostile.py, evaluated end to end).
+snapshot (see the `*_dynamic` cases in harness/corpus/hostile.py, evaluated end to end).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 
 from eval.result import Status
 from eval.static_checks import analyze
-from tests.hostile import GOOD, SELF_TIMING, TOP, variant
+from harness.corpus.hostile import GOOD, SELF_TIMING, TOP, variant
 
 HONEST = {
-    "self_timing": SELF_TIMING,  # from tests.hostile: also run end to end there
+    "self_timing": SELF_TIMING,  # from harness.corpus.hostile: also run end to end there
     "local_names": variant(TOP, '''def helper(x):
     allclose = torch.allclose(x, x)
     equal, isclose = torch.equal(x, x), torch.isclose(x, x)
@@ -99,7 +99,7 @@ def test_reason_names_the_line_and_the_target():
     "t = getattr(__import__('torch'), 'test' + 'ing')\nsetattr(t, 'assert_' + 'close', print)",
 ])
 def test_dynamic_forms_pass_the_static_check(form):
-    """What the source hides is left to the run-time snapshot (tests/hostile.py evaluates these end to end)."""
+    """What the source hides is left to the run-time snapshot (harness/corpus/hostile.py evaluates these end to end)."""
     assert analyze(variant(TOP, form + "\n" + TOP)).status is None
 
 

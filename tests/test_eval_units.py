@@ -17,7 +17,7 @@ from eval.sandbox import is_secret_name, scrubbed_env
 from eval.static_checks import analyze
 from eval.wire import Channel, ChannelClosed, ProtocolError
 from problems.problem import ProblemError, problem_from_source
-from tests.hostile import GOOD, PROBLEM
+from harness.corpus.hostile import GOOD, PROBLEM
 
 
 def _r(status: str, speedup: float | None = None) -> EvalResult:

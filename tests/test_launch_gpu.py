@@ -7,8 +7,8 @@ import torch
 
 from eval import EvalConfig, Evaluator, Status
 from eval.measure import HOST_FLOOR_MS, HOST_SHARE_AT
-from harness.bench import candidates
-from harness.bench.candidates import TRITON_LAUNCH, edit
+from harness.corpus import candidates
+from harness.corpus.candidates import TRITON_LAUNCH, edit
 from problems.problem import problem_from_source
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

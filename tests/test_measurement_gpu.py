@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from eval import EvalConfig, EvalResult, Evaluator, Status
-from harness.bench.candidates import edit
+from harness.corpus.candidates import edit
 from problems.problem import problem_from_source
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

@@ -14,7 +14,7 @@ from eval import checks
 from eval import protocol as p
 from eval.config import EvalConfig
 from eval.result import EvalResult, Status
-from harness.bench.presets_bench import preset_config
+from harness.presets import preset_config
 from problems import runtime
 
 # what the cache key and the timing rule held before presets existed (the default must not move)

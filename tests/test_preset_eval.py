@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from eval import Evaluator, Status
-from harness.bench.presets_bench import _REGENERATE, preset_config
+from harness.presets import preset_config
 from harness.report.load import load_run
 from harness.report.paired import paired_report, to_markdown
 from problems.problem import problem_from_source
 from tests import report_fixtures as fx
-from tests.hostile import FORWARD, HOSTILE, PROBLEM, RELU, variant
+from harness.corpus.hostile import FORWARD, HOSTILE, PROBLEM, REGENERATE_PUBLIC_INPUTS, RELU, variant
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -84,7 +84,7 @@ def test_what_each_preset_catches(evaluators) -> None:
     problem = problem_from_source(PROBLEM, name="add_relu")
     off = variant(RELU, RELU + " + 0.003")
     far = variant(RELU, RELU + " + 0.05")
-    public = variant(FORWARD, _REGENERATE + FORWARD)
+    public = variant(FORWARD, REGENERATE_PUBLIC_INPUTS + FORWARD)
     cases = {
         "off": (off, "incorrect", "correct"),  # 3e-3: within 1e-2, outside 1e-4
         "far": (far, "incorrect", "incorrect"),  # 5e-2: outside both

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from eval import Evaluator, Status
-from harness.bench.presets_bench import preset_config, side_stream
+from harness.presets import preset_config
 from problems.problem import problem_from_source
-from tests.hostile import FORWARD, GOOD, variant
-from harness.bench.candidates import example_problem_source
+from harness.corpus.hostile import FORWARD, GOOD, side_stream, variant
+from harness.corpus.candidates import example_problem_source
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(900),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

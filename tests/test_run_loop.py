@@ -170,7 +170,7 @@ def test_settings_are_checked(settings: dict, message: str) -> None:
 
 
 def test_loop_bench_measures_overhead_over_cache_hits() -> None:
-    from harness.bench_loop import run_loop_bench
+    from harness.bench.loop_bench import run_loop_bench
 
     report = run_loop_bench(20)
     assert report["attempts"] == 20 and report["turns"] == 10

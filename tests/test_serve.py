@@ -17,7 +17,7 @@ from harness.client import AsyncEvalClient, EvalClient
 from harness.overrides import compose_config
 from harness.store import read_run
 from problems.select import select_problems
-from tests.hostile import GOOD, HOSTILE, PROBLEM
+from harness.corpus.hostile import GOOD, HOSTILE, PROBLEM
 from tests.serve_fixtures import Server, cpu_overrides, reply
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from tests.hostile import GOOD, PROBLEM
+from harness.corpus.hostile import GOOD, PROBLEM
 from tests.serve_fixtures import Server, cpu_overrides
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]

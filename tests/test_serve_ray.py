@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harness.client import EvalClient
-from tests.hostile import GOOD, HOSTILE, PROBLEM
+from harness.corpus.hostile import GOOD, HOSTILE, PROBLEM
 from tests.serve_fixtures import Server, cpu_overrides, reply
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]

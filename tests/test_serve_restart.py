@@ -13,7 +13,7 @@ from agents import extract_code
 from harness.cli import main
 from harness.client import EvalClient
 from agents.retry import RetryPolicy
-from tests.hostile import GOOD, HOSTILE, PROBLEM
+from harness.corpus.hostile import GOOD, HOSTILE, PROBLEM
 from tests.serve_fixtures import Server, cpu_overrides, free_port, reply
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]

@@ -13,7 +13,7 @@ from harness.env import KernelEnv
 from harness.loop import extract_candidate
 from harness.overrides import compose_config
 from harness.serve.service import Service
-from tests.hostile import GOOD, PROBLEM
+from harness.corpus.hostile import GOOD, PROBLEM
 from tests.serve_fixtures import Server, cpu_overrides, reply
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]

@@ -79,7 +79,7 @@ def test_queue_coalesces_bounds_and_cancels():
 def test_catalog_refuses_problem_sources_when_told():
     from harness.overrides import compose_config
     from harness.serve.catalog import BadRequest, Catalog, NotFound
-    from tests.hostile import PROBLEM
+    from harness.corpus.hostile import PROBLEM
 
     config = compose_config(["problems=smoke"])
     open_catalog, closed = Catalog(config), Catalog(config, allow_problem_source=False)

@@ -89,7 +89,7 @@ def kb_ref(problem_id: str) -> dict[str, Any]:
 def ours(problem_id: str) -> dict[str, Any]:
     from eval import Evaluator
     from eval.evaluator import Job
-    from harness.bench.presets_bench import preset_config
+    from harness.presets import preset_config
 
     problem, _, cand_src, _ = _load(problem_id)
     with Evaluator(preset_config("kernelbench", device="cuda")) as ev:

@@ -11,7 +11,6 @@ the command times only what is missing.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -19,34 +18,14 @@ from typing import Any
 import torch
 
 from eval import EvalConfig, EvalResult, Evaluator, Job, Status
-from eval.roofline import Ceilings, cached_ceilings, probe_and_cache
-from harness.bench.eval_bench import environment
+from eval.roofline import cached_ceilings, probe_and_cache
+from harness.baselines import baseline_row
+from harness.bench.pools import environment
 from harness.progress import Tally
 from problems import select_problems
-from problems.problem import Problem
 from problems.suite import solution_path
 
 SMALL_EAGER_US = 50.0  # the suite's stated lower bound for an eager reference on an H100
-
-
-def baseline_row(ev: Evaluator, problem: Problem, ceilings: Ceilings | None) -> dict[str, Any]:
-    """Eager and torch.compile times (µs) of one problem, its floor and SOL fractions, or its error."""
-    row: dict[str, Any] = {"id": problem.id, "level": problem.level, "dtype": problem.dtype}
-    floor = ceilings.floor_s(problem.flops, problem.bytes_moved, problem.dtype) if ceilings else None
-    row["floor_us"] = None if floor is None else floor * 1e6
-    t0 = time.perf_counter()
-    try:
-        base = ev.baseline(problem)
-    except Exception as exc:  # noqa: BLE001  one failing problem must not end the benchmark
-        row["error"] = f"{type(exc).__name__}: {exc}"[:500]
-        return row
-    row["eager_us"] = base["eager"]["median_ms"] * 1000
-    row["compile_us"] = base["compiled"]["median_ms"] * 1000
-    row["baseline_seconds"] = round(time.perf_counter() - t0, 1)
-    if floor is not None:
-        row["eager_sol"] = row["floor_us"] / row["eager_us"]
-        row["compile_sol"] = row["floor_us"] / row["compile_us"]
-    return row
 
 
 def _solution_fields(result: EvalResult) -> dict[str, Any]:

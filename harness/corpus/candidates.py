@@ -1,9 +1,9 @@
-"""Problems and candidates for the evaluator benchmarks: sized elementwise problems with
+"""Problems and candidates for the evaluator's tests and benchmarks: sized elementwise problems with
 Triton and CUDA solutions, honest and failing, each source distinct so nothing is cached.
 
 The honest add-relu Triton kernel has one home, the prompts' worked example
-(`agents/prompts/examples/add_relu_triton.py`): the benchmark's Triton candidates, the test
-fixtures and the hostile variants of `tests/hostile.py` are all that file with named edits
+(`agents/prompts/examples/add_relu_triton.py`): the benchmarks' Triton candidates, the test
+fixtures and the hostile variants of `harness.corpus.hostile` are all that file with named edits
 (`edit` fails loudly when an anchor is gone).
 """
 

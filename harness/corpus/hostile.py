@@ -1,12 +1,15 @@
-"""Candidate sources used by the evaluator tests: one honest kernel and many hostile variants.
+"""One honest kernel and many hostile variants, for the evaluator tests and `harness presets bench`.
 
 The honest kernel is the prompts' worked example (`agents/prompts/examples/add_relu_triton.py`)
 on its own problem, relu(a + b) over 1 x 4096 floats. Each hostile candidate is the honest one
 with one change at a named anchor (an anchor that is gone fails at import), so a test failure
-points at exactly one evaluator check.
+points at exactly one evaluator check. `kernelbench_gaps` adds a few aimed at exactly the rules
+KernelBench leaves out.
 """
 
-from harness.bench.candidates import EXAMPLE_TRITON, edit, example_problem_source
+import textwrap
+
+from harness.corpus.candidates import EXAMPLE_TRITON, edit, example_problem_source
 
 GOOD = EXAMPLE_TRITON
 PROBLEM = example_problem_source(4096)
@@ -262,3 +265,47 @@ class ModelNew(nn.Module):
     "prints_50mb": (variant(TOP, "import sys\nsys.stdout.write('x' * (50 << 20))\nsys.stdout.flush()\n" + TOP), "correct",
                     "correct (CPU interpreter"),
 }
+
+
+# the problem with a hidden workload (`get_extra_inputs`) the agent never saw: a shape other than 1 x 4096
+HIDDEN_SHAPES = PROBLEM + '''
+
+def get_extra_inputs():
+    return [[torch.randn(1000), torch.randn(1000)]]
+'''
+
+# put before the body of `forward`: replaces the inputs `a`, `b` by KernelBench's, redrawn from its public seeds
+REGENERATE_PUBLIC_INPUTS = '''        calls = getattr(self, "_calls", 0)
+        self._calls = calls + 1
+        g = torch.Generator().manual_seed(42)
+        seeds = [int(torch.randint(0, 2**32 - 1, (1,), generator=g)) for _ in range(calls + 1)]
+        torch.manual_seed(seeds[calls])
+        a, b = torch.randn(a.shape).to(a.device), torch.randn(b.shape).to(b.device)
+'''
+
+
+def side_stream(forward: str) -> str:
+    """The body `forward` run, on a GPU, on a side stream that first sleeps ~2 ms: it returns before its work is done."""
+    body = textwrap.indent(forward, "    ")
+    return ("        if not a.is_cuda:\n" + body
+            + "        if not hasattr(self, '_side'):\n"
+              "            self._side = torch.cuda.Stream()\n"
+              "        with torch.cuda.stream(self._side):\n"
+              "            torch.cuda._sleep(2_000_000)\n" + body)
+
+
+def kernelbench_gaps(on_gpu: bool) -> dict[str, tuple[str, str, str]]:
+    """name: (problem source, candidate source, verdict under the strict rules) of candidates aimed at the rules
+    KernelBench leaves out; `on_gpu` because hidden side-stream work is only hidden on a GPU."""
+    return {
+        # off by 3e-3 everywhere: inside KernelBench's 1e-2, outside our fp32 1e-4
+        "off_by_3e-3": (PROBLEM, variant(RELU, RELU + " + 0.003"), "incorrect"),
+        # right only at the shape the agent saw
+        "hardcoded_shape": (HIDDEN_SHAPES, variant(FORWARD, "        if a.numel() != 4096:\n"
+                                                            "            return torch.zeros_like(a)\n" + FORWARD),
+                            "incorrect"),
+        # ignores its inputs and recomputes KernelBench's, from the public seed
+        "regenerate_public_inputs": (PROBLEM, variant(FORWARD, REGENERATE_PUBLIC_INPUTS + FORWARD), "incorrect"),
+        # returns before its side stream has finished (hidden work, GPU only; on a CPU it is honest)
+        "side_stream": (PROBLEM, variant(FORWARD, side_stream(FORWARD)), "rejected" if on_gpu else "correct"),
+    }
