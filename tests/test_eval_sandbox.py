@@ -496,7 +496,8 @@ def _tasks_of_uid(uid: int) -> int:
 def test_a_fork_bomb_in_one_worker_leaves_a_concurrent_worker_its_own_budget(problem):
     """The process limit is per worker: while one worker's candidate holds every task its limit allows, another
     worker of the same uid, running at the same time, still starts 150 threads (a limit counted per uid, as
-    RLIMIT_NPROC alone is, would refuse them) and its candidate is correct."""
+    RLIMIT_NPROC alone is, would refuse them) and its candidate is correct. The bomb holds its tasks until the
+    evaluator closes, so the two overlap however slow the machine is."""
     import threading
     import time
 
@@ -509,11 +510,10 @@ def test_a_fork_bomb_in_one_worker_leaves_a_concurrent_worker_its_own_budget(pro
 """ + FORWARD)
     uid = UNPRIVILEGED_UID if sandbox_plan().uid is not None else os.getuid()
     with Evaluator(EvalConfig(device="cpu", cache_dir=None, workers_per_gpu=2, max_worker_processes=300,
-                              call_timeout_s=300, import_timeout_s=120)) as ev:
+                              call_timeout_s=3600, import_timeout_s=300)) as ev:
         assert ev.wait_warm(timeout=300)
         before = _tasks_of_uid(uid)
-        bombed: list = []
-        bomber = threading.Thread(target=lambda: bombed.append(ev.evaluate(problem, _bomb(60))))
+        bomber = threading.Thread(target=ev.evaluate, args=(problem, _bomb(3600)))
         bomber.start()
         deadline = time.monotonic() + 240
         while _tasks_of_uid(uid) < before + 250 and time.monotonic() < deadline and bomber.is_alive():
@@ -521,11 +521,10 @@ def test_a_fork_bomb_in_one_worker_leaves_a_concurrent_worker_its_own_budget(pro
         held = _tasks_of_uid(uid) - before
         honest = ev.evaluate(problem, threads)
         still_held = bomber.is_alive()
-        bomber.join()
+    bomber.join()  # closing the evaluator killed the bomb's worker
     assert held >= 250, f"the bomb held only {held} tasks"
-    assert still_held, "the bomb let go before the honest candidate finished"
+    assert still_held, "the bomb's evaluation ended before the honest candidate's"
     assert honest.status is Status.CORRECT, honest.reason + honest.error
-    assert bombed[0].status is Status.RUNTIME_ERROR and "eval.max_worker_processes" in bombed[0].reason, bombed[0].reason
 
 
 def test_an_import_path_that_is_or_holds_a_shared_area_is_not_bound(monkeypatch):
