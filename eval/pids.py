@@ -119,8 +119,9 @@ def times_hit(group: Path) -> int:
 
 
 def remove(group: Path) -> None:
-    """Kill whatever is left in the cgroup (a process that left the worker's process group too) and remove it."""
-    for _ in range(50):
+    """Kill whatever is left in the cgroup (a process that left the worker's process group too) and remove it. One
+    that stays busy past ~5 s (its killed tasks not yet reaped) is left to the next start-up's sweep."""
+    for _ in range(250):
         try:
             pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
         except (OSError, ValueError):
