@@ -491,40 +491,54 @@ def _tasks_of_uid(uid: int) -> int:
     return count
 
 
+def _load(worker: WorkerProcess, candidate: str) -> p.LoadReply:
+    """Greet `worker` and load the add_relu problem with `candidate` (whose import runs in the worker)."""
+    hello, _ = worker.request(p.Hello(device="cpu", capture_key=1), timeout=600)
+    assert hello.ok, hello.error
+    reply, _ = worker.request(p.Load(problem_source=PROBLEM, problem_label="<add_relu>", candidate_source=candidate,
+                                     weight_seed=1), timeout=600)
+    return reply
+
+
 @pytest.mark.skipif(not MOUNT_NS or _expected_process_limit() == "uid",
                     reason="no per-worker process limit here (mount namespaces, or a cgroup or user namespace)")
-def test_a_fork_bomb_in_one_worker_leaves_a_concurrent_worker_its_own_budget(problem):
-    """The process limit is per worker: while one worker's candidate holds every task its limit allows, another
-    worker of the same uid, running at the same time, still starts 150 threads (a limit counted per uid, as
-    RLIMIT_NPROC alone is, would refuse them) and its candidate is correct. The bomb holds its tasks until the
-    evaluator closes, so the two overlap however slow the machine is."""
-    import threading
-    import time
-
-    threads = variant(FORWARD, """        import threading, time
-        started = [threading.Thread(target=time.sleep, args=(0.5,)) for _ in range(150)]
-        for t in started:
-            t.start()
-        for t in started:
-            t.join()
-""" + FORWARD)
+def test_a_fork_bomb_in_one_worker_leaves_a_concurrent_worker_its_own_budget():
+    """The process limit is per worker: while one worker's candidate holds every task its limit allows (children that
+    sleep until the worker is killed), another worker of the same uid, alive at the same time, still starts 150
+    threads (a limit counted per uid, as RLIMIT_NPROC alone is, would refuse them)."""
+    bomb = """import os, time
+held = 0
+try:
+    for _ in range(2000):
+        if os.fork() == 0:
+            time.sleep(3600)
+            os._exit(0)
+        held += 1
+except BlockingIOError:
+    pass
+""" + GOOD
+    threads = """import threading, time
+started = [threading.Thread(target=time.sleep, args=(0.5,)) for _ in range(150)]
+for t in started:
+    t.start()
+for t in started:
+    t.join()
+""" + GOOD
     uid = UNPRIVILEGED_UID if sandbox_plan().uid is not None else os.getuid()
-    with Evaluator(EvalConfig(device="cpu", cache_dir=None, workers_per_gpu=2, max_worker_processes=300,
-                              call_timeout_s=3600, import_timeout_s=300)) as ev:
-        assert ev.wait_warm(timeout=300)
+    bomber = WorkerProcess(device="cpu", gpu_index=None, log_cap_bytes=4096, isolate_network=True, max_processes=300)
+    honest = WorkerProcess(device="cpu", gpu_index=None, log_cap_bytes=4096, isolate_network=True, max_processes=300)
+    try:
         before = _tasks_of_uid(uid)
-        bomber = threading.Thread(target=ev.evaluate, args=(problem, _bomb(3600)))
-        bomber.start()
-        deadline = time.monotonic() + 240
-        while _tasks_of_uid(uid) < before + 250 and time.monotonic() < deadline and bomber.is_alive():
-            time.sleep(0.2)
+        bombed = _load(bomber, bomb)  # returns with its children still holding their tasks
         held = _tasks_of_uid(uid) - before
-        honest = ev.evaluate(problem, threads)
-        still_held = bomber.is_alive()
-    bomber.join()  # closing the evaluator killed the bomb's worker
+        loaded = _load(honest, threads)
+        assert bomber.alive()
+    finally:
+        bomber.kill()
+        honest.kill()
+    assert bombed.ok, bombed.error
     assert held >= 250, f"the bomb held only {held} tasks"
-    assert still_held, "the bomb's evaluation ended before the honest candidate's"
-    assert honest.status is Status.CORRECT, honest.reason + honest.error
+    assert loaded.ok, loaded.error
 
 
 def test_an_import_path_that_is_or_holds_a_shared_area_is_not_bound(monkeypatch):
