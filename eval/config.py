@@ -65,8 +65,9 @@ class EvalConfig:
     max_worker_memory_gib: the most resident memory a worker's processes may hold together (a parent-side
       watchdog; over it the worker is killed and the verdict names the limit); 0 gives each worker an even
       share of the machine's memory among the workers and the parent (two shares), at least 4 GiB.
-    max_worker_processes: RLIMIT_NPROC of each worker in the sandbox: the tasks its uid may hold (the kernel
-      counts them per uid, so all uid-65534 workers of a host share it); a fork bomb gets EAGAIN there.
+    max_worker_processes: the tasks (processes and threads) each worker may hold, counted per worker: its own
+      pids cgroup where the host allows one, else RLIMIT_NPROC in its own user namespace (`eval.pids`); a fork
+      bomb gets EAGAIN in its own worker only, and the verdict names the limit.
     allow_unconfined_workers: run candidate code even where no confinement keeps it from this harness's own
       identity and file access (no mount namespace; or root whose workers cannot become uid 65534). Off: the
       evaluator refuses to start, saying why. Every result records `filesystem_isolated` and `unprivileged`.

@@ -301,6 +301,7 @@ class Evaluator:
         result.network_isolated = lease.worker.info.get("network_isolated")
         result.filesystem_isolated = lease.worker.info.get("filesystem_isolated")
         result.unprivileged = lease.worker.unprivileged
+        result.process_limit = lease.worker.process_limit
         result.gpu_index = host_gpu_index(self._host_gpu_ids, lease.gpu_index)
         result.device = lease.worker.info.get("device_name") or result.device
         small = use_small_sizes(job.problem, self.config.problem_scale, lease.device)
@@ -317,10 +318,10 @@ class Evaluator:
             lease.worker.kill()  # its device memory is free before the retry starts, not later in the background
             raise
         except WorkerTimeout as exc:
-            result.status, result.reason = Status.TIMEOUT, f"timeout: {exc.detail}"
+            result.status, result.reason = Status.TIMEOUT, lease.worker.with_notes(f"timeout: {exc.detail}", exc.output)
             result.stdout_tail = trim(exc.output)
         except WorkerDied as exc:
-            result.status, result.reason = Status.CRASH, f"crash: {exc.detail}"
+            result.status, result.reason = Status.CRASH, lease.worker.with_notes(f"crash: {exc.detail}", exc.output)
             result.stdout_tail = result.error = trim(exc.output)
         finally:
             if ctx.session is not None:

@@ -7,6 +7,7 @@ the previous candidate and evaluates the next one normally.
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -80,6 +81,9 @@ def test_large_output_is_capped(evaluator, problem):
     assert result.status is Status.CRASH
     assert len(result.stdout_tail) < 10_000
     assert "output dropped" in result.stdout_tail or "characters trimmed" in result.stdout_tail
+    # the verdict names the log's size and its setting
+    took = re.search(r"its log took (\d+) bytes, over the limit of twice eval.log_cap_bytes \(16384\)", result.reason)
+    assert took and int(took.group(1)) >= 50 << 20, result.reason
 
 
 def test_running_out_of_memory_is_retried_alone_then_a_verdict_naming_the_step(evaluator, problem):

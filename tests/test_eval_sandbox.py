@@ -434,31 +434,111 @@ def test_a_worker_over_its_memory_limit_is_killed_and_the_verdict_names_the_limi
     assert "over the limit of 1.5 GiB per worker (eval.max_worker_memory_gib)" in r.reason + r.error, r.reason
 
 
-@pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
-def test_a_fork_bomb_stops_at_the_process_limit(problem):
-    """RLIMIT_NPROC in the sandbox: forking past `eval.max_worker_processes` fails with EAGAIN inside the
-    candidate (the kernel counts the worker uid's tasks); the honest candidate under the same limit passes."""
-    bomb = variant(FORWARD, """        import os, time
+def _bomb(hold_s: float) -> str:
+    """The honest candidate, whose first forward forks until refused, holds its children `hold_s` seconds, then
+    raises saying how many it got."""
+    return variant(FORWARD, f"""        import os, time
         kids = []
         try:
-            for _ in range(400):
+            for _ in range(2000):
                 pid = os.fork()
                 if pid == 0:
-                    time.sleep(30)
+                    time.sleep(600)
                     os._exit(0)
                 kids.append(pid)
         except BlockingIOError as exc:
-            raise RuntimeError(f'fork failed after {len(kids)} children: {exc}')
+            time.sleep({hold_s})
+            raise RuntimeError(f'fork failed after {{len(kids)}} children: {{exc}}')
         finally:
             for pid in kids:
                 os.kill(pid, 9)
 """ + FORWARD)
+
+
+def _expected_process_limit() -> str:
+    """The plan this machine gives (`eval.pids`): the test user's cgroup rights decide it."""
+    from eval import pids
+    from eval.sandbox import process_limit_plan
+    return process_limit_plan(sandbox_plan()) if pids.cgroup_base() is None else "cgroup"
+
+
+@pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
+def test_a_fork_bomb_stops_at_the_process_limit_and_the_verdict_names_it(problem):
+    """Forking past `eval.max_worker_processes` fails with EAGAIN inside the candidate (its own cgroup's pids.max, or
+    RLIMIT_NPROC in its own user namespace); the verdict names the limit, its setting and the plan; the honest
+    candidate under the same limit passes."""
     with Evaluator(EvalConfig(device="cpu", cache_dir=None, max_worker_processes=200)) as ev:
         honest = ev.evaluate(problem, GOOD)
-        r = ev.evaluate(problem, bomb)
+        r = ev.evaluate(problem, _bomb(0))
     assert honest.status is Status.CORRECT, honest.reason + honest.error
+    assert honest.process_limit == r.process_limit == _expected_process_limit(), r.process_limit
     assert r.status is Status.RUNTIME_ERROR, f"{r.status}: {r.reason} {r.error}"
     assert "fork failed after" in r.error and "Resource temporarily unavailable" in r.error, r.error
+    assert "at the limit of 200 processes and threads per worker (eval.max_worker_processes;" in r.reason, r.reason
+    if r.process_limit == "cgroup":  # the kernel's own count, not the candidate's text
+        assert "the kernel refused" in r.reason, r.reason
+
+
+def _tasks_of_uid(uid: int) -> int:
+    """Tasks (threads included) the host's processes of `uid` hold."""
+    count = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{pid}").st_uid == uid:
+                count += len(os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            pass
+    return count
+
+
+def _load(worker: WorkerProcess, candidate: str) -> p.LoadReply:
+    """Greet `worker` and load the add_relu problem with `candidate` (whose import runs in the worker)."""
+    hello, _ = worker.request(p.Hello(device="cpu", capture_key=1), timeout=600)
+    assert hello.ok, hello.error
+    reply, _ = worker.request(p.Load(problem_source=PROBLEM, problem_label="<add_relu>", candidate_source=candidate,
+                                     weight_seed=1), timeout=600)
+    return reply
+
+
+@pytest.mark.skipif(not MOUNT_NS or _expected_process_limit() == "uid",
+                    reason="no per-worker process limit here (mount namespaces, or a cgroup or user namespace)")
+def test_a_fork_bomb_in_one_worker_leaves_a_concurrent_worker_its_own_budget():
+    """The process limit is per worker: while one worker's candidate holds every task its limit allows (children that
+    sleep until the worker is killed), another worker of the same uid, alive at the same time, still starts 150
+    threads (a limit counted per uid, as RLIMIT_NPROC alone is, would refuse them)."""
+    bomb = """import os, time
+held = 0
+try:
+    for _ in range(2000):
+        if os.fork() == 0:
+            time.sleep(3600)
+            os._exit(0)
+        held += 1
+except BlockingIOError:
+    pass
+""" + GOOD
+    threads = """import threading, time
+started = [threading.Thread(target=time.sleep, args=(0.5,)) for _ in range(150)]
+for t in started:
+    t.start()
+for t in started:
+    t.join()
+""" + GOOD
+    uid = UNPRIVILEGED_UID if sandbox_plan().uid is not None else os.getuid()
+    bomber = WorkerProcess(device="cpu", gpu_index=None, log_cap_bytes=4096, isolate_network=True, max_processes=300)
+    honest = WorkerProcess(device="cpu", gpu_index=None, log_cap_bytes=4096, isolate_network=True, max_processes=300)
+    try:
+        before = _tasks_of_uid(uid)
+        bombed = _load(bomber, bomb)  # returns with its children still holding their tasks
+        held = _tasks_of_uid(uid) - before
+        loaded = _load(honest, threads)
+        assert bomber.alive()
+    finally:
+        bomber.kill()
+        honest.kill()
+    assert bombed.ok, bombed.error
+    assert held >= 250, f"the bomb held only {held} tasks"
+    assert loaded.ok, loaded.error
 
 
 def test_an_import_path_that_is_or_holds_a_shared_area_is_not_bound(monkeypatch):
