@@ -35,8 +35,13 @@ EXPECTED_FAILURES = {
 
 @pytest.fixture(scope="module")
 def fixture_reports():
+    """A problem that returns gets a generous bound, so that a busy machine does not fail it; the one that never
+    returns is judged with a short one, which it overruns however long the bound."""
     entries = load_kernelbench_dir(FIXTURE)
-    return {r.problem_id: r for r in lint_entries(entries, device="cpu", timeout_s=120, jobs=2)}
+    returns = [e for e in entries if e.id != "KB/L3/2_Hangs"]
+    hangs = [e for e in entries if e.id == "KB/L3/2_Hangs"]
+    reports = lint_entries(returns, device="cpu", timeout_s=900, jobs=2) + lint_entries(hangs, timeout_s=20)
+    return {r.problem_id: r for r in reports}
 
 
 def test_each_planted_defect_is_caught_and_sound_problems_pass(fixture_reports):
