@@ -44,6 +44,7 @@ def fixture_reports():
     return {r.problem_id: r for r in reports}
 
 
+@pytest.mark.slow  # lints twelve problems, each in a fresh subprocess
 def test_each_planted_defect_is_caught_and_sound_problems_pass(fixture_reports):
     assert set(fixture_reports) == set(EXPECTED_FAILURES)
     got = {pid: {c.name for c in r.failures} for pid, r in fixture_reports.items()}
@@ -52,6 +53,7 @@ def test_each_planted_defect_is_caught_and_sound_problems_pass(fixture_reports):
         assert fixture_reports[pid].ok == (not expected)
 
 
+@pytest.mark.slow
 def test_failures_say_why(fixture_reports):
     def detail(pid: str, check: str) -> str:
         return next(c.detail for c in fixture_reports[pid].checks if c.name == check)
