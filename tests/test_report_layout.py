@@ -1,7 +1,7 @@
 """leaderboard.html fits a 1400 px wide window and names every column, in headless Chromium.
 
-Two pages: a single run, and a comparison of three runs measured under different settings (the page then shows
-the `setting` column, the notes and the pass@k table). For each: the document is no wider than the window, no
+Two pages: a single run, and a comparison of three runs measured under different settings, made by a sweep (the
+page then shows the `setting` column, the notes, the sweep's table and the pass@k table). For each: the document is no wider than the window, no
 table is wider than the box that holds it (a table that scrolls sideways hides columns), every column of every
 table has a non-empty header, and a screenshot of the whole page (saved under the test's temporary directory) is
 a PNG 1400 px wide.
@@ -38,14 +38,15 @@ TABLES = """Array.from(document.querySelectorAll('table')).map(t => ({
 }))"""
 
 
-def _single(root: Path) -> list[Path]:
+def _single(root: Path) -> tuple[list[Path], None]:
     outcomes = [(p, 1, 1, "correct", 1.0 + i / 4, 0.4) for i, p in enumerate(SMOKE[:4])]
     outcomes += [(SMOKE[4], 1, 1, "incorrect", None, None), (SMOKE[5], 1, 1, "compile_error", None, None)]
-    return [write_run(root / "gpt-4o-triton-serial-h100", config("gpt-4o-triton-serial-h100", turns=1), outcomes)]
+    return [write_run(root / "gpt-4o-triton-serial-h100", config("gpt-4o-triton-serial-h100", turns=1), outcomes)], None
 
 
-def _comparison(root: Path) -> list[Path]:
-    """Three runs that are not comparable (different presets and devices): the widest leaderboard the page makes."""
+def _comparison(root: Path) -> tuple[list[Path], list[dict[str, str]]]:
+    """Three runs of a sweep that are not comparable (different presets and devices): the widest leaderboard the
+    page makes."""
     strict = write_run(
         root / "claude-sonnet-4-5-20250929-best-of-n",
         config("claude-sonnet-4-5-20250929-best-of-n", samples=2, search="best_of_n", model="claude-sonnet-4-5"),
@@ -64,13 +65,17 @@ def _comparison(root: Path) -> list[Path]:
         timed=False,
         device="cpu (Triton interpreter)",
     )
-    return [strict, loose, cpu]
+    swept = [{"model": "claude-sonnet-4-5", "eval": "default", "eval.device": "cuda"},
+             {"model": "gpt-4o-2024-08-06", "eval": "kernelbench", "eval.device": "cuda"},
+             {"model": "qwen2.5-coder-32b-instruct", "eval": "default", "eval.device": "cpu"}]
+    return [strict, loose, cpu], swept
 
 
 @pytest.mark.parametrize("runs", [_single, _comparison], ids=["single-run", "comparison"])
 def test_the_page_fits_1400_px_and_names_every_column(runs, tmp_path: Path) -> None:
     out = tmp_path / "report"
-    write_report(build_report(runs(tmp_path / "runs")), out)
+    run_dirs, sweep = runs(tmp_path / "runs")
+    write_report(build_report(run_dirs, sweep=sweep), out)
     browser = Browser(tmp_path / "chromium-profile")
     try:
         browser.call("Page.enable")
@@ -83,7 +88,8 @@ def test_the_page_fits_1400_px_and_names_every_column(runs, tmp_path: Path) -> N
         page_width = browser.js("document.documentElement.scrollWidth")
         assert page_width <= WIDTH, f"the page is {page_width} px wide in a {WIDTH} px window"
         tables = browser.js(TABLES)
-        assert {t["id"] for t in tables} >= {"leaderboard-table", "level-table", "turn-table"}
+        assert {t["id"] for t in tables} >= {"leaderboard-table", "runs-table", "level-table", "turn-table"}
+        assert ("sweep-table" in {t["id"] for t in tables}) == (sweep is not None)
         for t in tables:
             assert t["width"] <= t["container"], f"table {t['id']} is {t['width']} px wide in {t['container']} px"
             assert len(t["headers"]) == t["columns"] and all(t["headers"]), f"table {t['id']}: {t['headers']}"
