@@ -122,10 +122,7 @@ def test_rate_limiter_config() -> None:
 
 def test_request_limit_blocks_once_the_bucket_is_empty() -> None:
     limiter = RateLimiter(requests_per_min=600)  # a burst of 600, then one per 0.1 s
-    start = time.monotonic()
-    for _ in range(600):
-        limiter.acquire()
-    assert time.monotonic() - start < 0.5
+    assert all(limiter.acquire() == 0.0 for _ in range(600))  # the burst never waits, however busy the machine
     start = time.monotonic()
     for _ in range(3):
         limiter.acquire()

@@ -29,6 +29,7 @@ def _namespace() -> list[str]:
     return prefix
 
 
+@pytest.mark.slow  # two harness runs in a subprocess, one on a full disk
 def test_a_full_disk_stops_the_run_with_one_line_and_a_resume_finishes(tmp_path: Path) -> None:
     prefix = _namespace()
     runs, out = tmp_path / "runs", tmp_path / "out"

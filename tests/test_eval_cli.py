@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from harness.cli import main
 from harness.corpus.hostile import GOOD, HOSTILE, PROBLEM
 
@@ -16,6 +18,7 @@ def _files(tmp_path, candidate: str):
     return str(problem), str(cand)
 
 
+@pytest.mark.slow  # evaluates candidates in sandboxed workers
 def test_json_verdicts_and_exit_codes(tmp_path, capsys):
     problem, cand = _files(tmp_path, GOOD)
     assert main(["eval", "--problem", problem, "--candidate", cand, "--device", "cpu", "--no-cache", "--json"]) == 0
@@ -28,6 +31,7 @@ def test_json_verdicts_and_exit_codes(tmp_path, capsys):
     assert bad["status"] == "incorrect" and bad["mismatch"]["max_abs_err"] > 0
 
 
+@pytest.mark.slow
 def test_readable_report(tmp_path, capsys):
     problem, cand = _files(tmp_path, GOOD)
     assert main(["eval", "--problem", problem, "--candidate", cand, "--device", "cpu", "--no-cache"]) == 0

@@ -13,7 +13,7 @@ import pytest
 from eval import EvalConfig, Evaluator, Status
 from problems.problem import problem_from_source
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # every test runs sandboxed evaluator workers
 
 PROBLEM = '''
 import torch

@@ -12,7 +12,7 @@ from harness.corpus import candidates
 from problems import runtime
 from problems.problem import problem_from_source
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # every test runs sandboxed evaluator workers
 N = 1 << 12
 
 

@@ -18,7 +18,7 @@ from harness.cli import main
 from problems.problem import problem_from_source
 from harness.corpus.hostile import FORWARD, GOOD, PROBLEM, RETURN, variant
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # every test runs sandboxed evaluator workers
 
 
 def _frame(header: object) -> bytes:

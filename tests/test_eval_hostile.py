@@ -16,7 +16,7 @@ from problems.problem import problem_from_source
 from harness.corpus.hostile import GOOD, HONEST, HOSTILE, PROBLEM, TAMPERING
 from tests.test_eval_sandbox import MOUNT_NS
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # every test runs sandboxed evaluator workers
 
 
 @pytest.fixture(scope="module")

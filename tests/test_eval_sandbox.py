@@ -26,7 +26,7 @@ from eval.sandbox import (PROJECT_ROOT, UNPRIVILEGED_UID, SandboxPlan, WorkerPro
 from problems.problem import problem_from_source
 from harness.corpus.hostile import FORWARD, GOOD, PROBLEM, RELU, variant
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # every test runs sandboxed evaluator workers
 
 
 def _mount_namespaces_work() -> bool:

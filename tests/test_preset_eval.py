@@ -15,7 +15,7 @@ from problems.problem import problem_from_source
 from tests import report_fixtures as fx
 from harness.corpus.hostile import FORWARD, HOSTILE, PROBLEM, REGENERATE_PUBLIC_INPUTS, RELU, variant
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # every test runs sandboxed evaluator workers
 
 LINEAR = '''
 import torch

@@ -19,7 +19,7 @@ import pytest
 from harness.cli import main
 from tests.run_fixtures import GOOD, PROBLEM, fenced, rows
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # every test runs sandboxed evaluator workers
 
 OFF = GOOD.replace("tl.maximum(a + b, 0.0)", "tl.maximum(a + b, 0.0) + 0.003")
 TORCH_ONLY = """import torch

@@ -35,10 +35,16 @@ EXPECTED_FAILURES = {
 
 @pytest.fixture(scope="module")
 def fixture_reports():
+    """A problem that returns gets a generous bound, so that a busy machine does not fail it; the one that never
+    returns is judged with a short one, which it overruns however long the bound."""
     entries = load_kernelbench_dir(FIXTURE)
-    return {r.problem_id: r for r in lint_entries(entries, device="cpu", timeout_s=120, jobs=2)}
+    returns = [e for e in entries if e.id != "KB/L3/2_Hangs"]
+    hangs = [e for e in entries if e.id == "KB/L3/2_Hangs"]
+    reports = lint_entries(returns, device="cpu", timeout_s=900, jobs=2) + lint_entries(hangs, timeout_s=20)
+    return {r.problem_id: r for r in reports}
 
 
+@pytest.mark.slow  # lints twelve problems, each in a fresh subprocess
 def test_each_planted_defect_is_caught_and_sound_problems_pass(fixture_reports):
     assert set(fixture_reports) == set(EXPECTED_FAILURES)
     got = {pid: {c.name for c in r.failures} for pid, r in fixture_reports.items()}
@@ -47,6 +53,7 @@ def test_each_planted_defect_is_caught_and_sound_problems_pass(fixture_reports):
         assert fixture_reports[pid].ok == (not expected)
 
 
+@pytest.mark.slow
 def test_failures_say_why(fixture_reports):
     def detail(pid: str, check: str) -> str:
         return next(c.detail for c in fixture_reports[pid].checks if c.name == check)

@@ -184,16 +184,16 @@ def test_every_solution_launches_its_own_kernels(interpreted):
 def test_solutions_pass_the_evaluator_on_cpu():
     """The real evaluator (sandboxed worker, several trials, hidden shapes, integrity and own-kernel
     checks) accepts every solution on the CPU, at the problems' reduced sizes."""
-    from eval import EvalConfig, Evaluator, Status
+    from eval import EvalConfig, Evaluator, Job, Status
     from problems.suite import suite_problem
 
-    verdicts = {}
+    jobs = [Job(suite_problem(f"{LEVELS[path.parent.name]}/{path.stem}"), path.read_text(), "triton")
+            for path in _solutions()]
     with Evaluator(EvalConfig(device="cpu", problem_scale="small", cache_dir=None)) as evaluator:
-        for path in _solutions():
-            problem = suite_problem(f"{LEVELS[path.parent.name]}/{path.stem}")
-            result = evaluator.evaluate(problem, path.read_text(), backend="triton")
-            assert result.problem_scale == "small"
-            verdicts[problem.id] = (result.status, result.reason[:300])
+        results = evaluator.evaluate_many(jobs)  # one batch, so the pool's workers share it
+    assert [r.problem_scale for r in results] == ["small"] * len(jobs)
+    verdicts = {job.problem.id: (r.status, r.reason[:300]) for job, r in zip(jobs, results)}
+    assert len(verdicts) == len(jobs) > 0
     assert {pid: v for pid, v in verdicts.items() if v[0] != Status.CORRECT} == {}
 
 

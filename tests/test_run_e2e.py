@@ -304,8 +304,8 @@ def test_resume_refuses_a_changed_problem(server, tmp_path, eval_cache, capsys) 
 
 
 def test_timeouts_are_retried_then_the_run_stops_unfinished(server, base, tmp_path, capsys) -> None:
-    server.script(slow(1.0), slow(1.0), reply(fenced(BROKEN)), reply("no code"))
-    args = openai_args(server, "slow", samples=2, max_concurrency=1) + ["agent.timeout_s=0.2", "agent.retry.max_attempts=2"]
+    server.script(slow(600), slow(600), reply(fenced(BROKEN)), reply("no code"))
+    args = openai_args(server, "slow", samples=2, max_concurrency=1) + ["agent.timeout_s=5", "agent.retry.max_attempts=2"]
     assert main(["run", *base, *args]) == 5  # nothing reached the agent: stop rather than fail every attempt
     assert "the agent could not be reached: openai: request timed out (gave up after 2 attempt(s))" in (
         capsys.readouterr().err)
