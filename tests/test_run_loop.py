@@ -174,7 +174,10 @@ def test_loop_bench_measures_overhead_over_cache_hits() -> None:
 
     report = run_loop_bench(20)
     assert report["attempts"] == 20 and report["turns"] == 10
-    assert 0 < report["loop_overhead_ms_per_attempt"] < report["target_ms_per_attempt"]
+    # the overhead against its target is a benchmark figure (`harness bench loop`), not a test: a busy machine
+    # exceeds any wall-clock bound; the test checks that the bench measures what it says
+    assert report["loop_overhead_ms_per_attempt"] > 0
+    assert report["loop_overhead_s"] == pytest.approx(report["wall_s"] - report["agent_s"] - report["eval_s"], abs=2e-3)
     assert report["wall_s"] >= report["agent_s"] + report["eval_s"]
 
 
