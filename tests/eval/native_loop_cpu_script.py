@@ -1,4 +1,4 @@
-"""Run by tests/test_native_loop_cpu.py in a subprocess whose libcuda.so.1 is tests/fakes/fake_libcuda.c."""
+"""Run by tests/eval/test_native_loop_cpu.py in a subprocess whose libcuda.so.1 is tests/fakes/fake_libcuda.c."""
 
 import array
 import ctypes

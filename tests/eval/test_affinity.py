@@ -11,6 +11,7 @@ import time
 import pytest
 
 from eval import affinity
+from tests.paths import REPO
 
 CHILD = "import os, subprocess, sys, threading, time; threading.Thread(target=time.sleep, args=(60,), daemon=True).start(); " \
         "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); print(p.pid, flush=True); time.sleep(60)"
@@ -61,7 +62,7 @@ print(json.dumps({"cores": cores, "reserved": got, "core0": affinity.timing_core
 
 def _reserve(cores_per_gpu: int, gpus: str = "0,1") -> dict:
     done = subprocess.run([sys.executable, "-c", RESERVE, str(cores_per_gpu), gpus], capture_output=True, text=True,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                          cwd=REPO)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 

@@ -11,6 +11,7 @@ from eval import EvalConfig, Evaluator, Status
 from harness.bench import candidates
 from problems import runtime
 from problems.problem import problem_from_source
+from tests.paths import REPO
 
 pytestmark = pytest.mark.timeout(600)
 N = 1 << 12
@@ -103,11 +104,9 @@ def test_a_candidate_whose_parameters_refuse_the_copy_keeps_its_own_same_seed_on
     parameters into them raises "Inplace update to inference tensor outside InferenceMode". KernelBench copies
     nothing (both models are built after the same seed), so the candidate keeps its own, built after the same seed
     as the reference, is judged on them, and the result says which state was used."""
-    from pathlib import Path
-
     from problems.suite import suite_problem
 
-    solution = (Path(__file__).parents[1] / "problems/solutions/level1/16_rms_norm.py").read_text()
+    solution = (REPO / "problems/solutions/level1/16_rms_norm.py").read_text()
     built_under_inference = candidates.edit(solution, "        self.weight = nn.Parameter(torch.rand(hidden) + 0.5)\n",
                                             "        with torch.inference_mode():\n"
                                             "            self.weight = nn.Parameter(torch.rand(hidden) + 0.5)\n")

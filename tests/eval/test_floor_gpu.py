@@ -1,4 +1,4 @@
-"""The byte floor on a problem loaded from source, on a CUDA GPU (`pytest -m gpu tests/test_floor_gpu.py`).
+"""The byte floor on a problem loaded from source, on a CUDA GPU (`pytest -m gpu tests/eval/test_floor_gpu.py`).
 
 KernelBench's L1/100 (HingeLoss) as first published draws predictions uniformly in [0, 1) and targets as +-1, so
 mean(clamp(1 - p*t, 0)) is within tolerance of 1 - mean(t)/2: a kernel that reads only the targets passes every

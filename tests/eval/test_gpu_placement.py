@@ -8,16 +8,15 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from eval import EvalConfig, Evaluator
 from harness.bench import candidates
+from tests.paths import REPO as ROOT
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-ROOT = Path(__file__).resolve().parent.parent
 
 _PROBE = """
 import json, torch

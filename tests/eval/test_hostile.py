@@ -13,7 +13,7 @@ import pytest
 from eval import EvalConfig, Evaluator, Status
 from problems.problem import problem_from_source
 from tests.hostile import GOOD, HONEST, HOSTILE, PROBLEM, TAMPERING
-from tests.test_eval_sandbox import MOUNT_NS
+from tests.eval.test_sandbox import MOUNT_NS
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -1,6 +1,6 @@
 """Units of the tamper snapshot (`eval.worker.integrity`) and of the output-structure check, in this process.
 
-The end-to-end cases (a real worker, hostile candidates) are in `tests/test_eval_hostile.py`; here each
+The end-to-end cases (a real worker, hostile candidates) are in `tests/eval/test_hostile.py`; here each
 probe is shown to see a change and to see nothing once the change is undone.
 """
 

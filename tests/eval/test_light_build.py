@@ -1,6 +1,6 @@
 """The light `.cu` of `load_inline` builds (`eval.worker.light_build`): which sources are lightened, the light
 build's own name, and the fallback to the sources as written (how the evaluating worker skips a light build that
-failed is `eval.worker.prebuilt`'s record: tests/test_eval_prebuilt.py)."""
+failed is `eval.worker.prebuilt`'s record: tests/eval/test_prebuilt.py)."""
 
 from __future__ import annotations
 

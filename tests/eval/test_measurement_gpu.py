@@ -1,4 +1,4 @@
-"""Hostile candidates against the measurement design, on a CUDA GPU (`pytest -m gpu tests/test_measurement_gpu.py`).
+"""Hostile candidates against the measurement design, on a CUDA GPU (`pytest -m gpu tests/eval/test_measurement_gpu.py`).
 
 The design under test (`eval.measure`, `eval.checks.time_candidate`, `eval.reference_process`):
 

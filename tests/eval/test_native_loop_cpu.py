@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import REPO as ROOT
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
@@ -20,6 +20,6 @@ def test_timed_loop_host_logic_with_a_fake_driver(tmp_path: Path) -> None:
     subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(lib),
                     str(ROOT / "tests" / "fakes" / "fake_libcuda.c")], check=True)
     env = {**os.environ, "LD_LIBRARY_PATH": str(tmp_path), "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "native_loop_cpu_script.py")], env=env,
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("native_loop_cpu_script.py"))], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr

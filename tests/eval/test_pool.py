@@ -20,9 +20,9 @@ from eval.pool import GpuGate
 from eval.reaper import owner_token, processes_in, sweep_stale
 from eval.wire import ProtocolError
 from harness.bench import candidates
+from tests.paths import REPO as ROOT
 
 pytestmark = pytest.mark.timeout(900)
-ROOT = Path(__file__).resolve().parent.parent
 SIZES = (1 << 10, 1 << 12, 1 << 14)
 
 

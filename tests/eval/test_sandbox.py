@@ -91,7 +91,7 @@ def test_a_worker_can_neither_see_nor_signal_processes_outside_its_sandbox():
 import json
 from eval import EvalConfig, Evaluator, Job
 from problems.problem import problem_from_source
-from tests.test_eval_sandbox import SIGNALS_OUTSIDE
+from tests.eval.test_sandbox import SIGNALS_OUTSIDE
 from tests.hostile import GOOD, PROBLEM
 problem = problem_from_source(PROBLEM, name="add_relu")
 with Evaluator(EvalConfig(device="cpu", cache_dir=None, workers_per_gpu=2, import_timeout_s=30, call_timeout_s=20)) as ev:

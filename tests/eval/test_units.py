@@ -17,6 +17,7 @@ from eval.static_checks import analyze
 from eval.wire import Channel, ChannelClosed, ProtocolError
 from problems.problem import ProblemError, problem_from_source
 from tests.hostile import GOOD, PROBLEM
+from tests.paths import KERNELBENCH
 
 
 def _r(status: str, speedup: float | None = None) -> EvalResult:
@@ -185,13 +186,11 @@ def test_a_problem_without_meta_still_gets_a_floor_a_flag_and_a_rejection():
     KernelBench problem is judged like one on ours: under a quarter of the byte floor (every input and output moved
     once at the measured copy bandwidth) it is rejected, naming the floor; a time that beats only the FLOP floor is
     a flag (an algebraic shortcut may do less arithmetic); and without an L2 flush the byte floor proves nothing."""
-    from pathlib import Path
-
     from eval.checks import judge_speed
     from eval.roofline import Ceilings
     from problems.problem import load_problem_file
 
-    path = Path(__file__).parent / "fixtures/kernelbench/KernelBench/level1/1_Sound_matmul.py"
+    path = KERNELBENCH / "KernelBench/level1/1_Sound_matmul.py"
     problem = load_problem_file(path)
     assert problem.flops is None and problem.bytes_moved is None
     ceilings = Ceilings(device="test", copy_bytes_per_s=3e12, matmul_flops_per_s={"float32": 5e13})
@@ -219,9 +218,7 @@ def problem_bytes(problem) -> float:
 
 def test_an_input_declared_unread_leaves_the_byte_floor():
     """META['unread_inputs'] takes an input out of the byte floor: a kernel that may skip it is not rejected."""
-    from pathlib import Path
-
-    source = (Path(__file__).parent / "fixtures/kernelbench/KernelBench/level1/1_Sound_matmul.py").read_text()
+    source = (KERNELBENCH / "KernelBench/level1/1_Sound_matmul.py").read_text()
     whole = problem_from_source(source, name="m", problem_id="t/whole")
     declared = problem_from_source(source + "\nMETA = {'unread_inputs': [1]}\n", name="m", problem_id="t/declared")
     assert problem_bytes(whole) - problem_bytes(declared) == 48 * 32 * 4  # B, one float32 matrix

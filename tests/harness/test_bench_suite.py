@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from harness.bench.suite_bench import markdown_tables, summary
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import REPO as ROOT
 
 ROWS = [
     {"id": "L1/13_softmax", "level": "level1", "dtype": "float32", "floor_us": 182.2, "eager_us": 223.6,

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.paths import REPO
 from tests.run_fixtures import base_overrides, write_problem
 
-REPO = Path(__file__).resolve().parent.parent
 SAMPLES, TURNS = 2, 3
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from harness.cli import main
 from problems.suite import load_suite
+from tests.paths import KERNELBENCH as FIXTURE
 
-FIXTURE = Path(__file__).parent / "fixtures" / "kernelbench"
 SOUND = FIXTURE / "KernelBench" / "level1" / "1_Sound_matmul.py"
 ZERO = FIXTURE / "KernelBench" / "level2" / "2_Min_clamp_zero.py"
 

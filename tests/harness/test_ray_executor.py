@@ -27,9 +27,9 @@ from eval.config import EvalConfig
 from eval.result import Status
 from harness.executors import ExecutorConfig, ExecutorError, RayEvaluator
 from problems.problem import load_problem_file
+from tests.paths import REPO
 from tests.run_fixtures import GOOD, WRONG, write_problem
 
-REPO = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 try:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.paths import REPO
 from tests.report_fixtures import config, write_run
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _ro(folder: Path, *commands: list[str]) -> list[subprocess.CompletedProcess]:

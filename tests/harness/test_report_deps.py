@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.paths import REPO as ROOT
 from tests.report_fixtures import SMOKE, config, write_run
 
-ROOT = Path(__file__).resolve().parents[1]
 _PROBE = """
 import json, sys
 from harness.cli import main

@@ -14,9 +14,9 @@ import pytest
 
 from harness.cli import main
 from tests.fakes.llm_server import FakeLLMServer, error, reply
+from tests.paths import REPO
 from tests.run_fixtures import BROKEN, base_overrides, fenced, rows, write_problem
 
-REPO = Path(__file__).resolve().parent.parent
 FAST_RETRY = ["agent.retry.initial_delay_s=0.01", "agent.retry.max_delay_s=0.05", "agent.retry.max_attempts=2"]
 
 

@@ -14,8 +14,7 @@ from agents import make_agent
 from agents.base import Pricing
 from eval.config import EvalConfig
 from harness import overrides as ov
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.paths import REPO
 
 
 def compose(*overrides: str) -> dict:

@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
+from tests.paths import REPO
 from tests.run_fixtures import GOOD, base_overrides, fenced, rows, write_problem
 
-REPO = Path(__file__).resolve().parent.parent
 SAMPLES, TURNS = 6, 3
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.paths import REPO
 from tests.run_fixtures import base_overrides, write_problem
-from tests.test_run_resume import _agent_script, _logged, _recorded
+from tests.harness.test_run_resume import _agent_script, _logged, _recorded
 
-REPO = Path(__file__).resolve().parent.parent
 ALL = {("add_relu", s, t) for s in range(1, 5) for t in range(1, 4)}
 
 

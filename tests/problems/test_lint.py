@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,8 +11,7 @@ from problems.kernelbench import load_kernelbench_dir
 from problems.lint import lint_entries, lint_problem_here
 from problems.problem import load_problem_file, problem_from_source
 from problems.suite import suite_problem
-
-FIXTURE = Path(__file__).parent / "fixtures" / "kernelbench"
+from tests.paths import KERNELBENCH as FIXTURE
 
 # problem id -> the checks that must fail (and no others)
 EXPECTED_FAILURES = {

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import datasets
 import pytest
@@ -19,8 +18,8 @@ from problems.kernelbench import (
 from problems.problem import Problem, ProblemError
 from problems.select import SMOKE, select_entries, select_problems
 from problems.suite import SUITE_DIR, load_suite, solution_path
+from tests.paths import KERNELBENCH as FIXTURE
 
-FIXTURE = Path(__file__).parent / "fixtures" / "kernelbench"
 KB_ROOT = FIXTURE / "KernelBench"
 
 EXPECTED_IDS = [

@@ -10,7 +10,7 @@ The compile check rebuilds every launch seen (argument types, constexprs, warps,
 the interpreter switched off and compiles it to a cubin with Triton's bundled ptxas: a type
 error, an unsupported op or a shared-memory overflow that the interpreter lets through fails here.
 
-Run as a script (`python tests/test_problems_solutions.py interpret|compile`) it is the worker.
+Run as a script (`python tests/problems/test_solutions.py interpret|compile`) it is the worker.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from pathlib import Path
 import pytest
 
 from problems.suite import LEVELS
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import REPO as ROOT
 
 
 def _solutions() -> list[Path]:

@@ -15,6 +15,7 @@ from problems.problem import ProblemError, load_problem_file
 from problems.runtime import load_module, make_inputs
 from problems.suite import LEVELS, SOLUTIONS_DIR, SUITE_DIR, load_suite, solution_path, suite_problem, suite_problem_id
 from problems.update_meta import update_file
+from tests.paths import KERNELBENCH
 
 SUITE = load_suite()
 BY_LEVEL = {level: [p for p in SUITE if p.level == level] for level in LEVELS}
@@ -114,7 +115,7 @@ def test_solution_paths_mirror_the_suite():
     assert solution_path(suite_problem("L1/24_gelu")) is None
     for path in sorted(SOLUTIONS_DIR.glob("*/[0-9]*.py")):
         assert (SUITE_DIR / path.parent.name / path.name).is_file(), f"{path} solves no suite problem"
-    outside = load_problem_file(Path(__file__).parent / "fixtures/kernelbench/KernelBench/level1/1_Sound_matmul.py")
+    outside = load_problem_file(KERNELBENCH / "KernelBench/level1/1_Sound_matmul.py")
     assert solution_path(outside) is None
 
 
