@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from eval import EvalConfig, Evaluator, Status
+from eval import Status
 from problems.problem import problem_from_source
 
 pytestmark = pytest.mark.timeout(900)
@@ -64,10 +64,7 @@ class ModelNew(nn.Module):
 '''
 
 
-@pytest.fixture(scope="module")
-def evaluator():
-    with Evaluator(EvalConfig(device="cpu", cache_dir=None, workers_per_gpu=1, import_timeout_s=120)) as ev:
-        yield ev
+EVALUATOR = dict(device="cpu", cache_dir=None, workers_per_gpu=1, import_timeout_s=120)
 
 
 def _clamp_problem():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eval import EvalConfig, Evaluator, Status
+from eval import Status
 from harness.bench import candidates
 from problems import runtime
 from problems.problem import problem_from_source
@@ -17,11 +17,7 @@ pytestmark = pytest.mark.timeout(600)
 N = 1 << 12
 
 
-@pytest.fixture(scope="module")
-def evaluator():
-    config = EvalConfig(device="cpu", cache_dir=None, workers_per_gpu=1, call_timeout_s=20, import_timeout_s=60)
-    with Evaluator(config) as ev:
-        yield ev
+EVALUATOR = dict(device="cpu", cache_dir=None, workers_per_gpu=1, call_timeout_s=20, import_timeout_s=60)
 
 
 def test_fingerprint_is_exact_and_short():

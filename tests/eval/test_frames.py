@@ -15,7 +15,6 @@ import pytest
 
 from eval import EvalConfig, Evaluator, Status
 from harness.cli import main
-from problems.problem import problem_from_source
 from tests.hostile import FORWARD, GOOD, PROBLEM, RETURN, variant
 
 pytestmark = pytest.mark.timeout(600)
@@ -63,15 +62,7 @@ def forging_candidate(payload: bytes, via: str = "argv") -> str:
     return variant(FORWARD, "        import os, sys\n" + find + f"        os.write(fd, {payload!r})\n" + FORWARD)
 
 
-@pytest.fixture(scope="module")
-def evaluator():
-    with Evaluator(EvalConfig(device="cpu", cache_dir=None, import_timeout_s=20, call_timeout_s=10)) as ev:
-        yield ev
-
-
-@pytest.fixture(scope="module")
-def problem():
-    return problem_from_source(PROBLEM, name="add_relu")
+EVALUATOR = dict(device="cpu", cache_dir=None, import_timeout_s=20, call_timeout_s=10)
 
 
 def test_the_output_cap_follows_the_references_own_size(problem):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eval import EvalConfig, Evaluator, Status
+from eval import Status
 from harness.bench import candidates
 from harness.bench.candidates import TRITON_LAUNCH, edit
 
@@ -24,10 +24,7 @@ POINTER_CACHE_STATUS, POINTER_CACHE_PHRASE = Status.INCORRECT, "values differ"
 POINTER_CACHE_DEFENCE = "(trial 1)"  # the correctness trials' reason; the timed repetitions' says "(fresh inputs)"
 
 
-@pytest.fixture(scope="module")
-def evaluator(tmp_path_factory):
-    with Evaluator(EvalConfig(device="cuda", cache_dir=str(tmp_path_factory.mktemp("cache")))) as ev:
-        yield ev
+EVALUATOR = dict(device="cuda")  # no cache_dir: a fresh result cache for this module
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eval import EvalConfig, Evaluator, Job, Status
+from eval import Job, Status
 from harness.bench import candidates
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -111,10 +111,7 @@ def _cuda_jobs() -> dict[str, Job]:
             if not (form == "library_name" and role == "honest")}
 
 
-@pytest.fixture(scope="module")
-def evaluator(tmp_path_factory):
-    with Evaluator(EvalConfig(device="cuda", cache_dir=str(tmp_path_factory.mktemp("cache")))) as ev:
-        yield ev
+EVALUATOR = dict(device="cuda")  # no cache_dir: a fresh result cache for this module
 
 
 @pytest.fixture(scope="module")

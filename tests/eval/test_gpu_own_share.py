@@ -7,16 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eval import EvalConfig, Evaluator, Job, Status
+from eval import Job, Status
 from harness.bench import candidates, flips, own_share
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 
-@pytest.fixture(scope="module")
-def evaluator(tmp_path_factory):
-    with Evaluator(EvalConfig(device="cuda", cache_dir=str(tmp_path_factory.mktemp("cache")))) as ev:
-        yield ev
+EVALUATOR = dict(device="cuda")  # no cache_dir: a fresh result cache for this module
 
 
 def test_decoy_is_rejected_by_the_share_rule_with_the_share_in_the_reason(evaluator):

@@ -6,32 +6,27 @@ the previous candidate and evaluates the next one normally.
 
 from __future__ import annotations
 
-import os
+from collections.abc import Iterator
 
 import pytest
 
-from eval import EvalConfig, Evaluator, Status
-from problems.problem import problem_from_source
-from tests.hostile import GOOD, HONEST, HOSTILE, PROBLEM, TAMPERING
+from eval import Status
+from tests.hostile import GOOD, HONEST, HOSTILE, TAMPERING
 from tests.eval.test_sandbox import MOUNT_NS
 
 pytestmark = pytest.mark.timeout(600)
 
 
-@pytest.fixture(scope="module")
-def evaluator():
-    os.environ["OPENAI_API_KEY"] = "sk-test-secret-must-not-leak"
-    os.environ["MY_SERVICE_TOKEN"] = "tok-secret"
-    config = EvalConfig(device="cpu", cache_dir=None, import_timeout_s=20, call_timeout_s=10)
-    with Evaluator(config) as ev:
-        yield ev
-    os.environ.pop("OPENAI_API_KEY")
-    os.environ.pop("MY_SERVICE_TOKEN")
+EVALUATOR = dict(device="cpu", cache_dir=None, import_timeout_s=20, call_timeout_s=10)
 
 
-@pytest.fixture(scope="module")
-def problem():
-    return problem_from_source(PROBLEM, name="add_relu")
+@pytest.fixture(scope="module", autouse=True)
+def parent_secrets() -> Iterator[None]:
+    """Secrets in the parent's environment that no candidate may read; autouse, so set before the evaluator starts."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("OPENAI_API_KEY", "sk-test-secret-must-not-leak")
+        env.setenv("MY_SERVICE_TOKEN", "tok-secret")
+        yield
 
 
 def test_honest_candidate_is_correct(evaluator, problem):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eval import EvalConfig, EvalResult, Evaluator, Status
+from eval import EvalResult, Status
 from harness.bench.candidates import edit
 from problems.problem import problem_from_source
 
@@ -519,10 +519,7 @@ def _affine(src):
 
 
 # -- fixtures -----------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def evaluator():
-    with Evaluator(EvalConfig(device="cuda", cache_dir=None)) as ev:
-        yield ev
+EVALUATOR = dict(device="cuda", cache_dir=None)
 
 
 @pytest.fixture(scope="module")

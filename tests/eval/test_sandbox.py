@@ -48,15 +48,7 @@ def writes(path: str, swallow: bool = False) -> str:
     return variant(FORWARD, body + FORWARD)
 
 
-@pytest.fixture(scope="module")
-def evaluator():
-    with Evaluator(EvalConfig(device="cpu", cache_dir=None, import_timeout_s=30, call_timeout_s=20)) as ev:
-        yield ev
-
-
-@pytest.fixture(scope="module")
-def problem():
-    return problem_from_source(PROBLEM, name="add_relu")
+EVALUATOR = dict(device="cpu", cache_dir=None, import_timeout_s=30, call_timeout_s=20)
 
 
 def test_the_plan_matches_the_machine():

@@ -8,32 +8,21 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from harness.cli import main
 from tests.fakes.llm_server import FakeLLMServer, error, reply
 from tests.paths import REPO
-from tests.run_fixtures import BROKEN, base_overrides, fenced, rows, write_problem
+from tests.run_fixtures import BROKEN, fenced, rows
 
 FAST_RETRY = ["agent.retry.initial_delay_s=0.01", "agent.retry.max_delay_s=0.05", "agent.retry.max_attempts=2"]
-
-
-@pytest.fixture(scope="module")
-def eval_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("eval_cache")
 
 
 @pytest.fixture
 def server() -> Iterator[FakeLLMServer]:
     with FakeLLMServer(api_key=None) as srv:
         yield srv
-
-
-@pytest.fixture
-def base(tmp_path: Path, eval_cache: Path) -> list[str]:
-    return base_overrides(tmp_path, write_problem(tmp_path / "problems"), eval_cache)
 
 
 def local_openai(base_url: str, name: str) -> list[str]:

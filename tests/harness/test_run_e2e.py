@@ -17,22 +17,11 @@ from tests.run_fixtures import BROKEN, GOOD, WRONG, base_overrides, fenced, rows
 KEY = "sk-run-test-9f8e7d6c5b4a"
 
 
-@pytest.fixture(scope="module")
-def eval_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One evaluator result cache for the module: an identical candidate is judged for real once."""
-    return tmp_path_factory.mktemp("eval_cache")
-
-
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLMServer]:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with FakeLLMServer(api_key=KEY) as srv:
         yield srv
-
-
-@pytest.fixture
-def base(tmp_path: Path, eval_cache: Path) -> list[str]:
-    return base_overrides(tmp_path, write_problem(tmp_path / "problems"), eval_cache)
 
 
 def openai_args(server: FakeLLMServer, name: str, **extra: object) -> list[str]:
