@@ -12,7 +12,7 @@ import pytest
 
 from eval import Status
 from tests.hostile import GOOD, HONEST, HOSTILE, TAMPERING
-from tests.eval.test_sandbox import MOUNT_NS
+from tests.machine import MOUNT_NS
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -25,19 +25,9 @@ from eval.sandbox import (PROJECT_ROOT, UNPRIVILEGED_UID, SandboxPlan, WorkerPro
                           identity_problem, sandbox_plan)
 from problems.problem import problem_from_source
 from tests.hostile import FORWARD, GOOD, PROBLEM, RELU, variant
+from tests.machine import MOUNT_NS
 
 pytestmark = pytest.mark.timeout(600)
-
-
-def _mount_namespaces_work() -> bool:
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        return False
-    args = [unshare, "-m", "true"] if os.geteuid() == 0 else [unshare, "-U", "-r", "-m", "true"]
-    return subprocess.run(args, capture_output=True).returncode == 0
-
-
-MOUNT_NS = _mount_namespaces_work()
 
 
 def writes(path: str, swallow: bool = False) -> str:

@@ -12,47 +12,13 @@ import time
 from pathlib import Path
 
 from tests.paths import REPO
-from tests.run_fixtures import GOOD, base_overrides, fenced, rows, write_problem
+from tests.run_fixtures import agent_script, base_overrides, logged_requests, recorded_attempts, rows, write_problem
 
 SAMPLES, TURNS = 6, 3
 
 
-def _agent_script(tmp: Path) -> tuple[Path, Path]:
-    """A `command` agent that logs every request it gets and answers slowly; turn 2 brings a real kernel."""
-    log = tmp / "requests.log"
-    good = tmp / "good_reply.md"
-    good.write_text(fenced(GOOD))
-    script = tmp / "agent.sh"
-    script.write_text(
-        "#!/bin/sh\n"
-        "cat > /dev/null\n"
-        f'echo "$HARNESS_PROBLEM_ID $HARNESS_SAMPLE $HARNESS_TURN" >> {log}\n'
-        "sleep 0.15\n"
-        f'if [ "$HARNESS_TURN" = 2 ]; then cat {good}; else echo "Still thinking, no code yet."; fi\n'
-    )
-    return script, log
-
-
-def _logged(log: Path) -> list[tuple[str, int, int]]:
-    if not log.exists():
-        return []
-    out = []
-    for line in log.read_text().splitlines():
-        pid, sample, turn = line.split()
-        out.append((pid, int(sample), int(turn)))
-    return out
-
-
-def _recorded(run: Path) -> set[tuple[str, int, int]]:
-    if not (run / "attempts.sqlite").exists():
-        return set()
-    got = rows(run, "problem_id, sample, turn")
-    assert len(got) == len(set(got))  # the UNIQUE key holds
-    return set(got)
-
-
 def test_kill_9_at_random_moments_then_resume(tmp_path: Path) -> None:
-    script, log = _agent_script(tmp_path)
+    script, log = agent_script(tmp_path)
     problem = write_problem(tmp_path / "problems")
     args = [*base_overrides(tmp_path, problem, tmp_path / "eval_cache"), "agent=command",
             f"agent.command=sh {script}", f"samples={SAMPLES}", f"turns={TURNS}", "max_concurrency=3", "name=k9"]
@@ -61,7 +27,7 @@ def test_kill_9_at_random_moments_then_resume(tmp_path: Path) -> None:
     recorded: set[tuple[str, int, int]] = set()
     kills = 0
     for session in range(30):
-        log_mark = len(_logged(log))
+        log_mark = len(logged_requests(log))
         proc = subprocess.Popen(
             [sys.executable, "-m", "harness.cli", "run", *args], cwd=REPO, start_new_session=True,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -70,7 +36,7 @@ def test_kill_9_at_random_moments_then_resume(tmp_path: Path) -> None:
         target = None if session == 0 else len(recorded) + rng.randint(0, 2)
         deadline = time.monotonic() + (rng.uniform(0.5, 2.5) if session == 0 else 120)
         while proc.poll() is None and time.monotonic() < deadline:
-            if target is not None and len(_recorded(run)) >= target:
+            if target is not None and len(recorded_attempts(run)) >= target:
                 time.sleep(rng.uniform(0, 0.3))
                 break
             time.sleep(0.02)
@@ -78,10 +44,10 @@ def test_kill_9_at_random_moments_then_resume(tmp_path: Path) -> None:
             os.kill(proc.pid, signal.SIGKILL)
             kills += 1
         out, err = proc.communicate(timeout=60)
-        now = _recorded(run)
+        now = recorded_attempts(run)
         assert recorded <= now, f"attempts lost after a kill: {sorted(recorded - now)}"
         # a request for an attempt recorded before this session started was never made again
-        again = [k for k in _logged(log)[log_mark:] if k in recorded]
+        again = [k for k in logged_requests(log)[log_mark:] if k in recorded]
         assert not again, f"recorded attempts were requested again: {again}"
         recorded = now
         if proc.returncode == 0:
@@ -102,7 +68,7 @@ def test_kill_9_at_random_moments_then_resume(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_finishes_attempts_in_flight_and_saves_state(tmp_path: Path) -> None:
-    script, log = _agent_script(tmp_path)
+    script, log = agent_script(tmp_path)
     problem = write_problem(tmp_path / "problems")
     args = [*base_overrides(tmp_path, problem, tmp_path / "eval_cache"), "agent=command", f"agent.command=sh {script}",
             "samples=4", "turns=3", "max_concurrency=2", "name=intr"]  # fmt: skip
@@ -110,18 +76,18 @@ def test_ctrl_c_finishes_attempts_in_flight_and_saves_state(tmp_path: Path) -> N
     proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", *args], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     deadline = time.monotonic() + 60
-    while not _recorded(run) and time.monotonic() < deadline:
+    while not recorded_attempts(run) and time.monotonic() < deadline:
         time.sleep(0.02)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 3, err
     assert "finishing the attempts in flight" in err and "stopped: interrupted" in err
-    partial = _recorded(run)
+    partial = recorded_attempts(run)
     assert 0 < len(partial) < 12
-    requested = set(_logged(log))
+    requested = set(logged_requests(log))
     assert requested == partial  # every request that was sent got recorded
     done = subprocess.run([sys.executable, "-m", "harness.cli", "run", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert _recorded(run) == {("add_relu", s, t) for s in range(1, 5) for t in range(1, 4)}
-    assert len(_logged(log)) == 12  # nothing asked twice
+    assert recorded_attempts(run) == {("add_relu", s, t) for s in range(1, 5) for t in range(1, 4)}
+    assert len(logged_requests(log)) == 12  # nothing asked twice

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths import REPO
-from tests.run_fixtures import base_overrides, write_problem
-from tests.harness.test_run_resume import _agent_script, _logged, _recorded
+from tests.run_fixtures import agent_script, base_overrides, logged_requests, recorded_attempts, write_problem
 
 ALL = {("add_relu", s, t) for s in range(1, 5) for t in range(1, 4)}
 
@@ -49,9 +48,9 @@ def _wait_handled(proc: subprocess.Popen[str], sig: signal.Signals) -> None:
 
 def _wait_recorded(run: Path, proc: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + 120
-    while not _recorded(run) and time.monotonic() < deadline and proc.poll() is None:
+    while not recorded_attempts(run) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.02)
-    assert _recorded(run), "the run recorded nothing before the signal"
+    assert recorded_attempts(run), "the run recorded nothing before the signal"
 
 
 def _sessions(run: Path) -> list[tuple[float | None, str | None]]:
@@ -66,12 +65,12 @@ def _resume_finishes(args: list[str], run: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "harness.cli", "run", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert _recorded(run) == ALL
+    assert recorded_attempts(run) == ALL
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_sigterm_and_sighup_end_a_run_like_ctrl_c(tmp_path: Path, sig: signal.Signals) -> None:
-    script, log = _agent_script(tmp_path)
+    script, log = agent_script(tmp_path)
     args = _args(tmp_path, script, "sig")
     run = tmp_path / "runs" / "sig"
     proc = _start(args)
@@ -84,15 +83,15 @@ def test_sigterm_and_sighup_end_a_run_like_ctrl_c(tmp_path: Path, sig: signal.Si
     assert f"stopped: interrupted ({sig.name})" in err
     finished_at, reason = _sessions(run)[-1]
     assert finished_at is not None and reason == f"interrupted ({sig.name})"  # the session is closed
-    partial = _recorded(run)
+    partial = recorded_attempts(run)
     assert 0 < len(partial) < len(ALL)
-    assert set(_logged(log)) == partial  # every request sent got its reply recorded: none dropped
+    assert set(logged_requests(log)) == partial  # every request sent got its reply recorded: none dropped
     _resume_finishes(args, run)
-    assert len(_logged(log)) == len(ALL)  # nothing asked twice
+    assert len(logged_requests(log)) == len(ALL)  # nothing asked twice
 
 
 def test_ctrl_c_twice_quits_at_once_without_a_traceback(tmp_path: Path) -> None:
-    script, log = _agent_script(tmp_path)
+    script, log = agent_script(tmp_path)
     args = _args(tmp_path, script, "twice")
     run = tmp_path / "runs" / "twice"
     proc = _start(args)
@@ -105,13 +104,13 @@ def test_ctrl_c_twice_quits_at_once_without_a_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in err, err
     finished_at, reason = _sessions(run)[-1]
     assert finished_at is not None and reason == "interrupted"
-    assert _recorded(run) <= set(_logged(log))  # recorded attempts were all asked for; none is recorded twice
+    assert recorded_attempts(run) <= set(logged_requests(log))  # recorded attempts were all asked for; none is recorded twice
     _resume_finishes(args, run)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_during_start_up_gives_one_line_and_no_traceback(tmp_path: Path, sig: signal.Signals) -> None:
-    script, log = _agent_script(tmp_path)
+    script, log = agent_script(tmp_path)
     args = _args(tmp_path, script, "early")
     proc = _start(args)
     # once the harness catches SIGTERM its code runs (a signal in CPython's own first milliseconds of start-up is
@@ -133,7 +132,7 @@ def test_attempts_that_outlast_the_grace_period_are_abandoned_and_run_again(tmp_
     attempts in flight; a resume with a working agent runs them."""
     from harness.loop import STOP_GRACE_S
 
-    script = tmp_path / "agent.sh"  # the same command as `_agent_script`'s, so the resume keeps the config
+    script = tmp_path / "agent.sh"  # the same command as `agent_script`'s, so the resume keeps the config
     started = tmp_path / "started.log"
     script.write_text(f"#!/bin/sh\ncat > /dev/null\necho $$ >> {started}\nexec sleep 300\n")
     args = _args(tmp_path, script, "grace")
@@ -154,8 +153,8 @@ def test_attempts_that_outlast_the_grace_period_are_abandoned_and_run_again(tmp_
     assert proc.returncode == 3, err
     assert "Traceback" not in err, err
     assert "2 attempt(s) still in flight were abandoned" in err
-    assert _recorded(run) == set()
+    assert recorded_attempts(run) == set()
     finished_at, reason = _sessions(run)[-1]
     assert finished_at is not None and reason == "interrupted (SIGTERM)"
-    assert _agent_script(tmp_path)[0] == script  # now an agent that answers
+    assert agent_script(tmp_path)[0] == script  # now an agent that answers
     _resume_finishes(args, run)
