@@ -17,7 +17,7 @@ from harness.loop import LoopSettings, RunLoop
 from harness.progress import (Flight, LineDisplay, RichDisplay, RunStats, Tally, counter_text, eta_text, flight_text,
                               live_display, status_text)
 from harness.store import RunStore
-from tests.test_run_loop import PROBLEMS, ScriptedAgent, ScriptedEvaluator
+from tests.harness.test_run_loop import PROBLEMS, ScriptedAgent, ScriptedEvaluator
 
 ESCAPE = "\x1b"  # any terminal control sequence starts with it
 
