@@ -31,6 +31,7 @@ from rich.console import Console
 
 from agents import ConfigError, PromptBuilder, PromptError, make_agent
 from eval import EvalConfig
+from eval.backends import DEFAULT_BACKEND
 from harness import overrides as ov
 from harness.cli import VERSION, stdout_closed
 from harness.executors import make_evaluator
@@ -187,7 +188,7 @@ class _NoEvaluator:
 
     workers = 0
 
-    def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> Any:
+    def evaluate(self, problem: Problem, source: str, backend: str = DEFAULT_BACKEND) -> Any:
         raise RuntimeError("no evaluator was started: this run had nothing left to run")
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
+from eval.backends import DEFAULT_BACKEND
 from eval.cache import cache_key
 from eval.config import EvalConfig
 from eval.evaluator import Evaluator
@@ -111,7 +112,7 @@ class LocalEvaluator(Evaluator):
 
     node = socket.gethostname()
 
-    def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> EvalResult:
+    def evaluate(self, problem: Problem, source: str, backend: str = DEFAULT_BACKEND) -> EvalResult:
         result = super().evaluate(problem, source, backend)
         result.node = result.node or self.node
         return result
@@ -288,7 +289,7 @@ class RayEvaluator:
             return sum(s.info["workers"] for s in self._slots)
 
     # -- public API --------------------------------------------------------------------------
-    def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> EvalResult:
+    def evaluate(self, problem: Problem, source: str, backend: str = DEFAULT_BACKEND) -> EvalResult:
         """Evaluate one candidate on some actor; an identical candidate already seen is answered from it."""
         if self.eval_config.cache_dir is None:  # no cache asked for: every request is evaluated
             return EvalResult.from_dict(self._run(problem, source, backend))
