@@ -22,7 +22,7 @@ from typing import Any, Iterator, NoReturn
 import hydra
 from hydra._internal.utils import get_args_parser
 
-import harness.conf  # noqa: F401  registers the eval schema (eval.config.EvalConfig) with Hydra
+import harness.conf  # noqa: F401  registers the config schemas with Hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -331,37 +331,21 @@ def _refuse_partial_replay(agent: Any, settings: LoopSettings, problems: list[Pr
 
 
 def _settings(config: dict[str, Any]) -> LoopSettings:
+    """The loop's settings; Hydra has checked each value's type against the schema (`harness.conf.schema`)."""
     budget = config["budget"]
     try:
         return LoopSettings(
-            turns=_number(config, "turns", int),
-            samples=_number(config, "samples", int),
-            backend=str(config["backend"]),
-            max_concurrency=_concurrency(config),
-            target_speedup=_number(config, "target_speedup", float, optional=True),
-            max_tokens=_number(budget, "max_tokens", int, optional=True, prefix="budget."),
-            max_cost_usd=_number(budget, "max_cost_usd", float, optional=True, prefix="budget."),
+            turns=config["turns"],
+            samples=config["samples"],
+            backend=config["backend"],
+            # null: the evaluator's worker count, known once it is made; until then, the least it will be
+            max_concurrency=MIN_CONCURRENCY if config["max_concurrency"] is None else config["max_concurrency"],
+            target_speedup=config["target_speedup"],
+            max_tokens=budget["max_tokens"],
+            max_cost_usd=budget["max_cost_usd"],
         )
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-
-
-def _concurrency(config: dict[str, Any]) -> int:
-    """`max_concurrency`, or while the evaluator is not yet made (null: its worker count), the least it will be."""
-    value = _number(config, "max_concurrency", int, optional=True)
-    return MIN_CONCURRENCY if value is None else value
-
-
-def _number(cfg: dict[str, Any], key: str, kind: type, *, optional: bool = False, prefix: str = "") -> Any:
-    """`cfg[key]` as an int or float; a clear message naming the key when it is not one."""
-    value = cfg[key]
-    if value is None and optional:
-        return None
-    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not numeric or (kind is int and not float(value).is_integer()):
-        what = "an integer" if kind is int else "a number"
-        raise BadInput(f"{prefix}{key} must be {what}{' or null' if optional else ''}, got {value!r}")
-    return kind(value)
 
 
 def _problems(cfg: dict[str, Any]) -> list[Problem]:
