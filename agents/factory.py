@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from agents.base import Agent, ConfigError
 from agents.retry import RateLimiter, RateLimits, RetryingAgent, RetryPolicy
-from agents.settings import (SETTINGS, AgentSettings, AnthropicSettings, CommandSettings, OpenAISettings,
+from agents.settings import (SETTINGS, AnthropicSettings, CommandSettings, OpenAISettings,
                              ReferenceSettings, ReplaySettings)
 
 AGENT_KINDS: tuple[str, ...] = tuple(SETTINGS)

@@ -102,7 +102,6 @@ class ReferenceSettings:
     rate_limit: RateLimits = field(default_factory=RateLimits)
 
 
-AgentSettings = OpenAISettings | AnthropicSettings | CommandSettings | ReplaySettings | ReferenceSettings
 SETTINGS: dict[str, type] = {
     cls.kind: cls for cls in (OpenAISettings, AnthropicSettings, CommandSettings, ReplaySettings, ReferenceSettings)
 }

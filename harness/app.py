@@ -102,8 +102,9 @@ def _run(cfg: DictConfig) -> int:
     name = _job_name(cfg)
     try:
         config: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    except OmegaConfBaseException as exc:
-        raise BadInput(f"config: {exc}") from None
+    except OmegaConfBaseException as exc:  # an interpolation that fails, or resolves to a value of the wrong type
+        where = f"{exc.full_key}: " if getattr(exc, "full_key", None) else ""
+        raise BadInput(f"config: {where}{str(exc).splitlines()[0]}") from None
     config["name"] = name
     _replay_defaults(config)
     settings = _settings(config)
