@@ -12,6 +12,7 @@ from pathlib import Path
 
 from agents.base import ABSTENTION_REASON, AgentError, AgentResponse, ConfigError, Message, Usage
 from eval.result import Status
+from agents.settings import ReplaySettings
 
 RESULTS_FILE = "results.jsonl"
 _KEYS = ("problem_id", "sample", "turn")
@@ -28,8 +29,8 @@ class ReplayAgent:
     was written when samples counted from 0, and its samples are read as one higher.
     """
 
-    def __init__(self, *, path: str | Path) -> None:
-        p = Path(path)
+    def __init__(self, settings: ReplaySettings) -> None:
+        p = Path(str(settings.path))
         self.path = p / RESULTS_FILE if p.is_dir() else p
         self._replies, self._models, self._abstained = _load(self.path)
         self.name = f"replay:{self.path}"

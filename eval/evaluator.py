@@ -26,6 +26,7 @@ import torch
 
 from eval import checks, measure, reaper, static_checks
 from eval import protocol as p
+from eval.backends import DEFAULT_BACKEND, check_backend
 from eval.builds import Build, Builder
 from eval.cache import JsonCache, cache_key
 from eval.checks import Context, RetryAlone, RetryEager, Verdict, trim
@@ -52,7 +53,10 @@ class Job:
 
     problem: Problem
     source: str
-    backend: str = "triton"
+    backend: str = DEFAULT_BACKEND
+
+    def __post_init__(self) -> None:
+        check_backend(self.backend)  # a label the evaluator would otherwise cache and report unchecked
 
 
 def _versions() -> dict[str, str]:
@@ -165,7 +169,7 @@ class Evaluator:
         """How long each GPU's gate was held exclusively and shared so far (benchmarks take differences)."""
         return self._pool.gate_usage()
 
-    def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> EvalResult:
+    def evaluate(self, problem: Problem, source: str, backend: str = DEFAULT_BACKEND) -> EvalResult:
         """Evaluate one candidate; never raises for candidate faults. Safe to call from several threads."""
         job = Job(problem, source, backend)
         return self._evaluate(job, static_checks.analyze(source), None)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from eval.backends import DEFAULT_BACKEND
 from problems.compare import Mismatch
 
 
@@ -66,7 +67,7 @@ class EvalResult:
     status: Status = Status.PENDING
     reason: str = ""
     problem_id: str = ""
-    backend: str = "triton"
+    backend: str = DEFAULT_BACKEND
     speedup: float | None = None
     speedup_compile: float | None = None
     candidate_timing: Timing | None = None

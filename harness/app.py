@@ -23,7 +23,7 @@ from typing import Any, Iterator, NoReturn
 import hydra
 from hydra._internal.utils import get_args_parser
 
-import harness.conf  # noqa: F401  registers the eval schema (eval.config.EvalConfig) with Hydra
+import harness.conf  # noqa: F401  registers the config schemas with Hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -32,6 +32,7 @@ from rich.console import Console
 
 from agents import ConfigError, PromptBuilder, PromptError, make_agent
 from eval import EvalConfig
+from eval.backends import DEFAULT_BACKEND
 from harness import overrides as ov
 from harness.cli import VERSION, stdout_closed
 from harness.executors import make_evaluator
@@ -119,8 +120,9 @@ def _run(cfg: DictConfig) -> int:
     name = _job_name(cfg)
     try:
         config: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    except OmegaConfBaseException as exc:
-        raise BadInput(f"config: {exc}") from None
+    except OmegaConfBaseException as exc:  # an interpolation that fails, or resolves to a value of the wrong type
+        where = f"{exc.full_key}: " if getattr(exc, "full_key", None) else ""
+        raise BadInput(f"config: {where}{str(exc).splitlines()[0]}") from None
     config["name"] = name
     _replay_defaults(config)
     settings = _settings(config)
@@ -206,7 +208,7 @@ class _NoEvaluator:
 
     workers = 0
 
-    def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> Any:
+    def evaluate(self, problem: Problem, source: str, backend: str = DEFAULT_BACKEND) -> Any:
         raise RuntimeError("no evaluator was started: this run had nothing left to run")
 
 
@@ -371,37 +373,21 @@ def _refuse_partial_replay(agent: Any, settings: LoopSettings, problems: list[Pr
 
 
 def _settings(config: dict[str, Any]) -> LoopSettings:
+    """The loop's settings; Hydra has checked each value's type against the schema (`harness.conf.schema`)."""
     budget = config["budget"]
     try:
         return LoopSettings(
-            turns=_number(config, "turns", int),
-            samples=_number(config, "samples", int),
-            backend=str(config["backend"]),
-            max_concurrency=_concurrency(config),
-            target_speedup=_number(config, "target_speedup", float, optional=True),
-            max_tokens=_number(budget, "max_tokens", int, optional=True, prefix="budget."),
-            max_cost_usd=_number(budget, "max_cost_usd", float, optional=True, prefix="budget."),
+            turns=config["turns"],
+            samples=config["samples"],
+            backend=config["backend"],
+            # null: the evaluator's worker count, known once it is made; until then, the least it will be
+            max_concurrency=MIN_CONCURRENCY if config["max_concurrency"] is None else config["max_concurrency"],
+            target_speedup=config["target_speedup"],
+            max_tokens=budget["max_tokens"],
+            max_cost_usd=budget["max_cost_usd"],
         )
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-
-
-def _concurrency(config: dict[str, Any]) -> int:
-    """`max_concurrency`, or while the evaluator is not yet made (null: its worker count), the least it will be."""
-    value = _number(config, "max_concurrency", int, optional=True)
-    return MIN_CONCURRENCY if value is None else value
-
-
-def _number(cfg: dict[str, Any], key: str, kind: type, *, optional: bool = False, prefix: str = "") -> Any:
-    """`cfg[key]` as an int or float; a clear message naming the key when it is not one."""
-    value = cfg[key]
-    if value is None and optional:
-        return None
-    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not numeric or (kind is int and not float(value).is_integer()):
-        what = "an integer" if kind is int else "a number"
-        raise BadInput(f"{prefix}{key} must be {what}{' or null' if optional else ''}, got {value!r}")
-    return kind(value)
 
 
 def _problems(cfg: dict[str, Any]) -> list[Problem]:

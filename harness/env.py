@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents import TurnRecord
+from eval.backends import DEFAULT_BACKEND
 from eval.result import Status
 from harness.serve import rewards
 
@@ -22,7 +23,7 @@ from harness.serve import rewards
 class KernelEnv:
     """One episode at a time: `reset(problem)`, then `step(reply)` until `done` (after `max_turns`)."""
 
-    def __init__(self, source: Any, *, backend: str = "triton", max_turns: int = 4, reward: str | None = None,
+    def __init__(self, source: Any, *, backend: str = DEFAULT_BACKEND, max_turns: int = 4, reward: str | None = None,
                  eval: str | None = None, stop_when_correct: bool = False) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")

@@ -52,6 +52,7 @@ from agents import (
 )
 from agents.base import CHARS_PER_TOKEN
 from agents.extract import ExtractionError
+from eval.backends import BACKENDS, DEFAULT_BACKEND
 from eval.feedback import render_feedback
 from eval.result import EvalResult, Status
 from harness.progress import Display, RunStats
@@ -64,7 +65,7 @@ from problems.problem import Problem
 class Evaluates(Protocol):
     """What the loop needs of an evaluator (`eval.Evaluator`)."""
 
-    def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> EvalResult: ...
+    def evaluate(self, problem: Problem, source: str, backend: str = DEFAULT_BACKEND) -> EvalResult: ...
 
 
 class Responds(Protocol):
@@ -88,7 +89,7 @@ class LoopSettings:
 
     turns: int = 1
     samples: int = 1
-    backend: str = "triton"
+    backend: str = DEFAULT_BACKEND
     max_concurrency: int = MIN_CONCURRENCY
     target_speedup: float | None = None  # a sample stops once a correct attempt reaches it (measured only)
     max_tokens: int | None = None  # input + output tokens over the whole run
@@ -100,8 +101,8 @@ class LoopSettings:
             problems.append(f"turns must be >= 1, got {self.turns}")
         if self.samples < 1:
             problems.append(f"samples must be >= 1, got {self.samples}")
-        if self.backend not in ("triton", "cuda"):
-            problems.append(f"backend must be triton or cuda, got {self.backend!r}")
+        if self.backend not in BACKENDS:
+            problems.append(f"backend must be {' or '.join(BACKENDS)}, got {self.backend!r}")
         if self.max_concurrency < 1:
             problems.append(f"max_concurrency must be >= 1, got {self.max_concurrency}")
         if self.target_speedup is not None and self.target_speedup <= 0:
