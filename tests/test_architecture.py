@@ -21,13 +21,13 @@ ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml"
 PACKAGES = ("harness", "eval", "agents", "problems", "tests")
 BENCH = "harness.bench"
 BENCH_DOOR = "harness.commands.bench_cmd"  # the bench command: the one module of the product that runs benchmarks
-# Tests of a benchmark's own code (its tables, its CPU path), by module name wherever the file sits, and the
-# benchmark modules each of them tests. Every other test takes its candidates from `harness.corpus`.
+# Tests of a benchmark's own code (its tables, its CPU path), by module, and the benchmark modules each of them
+# tests. Every other test takes its candidates from `harness.corpus`.
 BENCH_TESTS: dict[str, set[str]] = {
-    "test_bench_suite": {"harness.bench.suite_bench"},
-    "test_launch_units": {"harness.bench.eval_bench", "harness.bench.launch_bound"},
-    "test_eval_pool": {"harness.bench.parents", "harness.bench.pools"},
-    "test_run_loop": {"harness.bench.loop_bench"},
+    "tests.harness.test_bench_suite": {"harness.bench.suite_bench"},
+    "tests.eval.test_launch_units": {"harness.bench.eval_bench", "harness.bench.launch_bound"},
+    "tests.eval.test_pool": {"harness.bench.parents", "harness.bench.pools"},
+    "tests.harness.test_run_loop": {"harness.bench.loop_bench"},
 }
 
 
@@ -111,7 +111,7 @@ def test_only_the_bench_command_and_the_benchmarks_own_tests_import_the_benchmar
     for module, targets in imports().items():
         if _in(module, BENCH) or module == BENCH_DOOR:
             continue
-        allowed = BENCH_TESTS.get(module.rpartition(".")[2], set()) if _in(module, "tests") else set()
+        allowed = BENCH_TESTS.get(module, set()) if _in(module, "tests") else set()
         wrong += [f"{module} imports {t}" for t in sorted(targets) if _in(t, BENCH) and t not in allowed]
     assert not wrong, "\n".join(wrong)
 
