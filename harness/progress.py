@@ -268,8 +268,9 @@ class LineDisplay:
 
     def finished(self, attempt: Attempt, stats: RunStats) -> None:
         elapsed = time.monotonic() - self._started
+        others = sum(key != (attempt.problem_id, attempt.sample) for key in stats.in_flight.copy())
         self._print(f"{stats.counter(elapsed)} {attempt.problem_id} sample {attempt.sample} turn "
-                    f"{attempt.turn}/{stats.turns}: {attempt.status}; {len(stats.in_flight)} in flight")
+                    f"{attempt.turn}/{stats.turns}: {attempt.status}; {others} other(s) in flight")
 
     def message(self, text: str) -> None:
         self._print(text)

@@ -75,8 +75,10 @@ def test_a_log_gets_one_plain_line_per_finished_attempt(tmp_path: Path) -> None:
     assert lines[0] == "[0/8, 0s, ETA unknown] attempts; problems 0/2 finished; 0 in flight"
     assert len(lines) == 1 + 8
     for i, line in enumerate(lines[1:], start=1):
-        assert re.fullmatch(rf"\[{i}/8, \d+s, ETA \d+s\] p[01] sample [12] turn [12]/2: (in)?correct; \d in flight",
+        assert re.fullmatch(rf"\[{i}/8, \d+s, ETA \d+s\] p[01] sample [12] turn [12]/2: (in)?correct; \d other\(s\) in flight",
                             line), line
+    others = [int(re.search(r"(\d) other", x).group(1)) for x in lines[1:]]
+    assert max(others) <= 1 and others[-1] == 0  # at most 2 trajectories at once; nothing else left at the end
     done = {tuple(re.search(r"(p\d) sample (\d) turn (\d)/2: (\w+)", x).groups()) for x in lines[1:]}
     assert done == recorded and len(recorded) == 8 and {x[3] for x in done} == {"incorrect", "correct"}
 
@@ -107,7 +109,7 @@ def test_harness_run_in_a_log_prints_a_line_per_attempt(tmp_path: Path, capsys: 
     counted = [x for x in err.splitlines() if re.match(r"\[\d/4, ", x)]
     assert counted[0] == "[0/4, 0s, ETA unknown] attempts; problems 0/1 finished; 0 in flight", err
     assert [x.split(",")[0] for x in counted[1:]] == [f"[{i}/4" for i in range(1, 5)], err
-    assert all(re.search(r", ETA [^\]]+\] \S+ sample [12] turn [12]/2: correct; \d in flight$", x) for x in counted[1:]), err
+    assert all(re.search(r", ETA [^\]]+\] \S+ sample [12] turn [12]/2: correct; \d other\(s\) in flight$", x) for x in counted[1:]), err
 
 
 def test_lint_and_bench_count_items_with_the_one_counter(capsys: pytest.CaptureFixture[str]) -> None:
