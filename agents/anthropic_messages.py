@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import anthropic
 
 from agents._sdk import Reply, SDKAgent
 from agents.base import Message, Pricing, Usage
+from agents.settings import AnthropicSettings
 
 
 class AnthropicAgent(SDKAgent):
@@ -20,31 +21,21 @@ class AnthropicAgent(SDKAgent):
     sdk = anthropic
     sdk_error = anthropic.AnthropicError
 
-    def __init__(
-        self,
-        *,
-        model: str,
-        base_url: str | None = None,
-        api_key_env: str | None = "ANTHROPIC_API_KEY",
-        max_tokens: int = 8192,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        thinking_budget: int | None = None,
-        timeout_s: float = 600.0,
-        extra_body: Mapping[str, Any] | None = None,
-        pricing: Pricing | None = None,
-    ) -> None:
-        if thinking_budget is not None and not 1024 <= thinking_budget < max_tokens:
-            raise ValueError(f"thinking_budget must be >= 1024 and below max_tokens ({max_tokens}), got {thinking_budget}")
-        super().__init__(model=model, base_url=base_url, api_key_env=api_key_env, pricing=pricing)
-        self._client = anthropic.Anthropic(api_key=self._key, base_url=base_url, max_retries=0, timeout=timeout_s)
-        self._params: dict[str, Any] = {"max_tokens": max_tokens}
-        if thinking_budget is not None:
-            self._params["thinking"] = {"type": "enabled", "budget_tokens": thinking_budget}
+    def __init__(self, settings: AnthropicSettings) -> None:
+        s = settings
+        if s.thinking_budget is not None and not 1024 <= s.thinking_budget < s.max_tokens:
+            raise ValueError(f"thinking_budget must be >= 1024 and below max_tokens ({s.max_tokens}), "
+                             f"got {s.thinking_budget}")
+        super().__init__(model=str(s.model), base_url=s.base_url, api_key_env=s.api_key_env,
+                         pricing=Pricing.from_config(s.pricing))
+        self._client = anthropic.Anthropic(api_key=self._key, base_url=s.base_url, max_retries=0, timeout=s.timeout_s)
+        self._params: dict[str, Any] = {"max_tokens": s.max_tokens}
+        if s.thinking_budget is not None:
+            self._params["thinking"] = {"type": "enabled", "budget_tokens": s.thinking_budget}
         # This SDK version lists no sampling parameters; set ones go in the body, for the API to judge.
-        sampling = {k: v for k, v in (("temperature", temperature), ("top_p", top_p)) if v is not None}
-        if extra_body or sampling:
-            self._params["extra_body"] = {**sampling, **dict(extra_body or {})}
+        sampling = {k: v for k, v in (("temperature", s.temperature), ("top_p", s.top_p)) if v is not None}
+        if s.extra_body or sampling:
+            self._params["extra_body"] = {**sampling, **dict(s.extra_body or {})}
 
     def _create(self, messages: list[Message]) -> Any:
         system = "\n\n".join(m.content for m in messages if m.role == "system")

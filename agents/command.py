@@ -8,9 +8,8 @@ import shlex
 import signal
 import subprocess
 import time
-from typing import Sequence
-
 from agents.base import AgentError, AgentResponse, Message, RetryableError, UnavailableError, Usage
+from agents.settings import CommandSettings
 
 _TAIL = 2000
 _NOT_RUNNABLE = {126: "cannot be executed", 127: "was not found"}  # the shell's exit codes
@@ -26,14 +25,8 @@ class CommandAgent:
     126/127) is an `UnavailableError`; any other non-zero exit is an `AgentError` with the stderr tail.
     """
 
-    def __init__(
-        self,
-        *,
-        command: str | Sequence[str],
-        timeout_s: float = 600.0,
-        input_format: str = "text",
-        model: str | None = None,
-    ) -> None:
+    def __init__(self, settings: CommandSettings) -> None:
+        command, timeout_s, input_format = settings.command, settings.timeout_s, settings.input_format
         if isinstance(command, str):
             if not command.strip():
                 raise ValueError("command agent: `command` is empty")
@@ -51,7 +44,7 @@ class CommandAgent:
         self.command = label
         self.timeout_s = timeout_s
         self.input_format = input_format
-        self.model = model or label.split()[0]
+        self.model = settings.model or label.split()[0]
         self.name = f"command:{self.model}"
 
     def __repr__(self) -> str:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import openai
 
 from agents._sdk import Reply, SDKAgent
 from agents.base import Message, Pricing, Usage
+from agents.settings import OpenAISettings
 
 
 class OpenAIChatAgent(SDKAgent):
@@ -17,36 +18,23 @@ class OpenAIChatAgent(SDKAgent):
     sdk = openai
     sdk_error = openai.OpenAIError
 
-    def __init__(
-        self,
-        *,
-        model: str,
-        base_url: str | None = None,
-        api_key_env: str | None = "OPENAI_API_KEY",
-        temperature: float | None = None,
-        top_p: float | None = None,
-        max_tokens: int | None = None,
-        max_tokens_param: str = "max_completion_tokens",
-        seed: int | None = None,
-        reasoning_effort: str | None = None,
-        timeout_s: float = 600.0,
-        extra_body: Mapping[str, Any] | None = None,
-        pricing: Pricing | None = None,
-    ) -> None:
-        if max_tokens_param not in ("max_tokens", "max_completion_tokens"):
-            raise ValueError(f"max_tokens_param must be max_tokens or max_completion_tokens, got {max_tokens_param!r}")
-        super().__init__(model=model, base_url=base_url, api_key_env=api_key_env, pricing=pricing)
-        self._client = openai.OpenAI(api_key=self._key, base_url=base_url, max_retries=0, timeout=timeout_s)
+    def __init__(self, settings: OpenAISettings) -> None:
+        s = settings
+        if s.max_tokens_param not in ("max_tokens", "max_completion_tokens"):
+            raise ValueError(f"max_tokens_param must be max_tokens or max_completion_tokens, got {s.max_tokens_param!r}")
+        super().__init__(model=str(s.model), base_url=s.base_url, api_key_env=s.api_key_env,
+                         pricing=Pricing.from_config(s.pricing))
+        self._client = openai.OpenAI(api_key=self._key, base_url=s.base_url, max_retries=0, timeout=s.timeout_s)
         params: dict[str, Any] = {
-            "temperature": temperature,
-            "top_p": top_p,
-            max_tokens_param: max_tokens,
-            "seed": seed,
-            "reasoning_effort": reasoning_effort,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            s.max_tokens_param: s.max_tokens,
+            "seed": s.seed,
+            "reasoning_effort": s.reasoning_effort,
         }
         self._params = {k: v for k, v in params.items() if v is not None}
-        if extra_body:
-            self._params["extra_body"] = dict(extra_body)
+        if s.extra_body:
+            self._params["extra_body"] = dict(s.extra_body)
 
     def _create(self, messages: list[Message]) -> Any:
         payload = [{"role": m.role, "content": m.content} for m in messages]

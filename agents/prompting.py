@@ -25,10 +25,10 @@ from typing import Any, Mapping, Sequence
 
 from agents.base import Message
 from agents.hardware import hardware_facts
+from eval.backends import BACKENDS, DEFAULT_BACKEND
 
 PROMPTS_DIR = Path(__file__).parent / "prompts"
 EXAMPLES_DIR = PROMPTS_DIR / "examples"
-BACKENDS = ("triton", "cuda")
 CONTEXT_POLICIES = ("full", "last_k")
 
 _TASK_VARS = frozenset({"problem_source", "hardware", "example_reference", "example_solution"})
@@ -129,14 +129,14 @@ def fenced(code: str) -> str:
 class PromptBuilder:
     """Builds the conversation for one (problem, sample) at any turn.
 
-    backend: "triton" or "cuda" (also the default task template name); template, system,
+    backend: one of `eval.backends.BACKENDS` (also the default task template name); template, system,
     feedback: template names (system=None sends no system message); hardware: facts dict,
     preset name, "auto" or None; context: "full" or "last_k" with last_k >= 1.
     """
 
     def __init__(
         self,
-        backend: str = "triton",
+        backend: str = DEFAULT_BACKEND,
         *,
         template: str | None = None,
         system: str | None = "system",

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from agents.base import AgentResponse, Message, Usage
 from agents.prompting import fenced
+from agents.settings import ReferenceSettings
 from problems.problem import ProblemError
 from problems.suite import solution_path, suite_problem
 
@@ -26,7 +27,8 @@ class ReferenceAgent:
 
     name = "reference"
 
-    def __init__(self, *, solutions_dir: str | Path | None = None) -> None:
+    def __init__(self, settings: ReferenceSettings) -> None:
+        solutions_dir = settings.solutions_dir
         if solutions_dir is not None and not Path(solutions_dir).is_dir():
             raise ValueError(f"solutions_dir {str(solutions_dir)!r} is not a directory")
         self.solutions_dir = None if solutions_dir is None else Path(solutions_dir)

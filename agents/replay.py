@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 from agents.base import ABSTENTION_REASON, AgentError, AgentResponse, ConfigError, Message, Usage
+from eval.result import Status
+from agents.settings import ReplaySettings
 
 RESULTS_FILE = "results.jsonl"
 _KEYS = ("problem_id", "sample", "turn")
@@ -27,8 +29,8 @@ class ReplayAgent:
     was written when samples counted from 0, and its samples are read as one higher.
     """
 
-    def __init__(self, *, path: str | Path) -> None:
-        p = Path(path)
+    def __init__(self, settings: ReplaySettings) -> None:
+        p = Path(str(settings.path))
         self.path = p / RESULTS_FILE if p.is_dir() else p
         self._replies, self._models, self._abstained = _load(self.path)
         self.name = f"replay:{self.path}"
@@ -106,7 +108,7 @@ def _load(path: Path) -> tuple[dict[Key, str | None], dict[Key, str], set[Key]]:
         if row.get("model"):
             models[key] = str(row["model"])
         reason = (row.get("result") or {}).get("reason", "") if isinstance(row.get("result"), dict) else ""
-        if row.get("status") == "skipped" and str(reason).startswith(ABSTENTION_REASON):
+        if row.get("status") == Status.SKIPPED and str(reason).startswith(ABSTENTION_REASON):
             abstained.add(key)
     if not replies:
         raise ConfigError(f"replay: {path} holds no attempts")

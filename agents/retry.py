@@ -14,18 +14,21 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 from agents.base import Agent, AgentResponse, ConfigError, Message, RetryableError
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass
 class RetryPolicy:
     """Exponential backoff: attempt n waits initial_delay_s * multiplier**(n-1), capped at max_delay_s,
     then scaled by a random factor in [1 - jitter, 1]. A provider's Retry-After raises the wait;
-    one beyond max_delay_s ends the retries (a long quota wait should not hang the run)."""
+    one beyond max_delay_s ends the retries (a long quota wait should not hang the run).
+
+    Also the `agent.retry` schema of `harness run` (`agents.settings`), so it is not frozen: Hydra writes
+    overrides into it. Retries on 408/409/429/5xx, timeouts, connection errors and malformed bodies."""
 
     max_attempts: int = 5
     initial_delay_s: float = 1.0
@@ -42,8 +45,9 @@ class RetryPolicy:
             raise ConfigError(f"retry.jitter must be in [0, 1], got {self.jitter}")
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any] | None) -> "RetryPolicy":
-        return cls(**_known_fields(cls, cfg or {}, "retry"))
+    def from_config(cls, cfg: Mapping[str, Any] | None, base: "RetryPolicy | None" = None) -> "RetryPolicy":
+        """`base` (default: this class's defaults) with the keys `cfg` sets; null values keep the base's."""
+        return dataclasses.replace(base or cls(), **_known_fields(cls, cfg or {}, "retry"))
 
     def delay(self, attempt: int, retry_after: float | None, rng: random.Random) -> float | None:
         """Seconds to wait after failed attempt number `attempt` (1-based); None means stop."""
@@ -56,6 +60,18 @@ class RetryPolicy:
         if retry_after > self.max_delay_s:
             return None
         return max(backoff, retry_after)
+
+
+@dataclass
+class RateLimits:
+    """The `agent.rate_limit` settings of a `RateLimiter`; null: unlimited."""
+
+    requests_per_min: Optional[float] = None
+    tokens_per_min: Optional[float] = None
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any] | None) -> "RateLimits":
+        return cls(**_known_fields(cls, cfg or {}, "rate_limit"))
 
 
 class RateLimiter:
@@ -87,14 +103,14 @@ class RateLimiter:
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any] | None) -> "RateLimiter | None":
         """None when neither limit is set (no limiter at all)."""
-        cfg = dict(cfg or {})
-        valid = {"requests_per_min", "tokens_per_min"}
-        unknown = sorted(set(cfg) - valid)
-        if unknown:
-            raise ConfigError(f"unknown rate_limit key(s) {', '.join(unknown)}; valid: {', '.join(sorted(valid))}")
-        if cfg.get("requests_per_min") is None and cfg.get("tokens_per_min") is None:
+        return cls.of(RateLimits.from_config(cfg))
+
+    @classmethod
+    def of(cls, limits: RateLimits) -> "RateLimiter | None":
+        """The limiter these limits ask for; None when neither is set."""
+        if limits.requests_per_min is None and limits.tokens_per_min is None:
             return None
-        return cls(cfg.get("requests_per_min"), cfg.get("tokens_per_min"))
+        return cls(limits.requests_per_min, limits.tokens_per_min)
 
     def _refill(self) -> None:
         now = self._clock()

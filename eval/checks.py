@@ -28,7 +28,7 @@ from typing import Any, Callable, NoReturn
 import torch
 
 from eval import protocol as p
-from eval import affinity, measure, sandbox, static_checks
+from eval import affinity, measure, static_checks
 from eval.builds import Build
 from eval.config import EvalConfig
 from eval.pool import Lease
@@ -152,7 +152,7 @@ class Context:
         if reply.oom:  # alone on the GPU, so not another evaluation's doing
             raise Verdict(Status.RUNTIME_ERROR, f"the device ran out of memory in the '{reply.stage}' step with this "
                                                 f"evaluation alone on it: {trim(last, 400)}", reply.error)
-        raise Verdict(Status.RUNTIME_ERROR, _with_limit(f"forward raised: {trim(last, 400)}", reply.error), reply.error)
+        raise Verdict(Status.RUNTIME_ERROR, _with_limit(self, f"forward raised: {trim(last, 400)}", reply.error), reply.error)
 
     def tolerance(self) -> tuple[float, float]:
         return self.config.tolerance(self.problem.dtype, self.problem.atol, self.problem.rtol)
@@ -214,12 +214,12 @@ def load(ctx: Context) -> None:
     reason = {"import": "importing the candidate failed", "construct": "constructing ModelNew failed",
               "integrity": f"integrity: {reply.error}",
               "problem": "the problem itself failed to load in the worker"}.get(reply.stage, reply.error or "load failed")
-    raise Verdict(status, _with_limit(trim(reason, 600), reply.error), reply.error)
+    raise Verdict(status, _with_limit(ctx, trim(reason, 600), reply.error), reply.error)
 
 
-def _with_limit(reason: str, error: str) -> str:
-    """`reason`, naming the sandbox limit that the error shows was hit, if any."""
-    hit = sandbox.limit_hit(error)
+def _with_limit(ctx: Context, reason: str, error: str) -> str:
+    """`reason`, naming the sandbox limit that the worker hit, if any."""
+    hit = ctx.lease.worker.limit_note(error)
     return f"{reason} ({hit})" if hit else reason
 
 

@@ -2,7 +2,8 @@
 
 Every field that can change a verdict or a timing keys the result cache (`cache_fields`);
 where the work runs (which GPUs, how many workers, build parallelism, the cache's location)
-does not.
+does not. What each field is (its choices, its bound, its role for the cache) is said once,
+in its `setting(...)`.
 
 A preset (`harness/conf/eval/NAME.yaml`, picked with `eval=NAME`) lists only its differences
 from these defaults and names itself in `preset`, which every result records. The defaults are
@@ -14,36 +15,33 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from eval.measure import TimingRule
 from problems.compare import tolerance
 
-_CHOICES = {
-    "device": ("auto", "cuda", "cpu"),
-    "problem_scale": ("auto", "full", "small"),
-    "own_kernel_policy": ("reject", "report"),
-    "precision": ("strict", "torch_default"),
-    "seeding": ("secret", "kernelbench"),
-    "timing_method": ("adaptive", "fixed"),
-    "timing_statistic": ("median", "mean"),
-    "cuda_graphs": ("off", "auto"),
-}
-# Fields added after results were first cached: at their default they stay out of the cache key,
-# so results cached under the strict rules before these fields existed are still found.
-_ADDED_LATER: dict[str, Any] = {
-    "preset": "default", "precision": "strict", "seeding": "secret", "public_seed": 42,
-    "copy_reference_state": True, "hidden_shapes": True, "hidden_work_check": True, "timed_output_checks": True,
-    "timing_method": "adaptive", "timing_statistic": "median", "l2_flush": True, "fixed_reps": 100,
-    "fixed_warmup_calls": 3, "cuda_graphs": "off", "cpu_timing": False, "l2_flush_bytes": 0,
-    "max_worker_memory_gib": 0.0, "max_worker_processes": 4096,
-}
-# The own-share rule changes strict verdicts, so at its default it keys the cache (no strict result cached
-# before the rule existed is reused); off (0, as under eval=kernelbench) it stays out of the key.
-_ADDED_LATER["min_own_time_fraction"] = 0.0
-_ADDED_LATER["distribution_trials"] = False  # the same: on (the default) it changes strict verdicts
-_WHERE_IT_RUNS = {"cache_dir", "parallel_compiles", "log_cap_bytes", "gpus", "workers_per_gpu",
-                  "allow_unconfined_workers"}
+_UNSET: Any = object()
+SAME: Any = object()  # `unkeyed_at=SAME`: the field's own default
+
+
+def setting(default: Any = None, *, factory: Callable[[], Any] | None = None, choices: tuple[str, ...] = (),
+            above_zero: bool = False, not_negative: bool = False, where_it_runs: bool = False,
+            unkeyed_at: Any = _UNSET) -> Any:
+    """An `EvalConfig` field with what is known about it in one place (its `metadata`):
+
+    choices: the values it may take; above_zero / not_negative: its bound; where_it_runs: where the work runs
+    (which GPUs, how many workers, build parallelism, the cache's location), not what a verdict or a timing
+    means, so it never keys the result cache; unkeyed_at: for a field added after results were first cached,
+    the value at which it stays out of the cache key, so results cached before it existed are still found
+    (`SAME` for its default).
+    """
+    metadata = {"choices": choices, "above_zero": above_zero, "not_negative": not_negative,
+                "where_it_runs": where_it_runs}
+    if unkeyed_at is not _UNSET:
+        metadata["unkeyed_at"] = default if unkeyed_at is SAME else unkeyed_at
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass
@@ -65,8 +63,9 @@ class EvalConfig:
     max_worker_memory_gib: the most resident memory a worker's processes may hold together (a parent-side
       watchdog; over it the worker is killed and the verdict names the limit); 0 gives each worker an even
       share of the machine's memory among the workers and the parent (two shares), at least 4 GiB.
-    max_worker_processes: RLIMIT_NPROC of each worker in the sandbox: the tasks its uid may hold (the kernel
-      counts them per uid, so all uid-65534 workers of a host share it); a fork bomb gets EAGAIN there.
+    max_worker_processes: the tasks (processes and threads) each worker may hold, counted per worker: its own
+      pids cgroup where the host allows one, else RLIMIT_NPROC in its own user namespace (`eval.pids`); a fork
+      bomb gets EAGAIN in its own worker only, and the verdict names the limit.
     allow_unconfined_workers: run candidate code even where no confinement keeps it from this harness's own
       identity and file access (no mount namespace; or root whose workers cannot become uid 65534). Off: the
       evaluator refuses to start, saying why. Every result records `filesystem_isolated` and `unprivileged`.
@@ -101,13 +100,13 @@ class EvalConfig:
       cannot be captured, both are timed eagerly and the result says why (`timing_mode`, a flag).
     """
 
-    device: str = "auto"
-    gpus: Optional[list[int]] = None
-    workers_per_gpu: int = 0
-    trials: int = 5
+    device: str = setting("auto", choices=("auto", "cuda", "cpu"))
+    gpus: Optional[list[int]] = setting(None, where_it_runs=True)
+    workers_per_gpu: int = setting(0, not_negative=True, where_it_runs=True)
+    trials: int = setting(5, above_zero=True)
     atol: Optional[float] = None  # None: problem override, then dtype default
     rtol: Optional[float] = None
-    own_kernel_policy: str = "reject"
+    own_kernel_policy: str = setting("reject", choices=("reject", "report"))
     # Default 0.005 (0.5 %), from data: honest hybrids (cuBLAS GEMM + own epilogue) have the smallest
     # honest shares. Lowest estimate, from FLOPs and bytes on an H100: a 4096^3 fp32 GEMM (137 GFLOP at
     # ~50 TFLOP/s IEEE fp32, TF32 off: ~2.7 ms) against a 16M-element fp32 bias+ReLU epilogue (128 MB
@@ -116,62 +115,62 @@ class EvalConfig:
     # 0.12 % (side_stream) and 0.34 % (the one-element copy decoy). 0.5 % is a third of the lowest
     # honest estimate (room for GEMMs up to ~3x deeper per output than 4096, or faster epilogues) and
     # above every decoy measured. `harness bench eval --part own-share` prints the measured shares.
-    min_own_time_fraction: float = 0.005
-    problem_scale: str = "auto"
+    # The own-share rule changes strict verdicts, so at its default it keys the cache (no strict result cached
+    # before the rule existed is reused); off (0, as under eval=kernelbench) it stays out of the key.
+    min_own_time_fraction: float = setting(0.005, unkeyed_at=0.0)
+    problem_scale: str = setting("auto", choices=("auto", "full", "small"))
     # timing (GPU only)
-    warmup_ms: float = 25.0
-    min_reps: int = 20
-    max_reps: int = 1000
-    target_rel_stderr: float = 0.01
-    time_budget_s: float = 6.0
-    timed_input_sets: int = 3
+    warmup_ms: float = setting(25.0, above_zero=True)
+    min_reps: int = setting(20, above_zero=True)
+    max_reps: int = setting(1000, above_zero=True)
+    target_rel_stderr: float = setting(0.01, above_zero=True)
+    time_budget_s: float = setting(6.0, above_zero=True)
+    timed_input_sets: int = setting(3, above_zero=True)
     compile_baseline: bool = False
     # limits
-    import_timeout_s: float = 180.0  # import, including CUDA/C++ builds
-    call_timeout_s: float = 60.0  # one correctness trial
-    timing_timeout_s: float = 120.0
-    max_output_bytes: int = 1 << 30
-    log_cap_bytes: int = 16_384
+    import_timeout_s: float = setting(180.0, above_zero=True)  # import, including CUDA/C++ builds
+    call_timeout_s: float = setting(60.0, above_zero=True)  # one correctness trial
+    timing_timeout_s: float = setting(120.0, above_zero=True)
+    max_output_bytes: int = setting(1 << 30, above_zero=True)
+    log_cap_bytes: int = setting(16_384, above_zero=True, where_it_runs=True)
     # sandbox
     isolate_network: bool = True
-    allow_unconfined_workers: bool = False
-    max_worker_memory_gib: float = 0.0
-    max_worker_processes: int = 4096
-    parallel_compiles: int = 0  # concurrent CUDA/C++ builds; 0: half the CPU cores (at least 1)
-    cache_dir: Optional[str] = ".eval_cache"
-    extra_env: dict[str, str] = field(default_factory=dict)
+    allow_unconfined_workers: bool = setting(False, where_it_runs=True)
+    max_worker_memory_gib: float = setting(0.0, not_negative=True, unkeyed_at=SAME)
+    max_worker_processes: int = setting(4096, above_zero=True, unkeyed_at=SAME)
+    # concurrent CUDA/C++ builds; 0: half the CPU cores (at least 1)
+    parallel_compiles: int = setting(0, not_negative=True, where_it_runs=True)
+    cache_dir: Optional[str] = setting(".eval_cache", where_it_runs=True)
+    extra_env: dict[str, str] = setting(factory=dict)
     # rules a preset may relax (see the docstring); defaults are the strict rules
-    preset: str = "default"
-    precision: str = "strict"
-    seeding: str = "secret"
-    public_seed: int = 42
-    copy_reference_state: bool = True
-    hidden_shapes: bool = True
-    distribution_trials: bool = True
-    hidden_work_check: bool = True
-    timed_output_checks: bool = True
-    timing_method: str = "adaptive"
-    timing_statistic: str = "median"
-    l2_flush: bool = True
-    l2_flush_bytes: int = 0
-    fixed_reps: int = 100
-    fixed_warmup_calls: int = 3
-    cuda_graphs: str = "off"
-    cpu_timing: bool = False
+    preset: str = setting("default", unkeyed_at=SAME)
+    precision: str = setting("strict", choices=("strict", "torch_default"), unkeyed_at=SAME)
+    seeding: str = setting("secret", choices=("secret", "kernelbench"), unkeyed_at=SAME)
+    public_seed: int = setting(42, not_negative=True, unkeyed_at=SAME)
+    copy_reference_state: bool = setting(True, unkeyed_at=SAME)
+    hidden_shapes: bool = setting(True, unkeyed_at=SAME)
+    distribution_trials: bool = setting(True, unkeyed_at=False)  # the same: on (the default) it changes verdicts
+    hidden_work_check: bool = setting(True, unkeyed_at=SAME)
+    timed_output_checks: bool = setting(True, unkeyed_at=SAME)
+    timing_method: str = setting("adaptive", choices=("adaptive", "fixed"), unkeyed_at=SAME)
+    timing_statistic: str = setting("median", choices=("median", "mean"), unkeyed_at=SAME)
+    l2_flush: bool = setting(True, unkeyed_at=SAME)
+    l2_flush_bytes: int = setting(0, not_negative=True, unkeyed_at=SAME)
+    fixed_reps: int = setting(100, above_zero=True, unkeyed_at=SAME)
+    fixed_warmup_calls: int = setting(3, not_negative=True, unkeyed_at=SAME)
+    cuda_graphs: str = setting("off", choices=("off", "auto"), unkeyed_at=SAME)
+    cpu_timing: bool = setting(False, unkeyed_at=SAME)
 
     def __post_init__(self) -> None:
-        problems = [f"eval.{name} must be one of {', '.join(ok)}, not {getattr(self, name)!r}"
-                    for name, ok in _CHOICES.items() if getattr(self, name) not in ok]
-        positive = ("trials", "min_reps", "max_reps", "timed_input_sets", "warmup_ms", "time_budget_s",
-                    "target_rel_stderr", "import_timeout_s", "call_timeout_s", "timing_timeout_s",
-                    "max_output_bytes", "log_cap_bytes", "fixed_reps")
-        positive += ("max_worker_processes",)
-        problems += [f"eval.{name} must be > 0, not {getattr(self, name)!r}" for name in positive
-                     if not getattr(self, name) > 0]
-        problems += [f"eval.{name} must be >= 0, not {getattr(self, name)!r}"
-                     for name in ("workers_per_gpu", "parallel_compiles", "fixed_warmup_calls", "public_seed",
-                                  "l2_flush_bytes", "max_worker_memory_gib")
-                    if getattr(self, name) < 0]
+        problems = []
+        for f in dataclasses.fields(self):
+            value, meta = getattr(self, f.name), f.metadata
+            if meta.get("choices") and value not in meta["choices"]:
+                problems.append(f"eval.{f.name} must be one of {', '.join(meta['choices'])}, not {value!r}")
+            if meta.get("above_zero") and not value > 0:
+                problems.append(f"eval.{f.name} must be > 0, not {value!r}")
+            if meta.get("not_negative") and value < 0:
+                problems.append(f"eval.{f.name} must be >= 0, not {value!r}")
         if not 0.0 <= self.min_own_time_fraction < 1.0:
             problems.append(f"eval.min_own_time_fraction must be in [0, 1), not {self.min_own_time_fraction!r}")
         if not str(self.preset).strip():
@@ -191,11 +190,12 @@ class EvalConfig:
     def cache_fields(self) -> dict[str, Any]:
         """The settings that can change a verdict or a timing (so they key the cache).
 
-        Fields added later are left out at their defaults, so the strict rules' keys are the same
-        as before those fields existed.
+        Left out: where the work runs, and each field added later at its `unkeyed_at` value, so the strict
+        rules' keys are the same as before those fields existed.
         """
-        return {k: v for k, v in dataclasses.asdict(self).items()
-                if k not in _WHERE_IT_RUNS and not (k in _ADDED_LATER and v == _ADDED_LATER[k])}
+        values = dataclasses.asdict(self)
+        return {f.name: values[f.name] for f in dataclasses.fields(self) if not f.metadata.get("where_it_runs")
+                and not ("unkeyed_at" in f.metadata and values[f.name] == f.metadata["unkeyed_at"])}
 
     def timing_rule(self) -> TimingRule:
         """The timing rule these settings give: what the parent plans with and what each timed block carries."""

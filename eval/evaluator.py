@@ -20,12 +20,13 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
 from eval import checks, measure, reaper, static_checks
 from eval import protocol as p
+from eval.backends import DEFAULT_BACKEND, check_backend
 from eval.builds import Build, Builder
 from eval.cache import JsonCache, cache_key
 from eval.checks import Context, RetryAlone, RetryEager, Verdict, trim
@@ -52,7 +53,10 @@ class Job:
 
     problem: Problem
     source: str
-    backend: str = "triton"
+    backend: str = DEFAULT_BACKEND
+
+    def __post_init__(self) -> None:
+        check_backend(self.backend)  # a label the evaluator would otherwise cache and report unchecked
 
 
 def _versions() -> dict[str, str]:
@@ -89,6 +93,13 @@ def _device_uuid(gpu_index: int | None) -> str:
     return str(getattr(torch.cuda.get_device_properties(gpu_index), "uuid", ""))
 
 
+def host_gpu_index(host_gpu_ids: Sequence[str], index: int | None) -> int | None:
+    """The host's index of the visible GPU `index`: its entry in `host_gpu_ids` when that is a number, else `index`."""
+    if index is not None and index < len(host_gpu_ids) and host_gpu_ids[index].isdigit():
+        return int(host_gpu_ids[index])
+    return index
+
+
 def _needs_build(job: Job, report: static_checks.SourceReport) -> bool:
     """A parsable candidate that builds CUDA/C++ extensions (or is declared CUDA) is built before it is loaded."""
     return report.status is None and (report.uses_load_inline or job.backend == "cuda")
@@ -97,8 +108,11 @@ def _needs_build(job: Job, report: static_checks.SourceReport) -> bool:
 class Evaluator:
     """Evaluates candidates against problems. Use as a context manager; reuse across calls."""
 
-    def __init__(self, config: EvalConfig | None = None):
+    def __init__(self, config: EvalConfig | None = None, *, host_gpu_ids: Sequence[str] = ()):
+        """`host_gpu_ids`: the host's names of the GPUs this process sees, in order, where they differ from the
+        visible indices (Ray renumbers an actor's GPUs from 0), so that a result names the host's GPU."""
         self.config = config or EvalConfig()
+        self._host_gpu_ids = list(host_gpu_ids)
         protect_parent()
         strict_precision()
         reaper.sweep_stale()
@@ -155,7 +169,7 @@ class Evaluator:
         """How long each GPU's gate was held exclusively and shared so far (benchmarks take differences)."""
         return self._pool.gate_usage()
 
-    def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> EvalResult:
+    def evaluate(self, problem: Problem, source: str, backend: str = DEFAULT_BACKEND) -> EvalResult:
         """Evaluate one candidate; never raises for candidate faults. Safe to call from several threads."""
         job = Job(problem, source, backend)
         return self._evaluate(job, static_checks.analyze(source), None)
@@ -225,9 +239,7 @@ class Evaluator:
                         config=self.config.cache_fields(), device=self.device_name, versions=self.versions,
                         measure=MEASUREMENT)
         if self._cache is not None and (hit := self._cache.get(key)) is not None:
-            cached = EvalResult.from_dict(hit)
-            cached.cached = True
-            return cached
+            return EvalResult.from_dict({**hit, "cached": True, "node": hit.get("node") or socket.gethostname()})
         result = self._new_result(job)
         try:
             self._judge(job, report, build, result)
@@ -293,7 +305,8 @@ class Evaluator:
         result.network_isolated = lease.worker.info.get("network_isolated")
         result.filesystem_isolated = lease.worker.info.get("filesystem_isolated")
         result.unprivileged = lease.worker.unprivileged
-        result.gpu_index = lease.gpu_index
+        result.process_limit = lease.worker.process_limit
+        result.gpu_index = host_gpu_index(self._host_gpu_ids, lease.gpu_index)
         result.device = lease.worker.info.get("device_name") or result.device
         small = use_small_sizes(job.problem, self.config.problem_scale, lease.device)
         result.problem_scale = "small" if small else "full"
@@ -309,10 +322,10 @@ class Evaluator:
             lease.worker.kill()  # its device memory is free before the retry starts, not later in the background
             raise
         except WorkerTimeout as exc:
-            result.status, result.reason = Status.TIMEOUT, f"timeout: {exc.detail}"
+            result.status, result.reason = Status.TIMEOUT, lease.worker.with_notes(f"timeout: {exc.detail}", exc.output)
             result.stdout_tail = trim(exc.output)
         except WorkerDied as exc:
-            result.status, result.reason = Status.CRASH, f"crash: {exc.detail}"
+            result.status, result.reason = Status.CRASH, lease.worker.with_notes(f"crash: {exc.detail}", exc.output)
             result.stdout_tail = result.error = trim(exc.output)
         finally:
             if ctx.session is not None:

@@ -10,11 +10,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from eval.backends import DEFAULT_BACKEND
 from problems.compare import Mismatch
 
 
 class Status(str, Enum):
-    """The one verdict of an evaluation. Only `CORRECT` counts as solved."""
+    """The one status type from the evaluator to the report: an evaluation's verdict, and an attempt's status
+    in the run store. Only `CORRECT` counts as solved. A member is its value as text (JSON, SQLite, f-strings),
+    so stored runs hold the bare strings; readers turn them back into members where they load them."""
 
     FORMAT_ERROR = "format_error"  # no usable code / no ModelNew / no kernel in the source
     COMPILE_ERROR = "compile_error"  # import or build of the candidate failed
@@ -26,6 +29,10 @@ class Status(str, Enum):
     SKIPPED = "skipped"  # cannot be run here (e.g. CUDA candidate without a GPU); reason says why
     CORRECT = "correct"
     PENDING = "pending"  # not yet decided: every evaluation starts here and must end elsewhere
+    AGENT_ERROR = "agent_error"  # the provider refused the request: no candidate (set by the run loop, not here)
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass
@@ -60,7 +67,7 @@ class EvalResult:
     status: Status = Status.PENDING
     reason: str = ""
     problem_id: str = ""
-    backend: str = "triton"
+    backend: str = DEFAULT_BACKEND
     speedup: float | None = None
     speedup_compile: float | None = None
     candidate_timing: Timing | None = None
@@ -84,6 +91,7 @@ class EvalResult:
     gpu_index: int | None = None  # which GPU of the host evaluated it
     node: str = ""  # hostname of the machine that evaluated it (executor=local or ray alike)
     unprivileged: bool | None = None  # worker ran as an unprivileged user (only possible when the harness is root)
+    process_limit: str = ""  # how eval.max_worker_processes held the worker: cgroup, userns, uid or none (`eval.pids`)
     device: str = ""
     versions: dict[str, str] = field(default_factory=dict)
     eval_seconds: float = 0.0

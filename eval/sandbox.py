@@ -42,10 +42,10 @@ from typing import Any
 
 import torch
 
-from eval import protocol
+from eval import pids, protocol
 from eval.reaper import owned_tempdir, owner_token
 from eval.watchdog import GIB, WATCH
-from eval.wire import Channel, ChannelClosed, ChannelTimeout, ProtocolError, new_region_fd
+from eval.wire import Channel, ChannelClosed, ChannelTimeout, PayloadTooLarge, ProtocolError, new_region_fd
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 _SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
@@ -61,7 +61,9 @@ UNPRIVILEGED_UID = 65534
 # them. It builds the worker's root in a tmpfs: the system folders (SPEC's `system`), what SPEC binds read-only
 # (the interpreter, its packages, the project's packages, prebuilt extensions), the worker's writable folders, a
 # private capped /tmp and /dev/shm; hides SPEC's `hide` folders; pivots into it and lets go of the host's root;
-# remounts all but the writable folders read-only; drops privileges; then execs CMD.
+# remounts all but the writable folders read-only; drops privileges; then execs CMD. Its first act is to join the
+# worker's pids cgroup (SPEC's `join`), else its last is to set RLIMIT_NPROC (in a user namespace of its own when
+# SPEC's `userns` or without a uid to become): the per-worker process limit (`eval.pids`).
 _CONFINE = r"""
 import ctypes, json, os, sys
 spec = json.loads(sys.argv[1]); cmd = sys.argv[2:]
@@ -78,6 +80,9 @@ mount(None, "/", None, REC | PRIVATE)
 cwd = os.getcwd()
 writable = [os.path.realpath(p) for p in spec["writable"]]
 keep = {p: os.open(p, os.O_PATH) for p in dict.fromkeys(spec["bind"] + writable) if os.path.exists(p)}
+if spec["join"]:  # the worker's own pids cgroup, joined before anything of it can fork
+    with open(spec["join"], "w") as fh:
+        fh.write("0")
 R = spec["build_at"]
 mount("tmpfs", R, "tmpfs", NOSUID | NODEV, "mode=0755,size=16m")
 for name in spec["system"]:
@@ -133,12 +138,13 @@ for point in dict.fromkeys(points):
             raise
 os.chdir(cwd)  # the worker's folder, bound at the same path
 import resource
-resource.setrlimit(resource.RLIMIT_NPROC, (spec["nproc"], spec["nproc"]))
 uid = spec.get("uid")
 if uid is not None:
     os.setgroups([]); os.setgid(uid); os.setuid(uid)
-elif libc.unshare(0x10000000) != 0:
+if (uid is None or spec["userns"]) and libc.unshare(0x10000000) != 0:
     raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER) failed")
+if not spec["join"]:  # set inside the worker's own user namespace, the kernel counts it per worker
+    resource.setrlimit(resource.RLIMIT_NPROC, (spec["nproc"], spec["nproc"]))
 os.execv(cmd[0], cmd)
 """
 
@@ -238,8 +244,8 @@ PRIVATE_SHM = "size=1g,nr_inodes=10000"
 # tmpfs too, mounted over the host folder's path: the host folder stays empty, and a candidate that fills it hits
 # these caps, not the host's disk. A build of a torch extension takes a few hundred MB.
 PRIVATE_OWN = "size=4g,nr_inodes=100000"
-# RLIMIT_NPROC of a worker: the tasks (processes and threads) its uid may hold, counted by the kernel per uid. A
-# GPU worker holds ~40 threads; the cap stops a fork bomb, with room for every worker of a host under uid 65534.
+# The tasks (processes and threads) one worker may hold (`eval.pids` says how it is kept per worker). A GPU worker
+# holds ~40 threads, a build worker's compilers a few dozen processes; the cap stops a fork bomb.
 MAX_PROCESSES = 4096
 # The host's folders a worker sees whole (read-only): the system, never a home, /tmp, /run, /var, /opt or /srv.
 _SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "dev", "sys", "proc")
@@ -249,14 +255,17 @@ _PROJECT_HIDDEN = (Path("problems") / "solutions",)
 
 
 def limit_hit(error: str) -> str:
-    """The sandbox limit that a failure's text shows was hit, as a sentence for the verdict (or "")."""
+    """The tmpfs limit that a failure's text shows was hit, as a sentence for the verdict (or "")."""
     if "No space left on device" in error or "[Errno 28]" in error:
         return (f"a sandbox limit was hit: the worker's own folder ({PRIVATE_OWN}), /tmp ({PRIVATE_TMP}) and "
-                f"/dev/shm ({PRIVATE_SHM}) are private tmpfs capped in bytes and files (eval/sandbox.py)")
-    if "can't start new thread" in error or "[Errno 11] Resource temporarily unavailable" in error:
-        return (f"a sandbox limit may have been hit: a worker's uid may hold at most eval.max_worker_processes "
-                "processes and threads")
+                f"/dev/shm ({PRIVATE_SHM}) are private tmpfs capped in bytes and files (eval/sandbox.py: PRIVATE_OWN, "
+                f"PRIVATE_TMP, PRIVATE_SHM)")
     return ""
+
+
+def _refused_fork(error: str) -> bool:
+    """Whether a failure's text shows a refused fork or thread start (EAGAIN)."""
+    return "can't start new thread" in error or "[Errno 11] Resource temporarily unavailable" in error
 
 
 def _under(path: str, folders: list[str]) -> bool:
@@ -317,11 +326,15 @@ def _layout(writable: list[str]) -> dict[str, Any]:
 
 
 def confine_command(plan: SandboxPlan, writable: list[str], cmd: list[str], network: bool,
-                    max_processes: int = MAX_PROCESSES) -> list[str]:
-    """`cmd` wrapped so that it runs confined as `plan` says (unchanged when the plan has no prefix)."""
+                    max_processes: int = MAX_PROCESSES, pids_group: Path | None = None,
+                    userns: bool = False) -> list[str]:
+    """`cmd` wrapped so that it runs confined as `plan` says (unchanged when the plan has no prefix): in
+    `pids_group` if given, else under RLIMIT_NPROC `max_processes` (in a user namespace of its own if `userns`)."""
     if not plan.prefix:
         return cmd
-    spec = json.dumps({"uid": plan.uid, "nproc": max_processes, **_layout([os.path.realpath(w) for w in writable])})
+    join = str(pids_group / "cgroup.procs") if pids_group else None
+    spec = json.dumps({"uid": plan.uid, "nproc": max_processes, "join": join, "userns": userns,
+                       **_layout([os.path.realpath(w) for w in writable])})
     prefix = [a for a in plan.prefix if network or a != "-n"]
     return [*prefix, sys.executable, "-I", "-S", "-c", _CONFINE, spec, *cmd]
 
@@ -345,6 +358,29 @@ def sandbox_plan() -> SandboxPlan:
             if _confinement_works(plan, gpu):
                 return plan
     return SandboxPlan(note="mount namespaces are not permitted here")
+
+
+def process_limit_plan(plan: SandboxPlan) -> str:
+    """How a worker confined by `plan` is held to its process limit (`eval.pids`): "cgroup", "userns" (RLIMIT_NPROC
+    in a user namespace of its own: always so for a non-root harness), "uid" (RLIMIT_NPROC shared by the uid) or
+    "none" (no confinement, so no limit)."""
+    if not plan.filesystem:
+        return "none"
+    if pids.cgroup_base() is not None:
+        return "cgroup"
+    return "userns" if plan.uid is None or _nobody_userns() else "uid"
+
+
+@functools.lru_cache(maxsize=1)
+def _nobody_userns() -> bool:
+    """Whether uid 65534 may make a user namespace here (some hosts allow it to root alone)."""
+    check = "import ctypes, sys; sys.exit(ctypes.CDLL(None).unshare(0x10000000) != 0)"
+    try:
+        return subprocess.run([sys.executable, "-I", "-S", "-c", check], user=UNPRIVILEGED_UID,
+                              group=UNPRIVILEGED_UID, extra_groups=[], cwd="/", capture_output=True,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def _confinement_works(plan: SandboxPlan, gpu: bool) -> bool:
@@ -478,12 +514,20 @@ class _CappedOutput:
                 del self.tail[: len(self.tail) - self._cap]
         os.close(self._fd)
 
+    def over_cap(self) -> str:
+        """A sentence naming the log's limit when the worker wrote more than it keeps (or "")."""
+        if self.total <= 2 * self._cap:
+            return ""
+        return (f"its log took {self.total} bytes, over the limit of twice eval.log_cap_bytes ({self._cap}): "
+                f"the first and last {self._cap} bytes are kept")
+
     def text(self) -> str:
         head = self.head.decode(errors="replace")
         if not self.tail:
             return head
         skipped = self.total - len(self.head) - len(self.tail)
-        gap = f"\n... [{skipped} bytes of output dropped] ...\n" if skipped > 0 else ""
+        gap = (f"\n... [{skipped} of {self.total} bytes of output dropped: a worker's log keeps its first and last "
+               f"eval.log_cap_bytes ({self._cap}) bytes] ...\n") if skipped > 0 else ""
         return head + gap + self.tail.decode(errors="replace")
 
 
@@ -529,9 +573,18 @@ class WorkerProcess:
         cmd = [sys.executable, "-m", "eval.worker", str(p2c_r), str(c2p_w)]
         if child_fds:
             cmd += [str(child_fds[1]), str(child_fds[0])]  # the child sends in to_parent, reads to_child
+        self.max_processes = max_processes
+        self.process_limit = process_limit_plan(plan)  # recorded in every result
+        self.pids_group: Path | None = None
+        if self.process_limit == "cgroup":
+            try:
+                self.pids_group = pids.create(self.workdir.name, max_processes)
+            except OSError:  # the probed hierarchy refuses this one: the limit in a user namespace of its own
+                self.process_limit = "userns" if plan.uid is None or _nobody_userns() else "uid"
         if plan.filesystem:
             cmd = confine_command(plan, self._writable(env_extra), cmd, network=isolate_network,
-                                  max_processes=max_processes)
+                                  max_processes=max_processes, pids_group=self.pids_group,
+                                  userns=self.process_limit == "userns")
         cmd = [*prefix, *cmd]
         try:
             self.proc = subprocess.Popen(
@@ -569,6 +622,26 @@ class WorkerProcess:
         except (ProcessLookupError, PermissionError):
             pass
 
+    def limit_note(self, error: str) -> str:
+        """The sandbox limit this worker hit, as a sentence for the verdict (or ""): a full tmpfs, shown by the error's
+        text; the process limit, as the kernel counted it (cgroup plan) or as the error's text shows a refused fork."""
+        hit = limit_hit(error)
+        if hit:
+            return hit
+        where = {"cgroup": "pids.max of its own cgroup", "userns": "RLIMIT_NPROC in its own user namespace",
+                 "uid": "RLIMIT_NPROC, shared by its uid"}.get(self.process_limit, "")
+        refused = pids.times_hit(self.pids_group) if self.pids_group else 0
+        if refused or (self.process_limit != "cgroup" and where and _refused_fork(error)):
+            count = f"the kernel refused {refused} forks or thread starts" if refused else "a fork or thread start failed"
+            return (f"a sandbox limit was hit: {count} at the limit of {self.max_processes} processes and threads "
+                    f"per worker (eval.max_worker_processes; {where})")
+        return ""
+
+    def with_notes(self, reason: str, output: str) -> str:
+        """`reason` for a worker that died or timed out, naming the limits it hit: a sandbox limit, and its log's."""
+        notes = [n for n in (self.limit_note(output), self.output.over_cap()) if n]
+        return f"{reason} ({'; '.join(notes)})" if notes else reason
+
     def cap_replies(self, max_bytes: int) -> None:
         """The most tensor bytes one reply may carry from now on; more ends as `WorkerDied` (a verdict)."""
         self.channel.max_payload_bytes = max_bytes
@@ -589,6 +662,11 @@ class WorkerProcess:
             raise WorkerTimeout(f"no answer to '{message.cmd}' within {timeout:.0f} s", self.output.text()) from None
         except ChannelClosed:
             raise WorkerDied(self._death_detail(), self._final_output()) from None
+        except PayloadTooLarge as exc:
+            self.kill()
+            raise WorkerDied(f"its reply to '{message.cmd}' carried {exc.nbytes} bytes of tensors, over the limit of "
+                             f"{exc.limit} bytes (eval.max_output_bytes, or the reference's own output size where "
+                             "larger)", self.output.text()) from None
         except ProtocolError as exc:
             self.kill()
             raise WorkerDied(f"the worker broke the protocol answering '{message.cmd}': {exc}", self.output.text()) from None
@@ -642,6 +720,8 @@ class WorkerProcess:
             except (ProcessLookupError, PermissionError):
                 pass
         self.channel.close()
+        if self.pids_group is not None:
+            pids.remove(self.pids_group)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def close(self) -> None:

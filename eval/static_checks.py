@@ -202,7 +202,7 @@ def analyze(source: str) -> SourceReport:
     if sent > MAX_SOURCE_BYTES:
         report.status = Status.FORMAT_ERROR
         report.reason = (f"the candidate's source takes {sent / (1 << 20):.1f} MiB as sent to its worker, over the "
-                         f"limit of {MAX_SOURCE_BYTES >> 20} MiB")
+                         f"limit of {MAX_SOURCE_BYTES >> 20} MiB (eval/static_checks.py: MAX_SOURCE_BYTES)")
         return report
     try:
         tree = ast.parse(source)

@@ -67,6 +67,14 @@ class ProtocolError(ValueError):
     """The other side sent a frame that does not follow the protocol."""
 
 
+class PayloadTooLarge(ProtocolError):
+    """A frame announced more tensor bytes than the receiver takes (`nbytes` over `limit`); none were read."""
+
+    def __init__(self, nbytes: int, limit: int):
+        super().__init__(f"a frame carried {nbytes} bytes of tensors, over the limit of {limit} bytes")
+        self.nbytes, self.limit = nbytes, limit
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     """Wire name of a dtype; raises ProtocolError for dtypes the wire does not carry."""
     try:
@@ -240,14 +248,12 @@ class Channel:
             raise ProtocolError(f"malformed header: {exc}") from None
         if not isinstance(header, dict) or not isinstance(header.get("tensors", []), list):
             raise ProtocolError("header is not a JSON object with a tensor list")
-        specs = header.pop("tensors", [])
-        total = 0
+        specs = [self._parse_spec(spec) for spec in header.pop("tensors", [])]
+        total = sum(nbytes for _, _, nbytes, _ in specs)
+        if total > self.max_payload_bytes:
+            raise PayloadTooLarge(total, self.max_payload_bytes)
         tensors = []
-        for spec in specs:
-            dtype, shape, nbytes, offset = self._parse_spec(spec)
-            total += nbytes
-            if total > self.max_payload_bytes:
-                raise ProtocolError(f"a reply carried more than {self.max_payload_bytes} bytes of tensors")
+        for dtype, shape, nbytes, offset in specs:
             if offset is None:
                 tensors.append(self._tensor(self._read_pipe(nbytes, deadline), dtype, shape, device))
                 continue
@@ -277,8 +283,8 @@ class Channel:
                 raise ProtocolError("negative dimension")
             numel *= s
         itemsize = torch.empty((), dtype=dtype).element_size()
-        if nbytes != numel * itemsize or nbytes > self.max_payload_bytes:
-            raise ProtocolError("tensor byte count does not match its shape, or exceeds the limit")
+        if nbytes != numel * itemsize:
+            raise ProtocolError("tensor byte count does not match its shape")
         if offset is not None and (offset < 0 or self._recv_region is None):
             raise ProtocolError("tensor offset into a shared region this channel does not have")
         return dtype, shape, nbytes, offset

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Iterator, NoReturn
@@ -22,7 +23,7 @@ from typing import Any, Iterator, NoReturn
 import hydra
 from hydra._internal.utils import get_args_parser
 
-import harness.conf  # noqa: F401  registers the eval schema (eval.config.EvalConfig) with Hydra
+import harness.conf  # noqa: F401  registers the config schemas with Hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -31,23 +32,27 @@ from rich.console import Console
 
 from agents import ConfigError, PromptBuilder, PromptError, make_agent
 from eval import EvalConfig
+from eval.backends import DEFAULT_BACKEND
 from harness import overrides as ov
 from harness.cli import VERSION, stdout_closed
 from harness.executors import make_evaluator
 from harness.loop import (DISK, MIN_CONCURRENCY, REFUSED, UNREACHABLE, LoopOutcome, LoopSettings, RunLoop,
                           concurrency_for, unfinished)
-from harness.progress import QuietDisplay, RichDisplay
+from harness.progress import QuietDisplay, live_display
 from harness.response_cache import ResponseCache
 from harness.signals import install as install_signal_handlers, stop_reason
 from harness.store import CONFIG_NAME, DB_NAME, VOLATILE_KEYS, RunStore, StoreError, safe_name
 from harness.summary import print_summary
+from harness.sweep import print_sweep, record_job
 from problems.problem import Problem, ProblemError
 from problems.select import select_problems
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_STOPPED, EXIT_AUTH, EXIT_UNREACHABLE, EXIT_REFUSED = 0, 1, 2, 3, 4, 5, 6
 _SWEEP_ENV = "HARNESS_SWEEP_KEYS"  # swept keys, passed from `main` to every job (also in launcher subprocesses)
+_SWEEP_ID_ENV = "HARNESS_SWEEP_ID"  # this sweep's id (its start in ns), stamped on each job's note (harness.sweep)
 
 _exit_codes: list[int] = []
+_sweep_dirs: list[tuple[str, bool]] = []  # this process's jobs' sweep folders, and whether the job was quiet
 INTERRUPTED = "interrupted; every finished attempt is saved. Re-run the same command to resume."
 
 
@@ -70,9 +75,23 @@ def main(argv: list[str]) -> int:
         _say(f"error: {exc}")
         return EXIT_BAD_INPUT
     _exit_codes.clear()
-    with _argv(["harness run", *argv]), _env(_SWEEP_ENV, ",".join(swept)):
+    _sweep_dirs.clear()
+    with _argv(["harness run", *argv]), _env(_SWEEP_ENV, ",".join(swept)), _env(_SWEEP_ID_ENV, str(time.time_ns())):
         _hydra_main()
+    if args.multirun and _sweep_dirs and not all(quiet for _, quiet in _sweep_dirs):
+        _sweep_summary(_sweep_dirs[0][0])
     return max(_exit_codes, default=EXIT_OK)
+
+
+def _sweep_summary(sweep_dir: str) -> None:
+    """One table across the sweep's runs, after its last job (`harness report SWEEP_DIR` gives the same)."""
+    try:
+        print_sweep(Console(), sweep_dir)
+    except Exception as exc:  # noqa: BLE001 (the runs are saved; a table that cannot be made must not hide that)
+        _say(f"warning: the sweep's comparison table could not be made ({type(exc).__name__}: {exc}); "
+             f"`harness report {sweep_dir}` makes it from the saved runs")
+    else:
+        _say(f"compare the sweep's runs again with: harness report {sweep_dir}")
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
@@ -101,8 +120,9 @@ def _run(cfg: DictConfig) -> int:
     name = _job_name(cfg)
     try:
         config: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    except OmegaConfBaseException as exc:
-        raise BadInput(f"config: {exc}") from None
+    except OmegaConfBaseException as exc:  # an interpolation that fails, or resolves to a value of the wrong type
+        where = f"{exc.full_key}: " if getattr(exc, "full_key", None) else ""
+        raise BadInput(f"config: {where}{str(exc).splitlines()[0]}") from None
     config["name"] = name
     _replay_defaults(config)
     settings = _settings(config)
@@ -147,12 +167,13 @@ def _run(cfg: DictConfig) -> int:
         except OSError as exc:  # a read-only or full runs directory, a missing parent
             raise BadInput(f"cannot write the run directory {run_dir}: {exc.strerror or exc}") from None
         store.begin_session()
+        _note_sweep_job(run_dir, quiet)
         try:
             if (resumed := store.totals().attempts) and not quiet:
                 _say(f"resuming {run_dir}: {resumed} attempt(s) already recorded")
             loop = RunLoop(
                 store=store, agent=agent, evaluator=evaluator, problems=problems, prompts=prompts,
-                settings=settings, display=QuietDisplay() if quiet else RichDisplay(Console(stderr=True)),
+                settings=settings, display=QuietDisplay() if quiet else live_display(Console(stderr=True)),
                 response_cache=cache, agent_config=config["agent"],
             )  # fmt: skip
             outcome = loop.run()
@@ -187,7 +208,7 @@ class _NoEvaluator:
 
     workers = 0
 
-    def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> Any:
+    def evaluate(self, problem: Problem, source: str, backend: str = DEFAULT_BACKEND) -> Any:
         raise RuntimeError("no evaluator was started: this run had nothing left to run")
 
 
@@ -253,13 +274,35 @@ def _job_name(cfg: DictConfig) -> str:
     hc = HydraConfig.get()
     if hc.mode != RunMode.MULTIRUN:
         return name
+    parts = [safe_name(part) for kv in _swept().items() for part in kv]
+    return f"{name}-{'-'.join(parts) or f'job{hc.job.num}'}"
+
+
+def _swept() -> dict[str, str]:
+    """This multirun job's values of the swept keys (`search` -> `serial`)."""
     keys = [k for k in os.environ.get(_SWEEP_ENV, "").split(",") if k]
-    parts = []
-    for override in hc.overrides.task:
+    out = {}
+    for override in HydraConfig.get().overrides.task:
         key, _, value = override.partition("=")
         if key.lstrip("+~") in keys:
-            parts += [safe_name(key.lstrip("+~")), safe_name(value)]
-    return f"{name}-{'-'.join(parts) or f'job{hc.job.num}'}"
+            out[key.lstrip("+~")] = value
+    return out
+
+
+def _note_sweep_job(run_dir: Path, quiet: bool) -> None:
+    """In a multirun, note this job's run in the sweep folder (`harness.sweep`), so the sweep can be compared."""
+    try:
+        hc = HydraConfig.get()
+    except ValueError:  # not under Hydra (called directly)
+        return
+    if hc.mode != RunMode.MULTIRUN:
+        return
+    try:
+        record_job(hc.sweep.dir, int(os.environ.get(_SWEEP_ID_ENV) or 0), hc.job.num, run_dir, _swept())
+    except OSError as exc:  # the run itself goes on; only the sweep's table will miss it
+        _say(f"warning: cannot note this run in the sweep folder {hc.sweep.dir}: {exc.strerror or exc}")
+        return
+    _sweep_dirs.append((str(hc.sweep.dir), quiet))
 
 
 def _check_problem_sources(store: RunStore, problems: list[Problem]) -> None:
@@ -330,37 +373,21 @@ def _refuse_partial_replay(agent: Any, settings: LoopSettings, problems: list[Pr
 
 
 def _settings(config: dict[str, Any]) -> LoopSettings:
+    """The loop's settings; Hydra has checked each value's type against the schema (`harness.conf.schema`)."""
     budget = config["budget"]
     try:
         return LoopSettings(
-            turns=_number(config, "turns", int),
-            samples=_number(config, "samples", int),
-            backend=str(config["backend"]),
-            max_concurrency=_concurrency(config),
-            target_speedup=_number(config, "target_speedup", float, optional=True),
-            max_tokens=_number(budget, "max_tokens", int, optional=True, prefix="budget."),
-            max_cost_usd=_number(budget, "max_cost_usd", float, optional=True, prefix="budget."),
+            turns=config["turns"],
+            samples=config["samples"],
+            backend=config["backend"],
+            # null: the evaluator's worker count, known once it is made; until then, the least it will be
+            max_concurrency=MIN_CONCURRENCY if config["max_concurrency"] is None else config["max_concurrency"],
+            target_speedup=config["target_speedup"],
+            max_tokens=budget["max_tokens"],
+            max_cost_usd=budget["max_cost_usd"],
         )
     except ValueError as exc:
         raise BadInput(str(exc)) from None
-
-
-def _concurrency(config: dict[str, Any]) -> int:
-    """`max_concurrency`, or while the evaluator is not yet made (null: its worker count), the least it will be."""
-    value = _number(config, "max_concurrency", int, optional=True)
-    return MIN_CONCURRENCY if value is None else value
-
-
-def _number(cfg: dict[str, Any], key: str, kind: type, *, optional: bool = False, prefix: str = "") -> Any:
-    """`cfg[key]` as an int or float; a clear message naming the key when it is not one."""
-    value = cfg[key]
-    if value is None and optional:
-        return None
-    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not numeric or (kind is int and not float(value).is_integer()):
-        what = "an integer" if kind is int else "a number"
-        raise BadInput(f"{prefix}{key} must be {what}{' or null' if optional else ''}, got {value!r}")
-    return kind(value)
 
 
 def _problems(cfg: dict[str, Any]) -> list[Problem]:

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from agents.retry import RetryPolicy
+from eval.backends import DEFAULT_BACKEND
 
 TOKEN_ENV = "HARNESS_SERVE_TOKEN"
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
@@ -35,7 +36,7 @@ class ServeError(RuntimeError):
         self.status, self.message, self.field, self.limit = status, message, field, limit
 
 
-def request_body(problem: str | dict[str, str], code: str, *, backend: str = "triton", eval: str | None = None,
+def request_body(problem: str | dict[str, str], code: str, *, backend: str = DEFAULT_BACKEND, eval: str | None = None,
                  reward: str | None = None, turn: int | None = None, request_id: str | None = None) -> dict[str, Any]:
     """One `/v1/evaluate` body, with a fresh request id unless given."""
     body: dict[str, Any] = {"id": request_id or uuid.uuid4().hex, "problem": problem, "code": code, "backend": backend}
@@ -125,10 +126,10 @@ class EvalClient(_Base):
     def problems(self) -> list[dict[str, Any]]:
         return self._call("GET", "/v1/problems")["problems"]
 
-    def problem(self, problem_id: str, backend: str = "triton") -> dict[str, Any]:
+    def problem(self, problem_id: str, backend: str = DEFAULT_BACKEND) -> dict[str, Any]:
         return self._call("GET", f"/v1/problems/{problem_id}", params={"backend": backend})
 
-    def messages(self, problem: str | dict[str, str], backend: str = "triton",
+    def messages(self, problem: str | dict[str, str], backend: str = DEFAULT_BACKEND,
                  history: list[dict[str, Any]] | None = None) -> list[dict[str, str]]:
         """The conversation `harness run` would send after `history` ([{"turn", "reply", "code", "feedback"}])."""
         return self._call("POST", "/v1/messages", json={"problem": problem, "backend": backend,
@@ -174,7 +175,7 @@ class AsyncEvalClient(_Base):
         body = {"requests": [{"id": uuid.uuid4().hex, **r} for r in requests]}
         return (await self._call("POST", "/v1/evaluate/batch", json=body))["results"]
 
-    async def problem(self, problem_id: str, backend: str = "triton") -> dict[str, Any]:
+    async def problem(self, problem_id: str, backend: str = DEFAULT_BACKEND) -> dict[str, Any]:
         return await self._call("GET", f"/v1/problems/{problem_id}", params={"backend": backend})
 
     async def health(self) -> dict[str, Any]:

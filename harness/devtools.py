@@ -105,7 +105,9 @@ class _WebSocket:
 class Browser:
     """Headless Chromium with one page; `call` sends a DevTools command and returns its result."""
 
-    def __init__(self, profile: Path, timeout: float = 30.0) -> None:
+    def __init__(self, profile: Path, timeout: float = 300.0) -> None:
+        """`timeout` bounds the browser's start and each wait for its answer: it only catches a browser that hangs,
+        so it is minutes (Chromium on a loaded 2-core machine takes well over 30 s to start or to render)."""
         self.timeout = timeout
         profile.mkdir(parents=True, exist_ok=True)
         (profile / "DevToolsActivePort").unlink(missing_ok=True)  # only the port of this browser counts
@@ -139,12 +141,18 @@ class Browser:
             time.sleep(0.05)
         raise DevToolsError(f"chromium did not start its DevTools server; its log:\n{self.log.read_text()[-3000:]}")
 
+    def _receive(self, waiting_for: str) -> dict[str, Any]:
+        try:
+            return json.loads(self.ws.recv())
+        except TimeoutError:
+            raise DevToolsError(f"chromium hung: no {waiting_for} within {self.timeout:g} s") from None
+
     def call(self, method: str, **params: Any) -> dict[str, Any]:
         self._id += 1
         my_id = self._id
         self.ws.send(json.dumps({"id": my_id, "method": method, "params": params}))
         while True:
-            msg = json.loads(self.ws.recv())
+            msg = self._receive(f"answer to {method}")
             if msg.get("id") == my_id:
                 if "error" in msg:
                     raise DevToolsError(f"{method}: {msg['error']}")
@@ -157,7 +165,7 @@ class Browser:
                 if e.get("method") == event:
                     self.events.remove(e)
                     return e
-            self.events.append(json.loads(self.ws.recv()))
+            self.events.append(self._receive(f"{event} event"))
 
     def js(self, expression: str) -> Any:
         """Evaluate in the page; return the value (an exception in the page raises `DevToolsError`)."""

@@ -15,13 +15,15 @@ from __future__ import annotations
 from typing import Any
 
 from agents import TurnRecord
+from eval.backends import DEFAULT_BACKEND
+from eval.result import Status
 from harness.serve import rewards
 
 
 class KernelEnv:
     """One episode at a time: `reset(problem)`, then `step(reply)` until `done` (after `max_turns`)."""
 
-    def __init__(self, source: Any, *, backend: str = "triton", max_turns: int = 4, reward: str | None = None,
+    def __init__(self, source: Any, *, backend: str = DEFAULT_BACKEND, max_turns: int = 4, reward: str | None = None,
                  eval: str | None = None, stop_when_correct: bool = False) -> None:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
@@ -65,7 +67,7 @@ class KernelEnv:
         self.history.append({"turn": turn, "reply": reply, "code": answer.get("code"),
                              "feedback": answer["feedback"]})
         self.scores.append(float(answer["reward"]))
-        correct = answer["status"] == "correct"
+        correct = answer["status"] == Status.CORRECT  # the answer is JSON: its status is the text
         self.done = turn >= self.max_turns or (self.stop_when_correct and correct)
         info: dict[str, Any] = {"turn": turn, "answer": answer, "status": answer["status"], "scores": list(self.scores)}
         if self.done and (self.reward or "") == "kevin":

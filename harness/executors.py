@@ -33,13 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
+from eval.backends import DEFAULT_BACKEND
 from eval.cache import cache_key
 from eval.config import EvalConfig
 from eval.evaluator import Evaluator
 from eval.result import EvalResult, Status
 from problems.problem import Problem
 
-KINDS = ("local", "ray")
 _CPU_ACTORS_MAX = 4
 _MEMO_MAX = 4096  # finished results the driver keeps for dedupe (a few KB each)
 
@@ -49,8 +49,17 @@ class ExecutorError(ValueError):
 
 
 @dataclass
+class LocalExecutorConfig:
+    """`executor=local`: evaluations run on this machine, one warm worker pool per visible GPU (`eval.gpus`)."""
+
+    kind: str = "local"
+
+
+@dataclass
 class ExecutorConfig:
-    """The `executor` group (harness/conf/executor/*.yaml).
+    """`executor=ray`: evaluations run on a Ray cluster, one evaluator actor per GPU, each the trusted parent
+    of its own warm worker pool; this process keeps the agents, the loop and the run store. Needs the ray
+    extra (pip install -e ".[ray]").
 
     address: null starts a local Ray instance; `auto` joins the cluster of this machine
       (`ray start`), `ray://host:10001` joins a remote one through Ray Client.
@@ -63,9 +72,10 @@ class ExecutorConfig:
       the evaluation) gets that many threads; with 1 it ran single-threaded.
     max_retries: how often an evaluation whose actor died is sent to another actor.
     actor_start_timeout_s: how long to wait for an actor (and a replacement) to be ready.
+    namespace: the Ray namespace of the actors (named kh-eval-<host>-<pid>-<time>-<n>).
     """
 
-    kind: str = "local"
+    kind: str = "ray"
     address: Optional[str] = None
     num_actors: Optional[int] = None
     max_in_flight_per_actor: int = 0
@@ -76,8 +86,8 @@ class ExecutorConfig:
 
     def __post_init__(self) -> None:
         problems = []
-        if self.kind not in KINDS:
-            problems.append(f"executor.kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+        if self.kind != "ray":
+            problems.append(f"ExecutorConfig holds the ray executor's settings: executor.kind must be ray, not {self.kind!r}")
         if self.num_actors is not None and (isinstance(self.num_actors, bool) or int(self.num_actors) < 1):
             problems.append(f"executor.num_actors must be >= 1 or null, not {self.num_actors!r}")
         if self.max_in_flight_per_actor < 0:
@@ -94,27 +104,23 @@ class ExecutorConfig:
             self.address = str(self.address)
 
 
+# Each `executor=KIND`'s settings (its Hydra schema, registered in `harness.conf`).
+EXECUTORS: dict[str, type] = {cls.kind: cls for cls in (LocalExecutorConfig, ExecutorConfig)}
+
+
 def make_evaluator(executor: dict[str, Any], eval_config: EvalConfig,
                    log: Callable[[str], None] | None = None) -> Any:
     """The evaluator the run loop uses, for the `executor` config; raises `ExecutorError` for bad input."""
+    kind = executor.get("kind", LocalExecutorConfig.kind)
+    if kind not in EXECUTORS:
+        raise ExecutorError(f"executor.kind must be one of {', '.join(EXECUTORS)}, not {kind!r}")
     try:
-        cfg = ExecutorConfig(**executor)
+        cfg = EXECUTORS[kind](**executor)
     except TypeError as exc:
         raise ExecutorError(f"executor: {exc}") from None
-    if cfg.kind == "local":
-        return LocalEvaluator(eval_config)
+    if isinstance(cfg, LocalExecutorConfig):
+        return Evaluator(eval_config)
     return RayEvaluator(eval_config, cfg, log=log)
-
-
-class LocalEvaluator(Evaluator):
-    """`eval.Evaluator` on this machine (`executor=local`), each result stamped with the host's name as ray does."""
-
-    node = socket.gethostname()
-
-    def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> EvalResult:
-        result = super().evaluate(problem, source, backend)
-        result.node = result.node or self.node
-        return result
 
 
 # -- the actor: the trusted parent on its node -------------------------------------------------
@@ -142,7 +148,7 @@ class EvaluatorActor:
         self.node = socket.gethostname()
         self.node_id = ray.get_runtime_context().get_node_id()
         self.gpu_ids = [str(g) for g in ray.get_gpu_ids()]  # physical GPU indices on this node
-        self.evaluator = Evaluator(EvalConfig(**eval_config))
+        self.evaluator = Evaluator(EvalConfig(**eval_config), host_gpu_ids=self.gpu_ids)
 
     def info(self) -> dict[str, Any]:
         """Where this actor runs and what it holds (also the readiness probe)."""
@@ -150,13 +156,8 @@ class EvaluatorActor:
                 "workers": self.evaluator.workers, "device": self.evaluator.device_name}
 
     def evaluate(self, problem: Problem, source: str, backend: str) -> dict[str, Any]:
-        """The result as a plain dict, with this node's name and the GPU's index on the node."""
-        result = self.evaluator.evaluate(problem, source, backend)
-        result.node = self.node
-        if result.gpu_index is not None and result.gpu_index < len(self.gpu_ids) \
-                and self.gpu_ids[result.gpu_index].isdigit():
-            result.gpu_index = int(self.gpu_ids[result.gpu_index])
-        return result.to_dict()
+        """The result as a plain dict (it names this node and the GPU's index on the node)."""
+        return self.evaluator.evaluate(problem, source, backend).to_dict()
 
     def baseline(self, problem: Problem) -> dict[str, Any]:
         return self.evaluator.baseline(problem)
@@ -288,7 +289,7 @@ class RayEvaluator:
             return sum(s.info["workers"] for s in self._slots)
 
     # -- public API --------------------------------------------------------------------------
-    def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> EvalResult:
+    def evaluate(self, problem: Problem, source: str, backend: str = DEFAULT_BACKEND) -> EvalResult:
         """Evaluate one candidate on some actor; an identical candidate already seen is answered from it."""
         if self.eval_config.cache_dir is None:  # no cache asked for: every request is evaluated
             return EvalResult.from_dict(self._run(problem, source, backend))
@@ -315,7 +316,7 @@ class RayEvaluator:
             raise
         with self._cond:
             del self._pending[key]
-            if d["status"] not in (Status.TIMEOUT.value, Status.CRASH.value):  # what the evaluator's cache keeps too
+            if Status(d["status"]) not in (Status.TIMEOUT, Status.CRASH):  # what the evaluator's cache keeps too
                 self._memo[key] = d
                 while len(self._memo) > _MEMO_MAX:
                     self._memo.popitem(last=False)
@@ -394,9 +395,7 @@ class RayEvaluator:
 
     @staticmethod
     def _copy(d: dict[str, Any]) -> EvalResult:
-        result = EvalResult.from_dict(d)
-        result.cached = True
-        return result
+        return EvalResult.from_dict({**d, "cached": True})
 
     # -- actors: start, lease, lose, replace --------------------------------------------------
     def _config_for_actors(self) -> dict[str, Any]:

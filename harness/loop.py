@@ -52,19 +52,20 @@ from agents import (
 )
 from agents.base import CHARS_PER_TOKEN
 from agents.extract import ExtractionError
+from eval.backends import BACKENDS, DEFAULT_BACKEND
 from eval.feedback import render_feedback
 from eval.result import EvalResult, Status
 from harness.progress import Display, RunStats
 from harness.response_cache import ResponseCache, request_key
 from harness.signals import stop_reason
-from harness.store import AGENT_ERROR, Attempt, Outline, RunStore, StoreWriteError
+from harness.store import Attempt, Outline, RunStore, StoreWriteError
 from problems.problem import Problem
 
 
 class Evaluates(Protocol):
     """What the loop needs of an evaluator (`eval.Evaluator`)."""
 
-    def evaluate(self, problem: Problem, source: str, backend: str = "triton") -> EvalResult: ...
+    def evaluate(self, problem: Problem, source: str, backend: str = DEFAULT_BACKEND) -> EvalResult: ...
 
 
 class Responds(Protocol):
@@ -88,7 +89,7 @@ class LoopSettings:
 
     turns: int = 1
     samples: int = 1
-    backend: str = "triton"
+    backend: str = DEFAULT_BACKEND
     max_concurrency: int = MIN_CONCURRENCY
     target_speedup: float | None = None  # a sample stops once a correct attempt reaches it (measured only)
     max_tokens: int | None = None  # input + output tokens over the whole run
@@ -100,8 +101,8 @@ class LoopSettings:
             problems.append(f"turns must be >= 1, got {self.turns}")
         if self.samples < 1:
             problems.append(f"samples must be >= 1, got {self.samples}")
-        if self.backend not in ("triton", "cuda"):
-            problems.append(f"backend must be triton or cuda, got {self.backend!r}")
+        if self.backend not in BACKENDS:
+            problems.append(f"backend must be {' or '.join(BACKENDS)}, got {self.backend!r}")
         if self.max_concurrency < 1:
             problems.append(f"max_concurrency must be >= 1, got {self.max_concurrency}")
         if self.target_speedup is not None and self.target_speedup <= 0:
@@ -148,9 +149,9 @@ class _Held(Exception):
     """Ends a trajectory whose refused attempt is held (see `RunLoop._hold`); recording it finishes the trajectory."""
 
 
-def best_key(status: str, speedup: float | None) -> tuple[int, float]:
+def best_key(status: Status, speedup: float | None) -> tuple[int, float]:
     """Order of attempts for best-so-far: correct beats everything; then the higher measured speedup."""
-    if status != Status.CORRECT.value:
+    if status is not Status.CORRECT:
         return (0, 0.0)
     return (1, speedup if speedup is not None else float("-inf"))
 
@@ -161,9 +162,9 @@ def finished(last: Attempt | Outline | None, settings: LoopSettings) -> bool:
     if last is None:
         return False
     target = settings.target_speedup
-    reached = (target is not None and last.best_status == Status.CORRECT.value and last.best_speedup is not None
+    reached = (target is not None and last.best_status is Status.CORRECT and last.best_speedup is not None
                and last.best_speedup >= target)  # fmt: skip
-    return last.turn >= settings.turns or last.status == AGENT_ERROR or reached
+    return last.turn >= settings.turns or last.status is Status.AGENT_ERROR or reached
 
 
 def unfinished(outline: Sequence[Outline], problem_ids: Sequence[str], settings: LoopSettings) -> int:
@@ -275,6 +276,7 @@ class RunLoop:
         self._tokens, self._cost = totals.tokens, totals.cost_usd
         st = self._stats
         st.problems = len(self._problems)
+        st.turns = self.settings.turns
         pending = []
         for problem in self._problems:
             self._remaining[problem.id] = 0
@@ -311,6 +313,9 @@ class RunLoop:
         except BaseException as exc:
             self._request_stop(f"error: {type(exc).__name__}: {exc}")
             raise
+        finally:
+            with self._lock:
+                self._stats.end(problem.id, sample)
         self._trajectory_done(problem, len(history))
 
     def _trajectory_done(self, problem: Problem, turns: int) -> None:
@@ -326,6 +331,8 @@ class RunLoop:
         turn = len(history) + 1
         if self._stop.is_set():
             raise _Stop
+        with self._lock:
+            self._stats.begin(problem.id, sample, turn, history[-1].status if history else None)
         messages = self._prompts.messages(problem.source, [_record(a) for a in history])
         prompt = [{"role": m.role, "content": m.content} for m in messages]
         started = time.time()
@@ -342,7 +349,7 @@ class RunLoop:
             raise _Stop from None
         except AgentError as exc:
             requests = getattr(exc, "attempts", 1)
-            failed = Attempt(status=AGENT_ERROR, error=str(exc), requests=requests, started_at=started, **base)
+            failed = Attempt(status=Status.AGENT_ERROR, error=str(exc), requests=requests, started_at=started, **base)
             if self._hold(problem, failed, history):
                 raise _Held from None
             return self._commit(failed, history)
@@ -360,7 +367,7 @@ class RunLoop:
             else:
                 result, eval_s = self._evaluate(problem, code)
         attempt = Attempt(
-            status=result.status.value,
+            status=result.status,
             reply=response.text,
             code=code,
             result=result,
@@ -412,13 +419,13 @@ class RunLoop:
     def _commit(self, attempt: Attempt, history: list[Attempt]) -> Attempt:
         """Fill in best-so-far, record durably, update the counters."""
         best = max([*history, attempt], key=lambda a: best_key(a.status, a.speedup))
-        if best.status == Status.CORRECT.value:
+        if best.status is Status.CORRECT:
             attempt.best_turn, attempt.best_status, attempt.best_speedup = best.turn, best.status, best.speedup
         attempt.finished_at = time.time()
         self._store.record(attempt)
         with self._lock:
             self._stats.add(attempt, this_session=True)
-        self._display.update(self._stats)
+        self._display.finished(attempt, self._stats)
         return attempt
 
     # ------------------------------------------------------------------ budget

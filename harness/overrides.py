@@ -1,8 +1,10 @@
 """Checks command-line overrides of `harness run` before Hydra sees them, for clear messages.
 
 Hydra reports an unknown key as "Key 'x' is not in struct" without saying what would have been
-valid. Here each override is parsed, each group choice is checked against the files of its
-group, and each key against the composed config, and the message lists the valid choices.
+valid, and a value of the wrong type in several lines. Here each override is parsed, each group
+choice is checked against the files of its group, each key against the composed config (the
+message lists the valid choices) and each value against the key's type in the schemas
+(`harness.conf`), in one line.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from typing import Any
 
 from hydra import compose, initialize_config_dir
 
-import harness.conf  # noqa: F401  registers the eval schema (eval.config.EvalConfig) with Hydra
+import harness.conf  # noqa: F401  registers the config schemas with Hydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import ValidationError
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 CONFIG_NAME = "config"
@@ -94,6 +97,8 @@ def validate(overrides: list[str]) -> None:
         cfg = _compose([f"{g}={v}" for g, v in combo])
         for o in keys:
             _check_key(cfg, o.key_or_group, options, dict(combo))
+            for value in o.sweep_iterator() if o.is_sweep_override() else [o.value()]:
+                _check_type(cfg, o.key_or_group, value)
 
 
 def compose_config(overrides: list[str]) -> dict[str, Any]:
@@ -121,6 +126,32 @@ def _compose(group_overrides: list[str]) -> DictConfig:
             return compose(CONFIG_NAME, overrides=group_overrides)
     except HydraException as exc:
         raise OverrideError(str(exc)) from None
+
+
+def _check_type(cfg: DictConfig, key: str, value: Any) -> None:
+    """Raise `OverrideError` when `value` does not fit the type the schema gives `key` (as Hydra would set it)."""
+    trial = cfg.copy()
+    try:
+        OmegaConf.update(trial, key, value, merge=True)
+    except ValidationError:
+        shown = "null" if value is None else repr(value)
+        raise OverrideError(f"{key} must be {expected_type(cfg, key)}, got {shown}") from None
+
+
+def expected_type(cfg: DictConfig, key: str) -> str:
+    """What the schema lets `key` hold, in words ("an integer or null")."""
+    parent_key, _, last = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+    node = parent._get_node(last)
+    ref = node._metadata.ref_type
+    words = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+    if ref in words:
+        what = words[ref]
+    elif isinstance(node, ListConfig):
+        what = "a list"
+    else:
+        what = f"a mapping of {getattr(ref, '__name__', 'keys')}'s keys" if isinstance(node, DictConfig) else "a value"
+    return what + (" or null" if node._is_optional() else "")
 
 
 def _check_key(cfg: DictConfig, key: str, options: dict[str, list[str]], combo: dict[str, str]) -> None:

@@ -45,8 +45,6 @@ CONFIG_NAME = "config.yaml"
 CODE_DIR = "code"
 LOCK_NAME = ".lock"
 
-AGENT_ERROR = "agent_error"  # attempt status when the provider refused this request (see `agents.base`)
-ATTEMPT_STATUSES = frozenset({s.value for s in Status} | {AGENT_ERROR})
 
 # Settings a resumed run may change: they alter how the run proceeds, never what an attempt means.
 # The report's comparison of runs ignores the `eval.` ones for the same reason.
@@ -89,16 +87,17 @@ def _write_failed(path: Path, exc: BaseException) -> StoreWriteError:
 class Attempt:
     """One turn of one sample of one problem: what was asked, answered and judged.
 
-    Samples and turns both count from 1. `status` is an `eval.Status` value, or `agent_error`
-    when the provider refused this request (then `result` is None and `error` holds its
-    message). `best_*` describe the best attempt of this (problem, sample) up to and including
-    this turn. The fields are also the database's columns (see `_COLUMNS`), in this order.
+    Samples and turns both count from 1. `status` is the result's, or `Status.AGENT_ERROR` when the
+    provider refused this request (then `result` is None and `error` holds its message); a status
+    given as its text becomes the member here, so an attempt read back from the store holds one too.
+    `best_*` describe the best attempt of this (problem, sample) up to and including this turn.
+    The fields are also the database's columns (see `_COLUMNS`), in this order.
     """
 
     problem_id: str
     sample: int
     turn: int
-    status: str
+    status: Status
     prompt: list[dict[str, str]]
     reply: str = ""
     code: str | None = None
@@ -108,7 +107,7 @@ class Attempt:
     problem_hash: str = ""
     speedup: float | None = None
     best_turn: int | None = None
-    best_status: str | None = None
+    best_status: Status | None = None
     best_speedup: float | None = None
     input_tokens: int = 0
     output_tokens: int = 0
@@ -125,6 +124,10 @@ class Attempt:
     code_path: str | None = None  # relative to the run dir; set by the store
     usage_estimated: bool = False  # the provider sent no usage: tokens counted here, cost priced from them
 
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)  # ValueError for an unknown status
+        self.best_status = None if self.best_status is None else Status(self.best_status)
+
     @property
     def key(self) -> tuple[str, int, int]:
         return (self.problem_id, self.sample, self.turn)
@@ -138,15 +141,15 @@ class Attempt:
                 continue
             out[name] = getattr(self, name)
             if name == "status":
-                out["correct"] = self.status == Status.CORRECT.value
-        out["reply"] = None if self.status == AGENT_ERROR else self.reply
+                out["correct"] = self.status is Status.CORRECT
+        out["reply"] = None if self.status is Status.AGENT_ERROR else self.reply
         out["result"] = None if self.result is None else self.result.to_dict()
         return out
 
 
 # The attempts table, derived from `Attempt`: a column per field, typed by its annotation.
 _COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Attempt))
-_SQL_TYPES = {"str": "TEXT", "int": "INTEGER", "bool": "INTEGER", "float": "REAL"}  # anything else: JSON text
+_SQL_TYPES = {"str": "TEXT", "Status": "TEXT", "int": "INTEGER", "bool": "INTEGER", "float": "REAL"}  # else JSON text
 # Columns added after a schema version was released, with the value of rows written before: a resume adds them
 # (`_add_new_columns`), a reader of an older database reads the default.
 _ADDED_COLUMNS = {"usage_estimated": 0}
@@ -197,11 +200,11 @@ class Outline(NamedTuple):
     problem_id: str
     sample: int
     turn: int
-    status: str
+    status: Status
     problem_hash: str
     speedup: float | None
     best_turn: int | None
-    best_status: str | None
+    best_status: Status | None
     best_speedup: float | None
     input_tokens: int
     output_tokens: int
@@ -507,8 +510,6 @@ class RunStore:
 
         Raises `StoreError` if this (problem, sample, turn) was already recorded.
         """
-        if attempt.status not in ATTEMPT_STATUSES:
-            raise ValueError(f"unknown attempt status {attempt.status!r}")
         if attempt.sample < 1 or attempt.turn < 1:
             raise ValueError(f"samples and turns count from 1, got sample {attempt.sample}, turn {attempt.turn}")
         if self._session_id is None:
@@ -728,11 +729,15 @@ def _outline(conn: sqlite3.Connection, version: int) -> list[Outline]:
     shift = 1 if version == 1 else 0  # version 1 counted samples from 0
     cur = conn.execute(f"SELECT {_select(conn, OUTLINE_FIELDS)} FROM attempts{hint} ORDER BY problem_id, sample, turn")
     sample = OUTLINE_FIELDS.index("sample")
+    status, best_status = OUTLINE_FIELDS.index("status"), OUTLINE_FIELDS.index("best_status")
     flags = (OUTLINE_FIELDS.index("from_cache"), OUTLINE_FIELDS.index("usage_estimated"))
     out = []
     for row in cur:
         row = list(row)
         row[sample] += shift
+        row[status] = Status(row[status])
+        if row[best_status] is not None:
+            row[best_status] = Status(row[best_status])
         for i in flags:
             row[i] = bool(row[i])
         out.append(Outline(*row))

@@ -12,7 +12,7 @@ from eval.result import EvalResult, Status
 from eval.scoring import DEFAULT_PS, fast_p
 from harness.report.tables import NOT_TIMED
 from harness.loop import LoopOutcome, best_key
-from harness.store import AGENT_ERROR, Outline, RunStore
+from harness.store import Outline, RunStore
 
 _MAX_PROBLEM_ROWS = 40
 _MAX_ERROR_CHARS = 300
@@ -25,7 +25,7 @@ def first_errors(store: RunStore, outline: Sequence[Outline], unreachable: Seque
     counts: dict[str, int] = {}
     earliest: dict[str, Outline] = {}
     for o in outline:
-        if o.status == Status.CORRECT.value:
+        if o.status is Status.CORRECT:
             continue
         counts[o.status] = counts.get(o.status, 0) + 1
         if o.status not in earliest or o.finished_at < earliest[o.status].finished_at:
@@ -34,7 +34,7 @@ def first_errors(store: RunStore, outline: Sequence[Outline], unreachable: Seque
     out: dict[str, tuple[int, str]] = {}
     for status, o in sorted(earliest.items(), key=lambda kv: kv[1].finished_at):
         a = texts[o.id]
-        out[status] = (counts[status], a.error if a.status == AGENT_ERROR or a.result is None else a.result.reason)
+        out[status] = (counts[status], a.error if a.status is Status.AGENT_ERROR or a.result is None else a.result.reason)
     if unreachable:
         out[UNAVAILABLE_KIND] = (len(unreachable), unreachable[0])
     return out
@@ -49,7 +49,7 @@ def best_by_turn(outline: Sequence[Outline], problem_ids: Sequence[str], turns: 
     """For each turn t, each problem's best attempt over all samples and turns <= t (None: no result yet)."""
     by_problem: dict[str, list[Outline]] = {pid: [] for pid in problem_ids}
     for o in outline:
-        if o.problem_id in by_problem and o.status != AGENT_ERROR:  # an agent error has no result
+        if o.problem_id in by_problem and o.status is not Status.AGENT_ERROR:  # an agent error has no result
             by_problem[o.problem_id].append(o)
     out: dict[int, dict[str, Outline | None]] = {}
     for t in range(1, turns + 1):

@@ -14,7 +14,7 @@ from typing import Any
 
 from eval.config import EvalConfig
 from eval.result import EvalResult, KernelShare, Mismatch, Status
-from harness.store import AGENT_ERROR, Attempt, RunStore
+from harness.store import Attempt, RunStore
 
 H100 = "NVIDIA H100 80GB HBM3 (sm_90)"
 VERSIONS = {"torch": "2.13.0+cu128", "triton": "3.9.0", "cuda": "12.8", "python": "3.11.7"}
@@ -105,7 +105,7 @@ def write_run(
     with RunStore.open(run_dir, cfg) as store:
         store.begin_session()
         for problem, sample, turn, status, speedup, sol in outcomes:
-            res = None if status == AGENT_ERROR else result(status, speedup, sol=sol, problem=problem, **result_kw)
+            res = None if status == Status.AGENT_ERROR else result(status, speedup, sol=sol, problem=problem, **result_kw)
             text = reply if reply is not None else f"Attempt {turn} for {problem}.\n\n```python\n# kernel {turn}\n```\n"
             store.record(
                 Attempt(
@@ -117,12 +117,12 @@ def write_run(
                         {"role": "system", "content": "You write Triton kernels."},
                         {"role": "user", "content": f"Problem {problem}, turn {turn}."},
                     ],
-                    reply="" if status == AGENT_ERROR else text,
-                    code=None if status == AGENT_ERROR else f"# kernel {turn}\n",
+                    reply="" if status == Status.AGENT_ERROR else text,
+                    code=None if status == Status.AGENT_ERROR else f"# kernel {turn}\n",
                     result=res,
                     feedback=f"Status: {status}",
                     problem_hash=hashes.get(problem, ""),
-                    error="HTTP 500" if status == AGENT_ERROR else "",
+                    error="HTTP 500" if status == Status.AGENT_ERROR else "",
                     speedup=res.speedup if res is not None and res.is_correct else None,
                     input_tokens=100,
                     output_tokens=20,

@@ -1,4 +1,4 @@
-"""Shared material of the `test_run_*` tests: a tiny problem, three candidates, and a runner.
+"""Shared material of the `harness run` tests: a tiny problem, three candidates, a runner, and a logging agent.
 
 The problem (ReLU of a sum, the prompts' worked example at 1 x 4096 floats) is small enough for the Triton interpreter on CPU, so
 the real evaluator judges every candidate in well under a second once its worker is up.
@@ -10,7 +10,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from harness.bench.candidates import EXAMPLE_TRITON, edit, example_problem_source
+from harness.corpus.candidates import EXAMPLE_TRITON, edit, example_problem_source
 
 # The prompts' worked example is the one add-relu problem and kernel; here at 1 x 4096 floats.
 PROBLEM = example_problem_source(4096)
@@ -51,3 +51,39 @@ def rows(run_dir: Path, columns: str = "problem_id, sample, turn, status") -> li
         return conn.execute(f"SELECT {columns} FROM attempts ORDER BY problem_id, sample, turn").fetchall()
     finally:
         conn.close()
+
+
+def agent_script(tmp: Path) -> tuple[Path, Path]:
+    """A `command` agent that logs every request it gets and answers slowly; turn 2 brings a real kernel."""
+    log = tmp / "requests.log"
+    good = tmp / "good_reply.md"
+    good.write_text(fenced(GOOD))
+    script = tmp / "agent.sh"
+    script.write_text(
+        "#!/bin/sh\n"
+        "cat > /dev/null\n"
+        f'echo "$HARNESS_PROBLEM_ID $HARNESS_SAMPLE $HARNESS_TURN" >> {log}\n'
+        "sleep 0.15\n"
+        f'if [ "$HARNESS_TURN" = 2 ]; then cat {good}; else echo "Still thinking, no code yet."; fi\n'
+    )
+    return script, log
+
+
+def logged_requests(log: Path) -> list[tuple[str, int, int]]:
+    """(problem, sample, turn) of each request the `agent_script` agent got, in order."""
+    if not log.exists():
+        return []
+    out = []
+    for line in log.read_text().splitlines():
+        pid, sample, turn = line.split()
+        out.append((pid, int(sample), int(turn)))
+    return out
+
+
+def recorded_attempts(run: Path) -> set[tuple[str, int, int]]:
+    """(problem, sample, turn) of each attempt the run recorded, each at most once."""
+    if not (run / "attempts.sqlite").exists():
+        return set()
+    got = rows(run, "problem_id, sample, turn")
+    assert len(got) == len(set(got))  # the UNIQUE key holds
+    return set(got)

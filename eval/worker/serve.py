@@ -140,7 +140,7 @@ class Worker:
             self.flusher = timing.L2Flusher(self.device)
         else:
             info["device_name"] = "cpu (Triton interpreter)"
-        self.loop = timing.new_loop(self.device, msg.capture_key)  # the key lives in the loop alone from here
+        self.loop = timing_loop(self.device, msg.capture_key)  # the key lives in the loop alone from here
         msg.capture_key = 0
         info["warm_s"] = _warm_up(self.device)
         self.tracer.reset()
@@ -452,6 +452,16 @@ class _Constructor:
     def __init__(self, model_new: type, problem: Any):
         self.Model = model_new
         self.get_init_inputs = problem.get_init_inputs
+
+
+def timing_loop(device: torch.device, key: int) -> Any:
+    """The timing loop for `device`: native on a GPU, `timing.PythonLoop` on the CPU (which never loads the native
+    one)."""
+    if device.type != "cuda":
+        return timing.PythonLoop(key)
+    from eval.worker.native_loop import NativeLoop
+
+    return NativeLoop(device, key, samples=timing.CAPTURE_SAMPLES)
 
 
 def _warm_up(device: torch.device) -> float:

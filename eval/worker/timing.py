@@ -1,6 +1,7 @@
 """Timing, worker side: the one loop every timed repetition runs in, and the measurements beside it.
 
-`new_loop(device, key)` gives the native loop (`eval.worker.native_loop`, CUDA): per repetition it
+On a GPU the worker times in the native loop (`eval.worker.native_loop`, which builds on this module's
+types, so the worker, not this module, chooses between the two: `serve.timing_loop`): per repetition it
 resets persisting L2, flushes L2, spins the GPU for a lead, records the start event, calls forward,
 records the end event and enqueues the capture of the outputs, all in C, so no Python the candidate
 could have patched runs between a call's end event and the capture of its output and times. The
@@ -145,15 +146,6 @@ class PythonLoop:
                                      for j, t in enumerate(tensors)]))
         captures = torch.stack(rows) if rows else torch.empty(0, dtype=torch.float64)
         return BlockResult(times_ms=times, captures=captures, leaves=leaves, violations=violations)
-
-
-def new_loop(device: torch.device, key: int) -> Any:
-    """The timing loop for `device`: native on a GPU, `PythonLoop` on the CPU."""
-    if device.type != "cuda":
-        return PythonLoop(key)
-    from eval.worker.native_loop import NativeLoop
-
-    return NativeLoop(device, key, samples=CAPTURE_SAMPLES)
 
 
 @dataclass

@@ -21,7 +21,7 @@ import torch
 
 from eval.builds import Builder
 from eval.worker.light_build import lightened
-from harness.bench import candidates
+from harness.corpus import candidates
 
 _DIRECT = '''
 import sys

@@ -1,7 +1,7 @@
 """`harness bench eval --part flips`: do verdicts of honest microsecond-scale candidates flip between runs?
 
-Several honest Triton candidates for tiny problems (a call takes a few microseconds, so host
-noise is as large as the GPU work) are evaluated again and again (distinct sources, nothing
+The honest Triton candidates of `harness.corpus.flips` (tiny problems: a call takes a few
+microseconds, so host noise is as large as the GPU work) are evaluated again and again (distinct sources, nothing
 cached), spread over several fresh pools (a new `Evaluator`: new workers), each pool's share of
 the evaluations in flight together so the pool is full.
 Every verdict other than `correct` is a false reject; a verdict that differs from the same
@@ -20,81 +20,8 @@ from typing import Any
 
 import torch
 
-from eval import EvalConfig, Evaluator, Job
-from harness.bench import candidates
-from problems.problem import Problem, problem_from_source
-
-_ROW_PROBLEM = '''
-import torch
-import torch.nn as nn
-
-ROWS = {rows}
-COLS = {cols}
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return {expr}
-
-
-def get_inputs():
-    return [torch.randn(ROWS, COLS)]
-
-
-def get_init_inputs():
-    return []
-'''
-
-_ROW_KERNEL = '''
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def {name}(x_ptr, out_ptr, cols, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    offs = tl.arange(0, BLOCK)
-    mask = offs < cols
-    x = tl.load(x_ptr + row * cols + offs, mask=mask, other={other})
-    {body}
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        rows, cols = x.shape
-        out = torch.empty({out_shape}, device=x.device, dtype=x.dtype)
-        {name}[(rows,)](x, out, cols, BLOCK=triton.next_power_of_2(cols))
-        return out
-'''
-
-_SOFTMAX = ("m = tl.max(x, axis=0)\n    e = tl.exp(x - m)\n"
-            "    tl.store(out_ptr + row * cols + offs, e / tl.sum(e, axis=0), mask=mask)")
-_ROW_SUM = "tl.store(out_ptr + row, tl.sum(x, axis=0))"
-
-
-def _row_problem(name: str, rows: int, cols: int, expr: str) -> Problem:
-    return problem_from_source(_ROW_PROBLEM.format(rows=rows, cols=cols, expr=expr), name=name,
-                               problem_id=f"bench/{name}")
-
-
-def honest_cases() -> list[tuple[str, Problem, str]]:
-    """(label, problem, source): elementwise and row-reduction problems at sizes where a call takes a few us."""
-    softmax = _ROW_KERNEL.format(name="row_softmax", other='float("-inf")', body=_SOFTMAX, out_shape="x.shape")
-    row_sum = _ROW_KERNEL.format(name="row_sum", other="0.0", body=_ROW_SUM, out_shape="(rows,)")
-    return [
-        ("add_relu_scale_4k", candidates.problem(1 << 12), candidates.triton_candidate(1024, 4)),
-        ("add_relu_scale_64k", candidates.problem(1 << 16), candidates.triton_candidate(1024, 4)),
-        ("softmax_64x256", _row_problem("softmax_64x256", 64, 256, "torch.softmax(x, dim=1)"), softmax),
-        ("row_sum_128x512", _row_problem("row_sum_128x512", 128, 512, "x.sum(dim=1)"), row_sum),
-    ]
+from eval import EvalConfig, Evaluator, Job, Status
+from harness.corpus.flips import honest_cases
 
 
 def run(rounds: int = 20, pools: int = 5, budget_s: float = 280.0, device: str | None = None) -> dict[str, Any]:
@@ -125,7 +52,7 @@ def run(rounds: int = 20, pools: int = 5, budget_s: float = 280.0, device: str |
         line = []
         for (label, _, _), r in zip(batch, results):
             verdicts[label].append(r.status.value)
-            if r.status.value != "correct":
+            if r.status is not Status.CORRECT:
                 reasons[label].append(r.reason[:300])
             if r.hidden_work:
                 unexplained[label].append(r.hidden_work["unexplained_us"])

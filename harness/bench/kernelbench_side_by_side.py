@@ -21,6 +21,8 @@ import sys
 import types
 from typing import Any
 
+from harness.progress import Tally
+
 _PRECISION = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
@@ -87,7 +89,7 @@ def kb_ref(problem_id: str) -> dict[str, Any]:
 def ours(problem_id: str) -> dict[str, Any]:
     from eval import Evaluator
     from eval.evaluator import Job
-    from harness.bench.presets_bench import preset_config
+    from harness.presets import preset_config
 
     problem, _, cand_src, _ = _load(problem_id)
     with Evaluator(preset_config("kernelbench", device="cuda")) as ev:
@@ -120,11 +122,13 @@ def main(problem_ids: list[str], kernelbench_src: str, repeat: int = 2, out: str
           "(eval=kernelbench) | ours / KernelBench |")
     print("|---|---|---|---|---|---|")
     rows, ratios = [], []
+    tally = Tally(len(problem_ids) * repeat)
     for pid in problem_ids:
         for rnd in range(repeat):
             e, b, o = (_child(mode, pid, kernelbench_src) for mode in ("kb_eval", "kb_ref", "ours"))
             row = {"problem": pid, "round": rnd, "kb_eval": e, "kb_ref": b, "ours": o}
             rows.append(row)
+            print(tally.step(), pid, f"round {rnd}", file=sys.stderr, flush=True)  # stdout stays one table
             if e.get("correct") is False:
                 print(f"| {pid} | {rnd} | KernelBench judged it incorrect: {e.get('metadata')} | | "
                       f"{o.get('speedup')} | |", flush=True)

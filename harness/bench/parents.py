@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from eval import Evaluator, Job
-from harness.bench import candidates
+from harness.bench.pools import GPU_SIZES, GpuBusySampler, bench_config, bench_device, run_pool
+from harness.corpus import candidates
 
 _WORKER_COUNTS = (4, 6, 8)
 _START_TIMEOUT_S = 600.0
@@ -27,8 +28,6 @@ _START_TIMEOUT_S = 600.0
 
 def per_gpu_parents(sizes: tuple[int, int, int], copies: int, gpus: int, **overrides: Any) -> dict[str, Any]:
     """The batch split over `gpus` parent processes (GPU g takes every gpus-th candidate), clocks started together."""
-    from harness.bench.eval_bench import _device, _GpuBusySampler
-
     with tempfile.TemporaryDirectory() as sync:
         command = [sys.executable, "-m", "harness.bench.parents", sync, json.dumps(
             {"sizes": list(sizes), "copies": copies, "gpus": gpus, "overrides": overrides})]
@@ -40,7 +39,7 @@ def per_gpu_parents(sizes: tuple[int, int, int], copies: int, gpus: int, **overr
                     p.kill()
                 raise RuntimeError("a parent process failed to start its pool")
             time.sleep(0.05)
-        with _GpuBusySampler(list(range(gpus)) if _device() == "cuda" else None) as sampler:
+        with GpuBusySampler(list(range(gpus)) if bench_device() == "cuda" else None) as sampler:
             start = time.time()
             Path(sync, "go").touch()
             children = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
@@ -53,10 +52,8 @@ def per_gpu_parents(sizes: tuple[int, int, int], copies: int, gpus: int, **overr
 
 def _child(sync: str, spec: dict[str, Any], gpu: int) -> None:
     """One parent: its share of the batch on GPU `gpu`, after every parent's pool is warm."""
-    from harness.bench.eval_bench import _config
-
     batch = candidates.honest_triton_batch(tuple(spec["sizes"]), spec["copies"])[gpu::spec["gpus"]]
-    with tempfile.TemporaryDirectory() as cache, Evaluator(_config(cache, gpus=[gpu], **spec["overrides"])) as ev:
+    with tempfile.TemporaryDirectory() as cache, Evaluator(bench_config(cache, gpus=[gpu], **spec["overrides"])) as ev:
         ev.wait_warm(_START_TIMEOUT_S)
         Path(sync, f"ready{gpu}").touch()
         while not Path(sync, "go").exists():
@@ -71,8 +68,6 @@ def _child(sync: str, spec: dict[str, Any], gpu: int) -> None:
 def main(copies: int) -> dict[str, Any]:
     """Every configuration on the same batch, one after another; each row printed as it is measured."""
     import torch
-
-    from harness.bench.eval_bench import GPU_SIZES, run_pool
 
     batch = candidates.honest_triton_batch(GPU_SIZES, copies)
     gpus = torch.cuda.device_count()

@@ -4,56 +4,32 @@ speedups move between them.
 
 Honest solutions should get the same verdict under both, with speedups close (the two timing
 methods differ: median of L2-flushed, interleaved calls against the mean of synchronised calls
-on warm caches). The hostile candidates (`tests/hostile.py`, plus a few that aim at exactly the
-rules KernelBench leaves out) show what the strict rules catch. On a CPU only verdicts are
+on warm caches). The hostile candidates (`harness.corpus.hostile`, with a few that aim at exactly
+the rules KernelBench leaves out) show what the strict rules catch. On a CPU only verdicts are
 compared, at the problems' reduced sizes; on a GPU, speedups too.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
 import statistics
-import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
-from eval import EvalConfig, EvalResult, Evaluator, Job
-from problems import select_problems
+from eval import EvalResult, Evaluator, Job
+from harness.corpus import hostile
+from harness.corpus.solutions import solutions
+from harness.presets import preset_config
 from problems.problem import Problem, problem_from_source
-from problems.suite import solution_path
 
-_CONF = Path(__file__).resolve().parents[1] / "conf" / "eval"
-_HOSTILE_FILE = Path(__file__).resolve().parents[2] / "tests" / "hostile.py"
 # hostile candidates are judged with short limits: several of them hang on purpose
 _HOSTILE_LIMITS = {"import_timeout_s": 20.0, "call_timeout_s": 10.0}
-
-
-def preset_config(name: str, **overrides: Any) -> EvalConfig:
-    """The `EvalConfig` of `harness/conf/eval/NAME.yaml` (its `defaults` chain resolved), plus overrides."""
-    values: dict[str, Any] = {}
-
-    def merge(preset: str) -> None:
-        path = _CONF / f"{preset}.yaml"
-        if not path.exists():
-            choices = ", ".join(sorted(p.stem for p in _CONF.glob("*.yaml")))
-            raise ValueError(f"unknown evaluator preset {preset!r}; choices: {choices}")
-        data = yaml.safe_load(path.read_text()) or {}
-        for parent in data.pop("defaults", []) or []:
-            if isinstance(parent, str) and parent != "_self_" and not parent.startswith("/"):  # not the schema
-                merge(parent)
-        values.update(data)
-
-    merge(name)
-    values.update(overrides)
-    return EvalConfig(**values)
 
 
 @dataclass(frozen=True)
@@ -69,68 +45,20 @@ class BenchCase:
 
 def solution_cases(selection: str) -> list[BenchCase]:
     """Every selected suite problem that has a hand-written solution."""
-    cases = []
-    for problem in select_problems(selection):
-        path = solution_path(problem)
-        if path is not None:
-            cases.append(BenchCase("solution", problem.id, problem, path.read_text()))
-    return cases
+    return [BenchCase("solution", problem.id, problem, source) for problem, source in solutions(selection)]
 
 
 def hostile_cases() -> list[BenchCase]:
-    """`tests/hostile.py`'s candidates and a few aimed at the rules KernelBench leaves out ([] without a checkout)."""
-    if not _HOSTILE_FILE.exists():
-        return []
-    spec = importlib.util.spec_from_file_location("_kh_hostile", _HOSTILE_FILE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    problem = problem_from_source(module.PROBLEM, name="add_relu", problem_id="hostile/add_relu")
-    cases = [BenchCase("hostile", name, problem, source, expected)
-             for name, (source, expected, _) in sorted(module.HOSTILE.items())]
-    shaped = problem_from_source(module.PROBLEM + _EXTRA_SHAPES, name="add_relu_hidden", problem_id="hostile/add_relu_hidden")
-    variant, forward, relu = module.variant, module.FORWARD, module.RELU
-    extra = {
-        # off by 3e-3 everywhere: inside KernelBench's 1e-2, outside our fp32 1e-4
-        "off_by_3e-3": (problem, variant(relu, relu + " + 0.003"), "incorrect"),
-        # right only at the shape the agent saw
-        "hardcoded_shape": (shaped, variant(forward, "        if a.numel() != 4096:\n"
-                                                     "            return torch.zeros_like(a)\n" + forward),
-                            "incorrect"),
-        # ignores its inputs and recomputes KernelBench's, from the public seed
-        "regenerate_public_inputs": (problem, variant(forward, _REGENERATE + forward), "incorrect"),
-        # returns before its side stream has finished (hidden work, GPU only; on a CPU it is honest)
-        "side_stream": (problem, variant(forward, side_stream(forward)),
-                        "rejected" if torch.cuda.is_available() else "correct"),
-    }
-    cases += [BenchCase("hostile", name, prob, source, expected) for name, (prob, source, expected) in extra.items()]
+    """`harness.corpus.hostile`'s candidates and its few aimed at the rules KernelBench leaves out."""
+    problems = {hostile.PROBLEM: problem_from_source(hostile.PROBLEM, name="add_relu", problem_id="hostile/add_relu"),
+                hostile.HIDDEN_SHAPES: problem_from_source(hostile.HIDDEN_SHAPES, name="add_relu_hidden",
+                                                           problem_id="hostile/add_relu_hidden")}
+    cases = [BenchCase("hostile", name, problems[hostile.PROBLEM], source, expected)
+             for name, (source, expected, _) in sorted(hostile.HOSTILE.items())]
+    gaps = hostile.kernelbench_gaps(on_gpu=torch.cuda.is_available())
+    cases += [BenchCase("hostile", name, problems[prob], source, expected)
+              for name, (prob, source, expected) in gaps.items()]
     return cases
-
-
-_EXTRA_SHAPES = '''
-
-def get_extra_inputs():
-    return [[torch.randn(1000), torch.randn(1000)]]
-'''
-
-# put before the body of `forward`: replaces the inputs `a`, `b` by KernelBench's, redrawn from its public seeds
-_REGENERATE = '''        calls = getattr(self, "_calls", 0)
-        self._calls = calls + 1
-        g = torch.Generator().manual_seed(42)
-        seeds = [int(torch.randint(0, 2**32 - 1, (1,), generator=g)) for _ in range(calls + 1)]
-        torch.manual_seed(seeds[calls])
-        a, b = torch.randn(a.shape).to(a.device), torch.randn(b.shape).to(b.device)
-'''
-
-
-def side_stream(forward: str) -> str:
-    """The body `forward` run, on a GPU, on a side stream that first sleeps ~2 ms: it returns before its work is done."""
-    body = textwrap.indent(forward, "    ")
-    return ("        if not a.is_cuda:\n" + body
-            + "        if not hasattr(self, '_side'):\n"
-              "            self._side = torch.cuda.Stream()\n"
-              "        with torch.cuda.stream(self._side):\n"
-              "            torch.cuda._sleep(2_000_000)\n" + body)
 
 
 def evaluate_all(cases: list[BenchCase], preset: str, device: str) -> list[EvalResult]:
@@ -228,7 +156,7 @@ def main(selection: str, presets: list[str], *, device: str = "auto", solutions:
         return 2
     cases = (solution_cases(selection) if solutions else []) + (hostile_cases() if hostile else [])
     if not cases:
-        print(f"error: nothing to evaluate (selection {selection!r} has no solutions and no hostile set was found)")
+        print(f"error: nothing to evaluate (selection {selection!r} has no solutions and the hostile candidates are off)")
         return 2
     t0 = time.perf_counter()
     results = {p: evaluate_all(cases, p, device) for p in presets}

@@ -23,9 +23,9 @@ from typing import Any, Callable
 import torch
 
 from eval import EvalConfig, Evaluator
-from harness.bench import candidates
-from harness.bench.eval_bench import environment
+from harness.bench.pools import environment
 from harness.client import EvalClient
+from harness.corpus import candidates
 from harness.overrides import compose_config
 from harness.serve.process import ServerProcess
 

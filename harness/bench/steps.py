@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from eval import checks
-from harness.bench import candidates
+from harness.bench.pools import GPU_SIZES, run_pool
+from harness.corpus import candidates
 
 VARIANTS: dict[str, frozenset[str]] = {
     "whole pipeline": frozenset(),
@@ -25,8 +26,6 @@ VARIANTS: dict[str, frozenset[str]] = {
 
 def run(copies: int = 8) -> dict[str, Any]:
     """One row per variant: rate, GPU busy, phase medians and the gate's shares."""
-    from harness.bench.eval_bench import GPU_SIZES, run_pool
-
     whole = checks.PIPELINE
     rows = {}
     try:

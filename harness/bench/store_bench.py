@@ -29,7 +29,7 @@ from agents import PromptBuilder, TurnRecord
 from eval.feedback import render_feedback
 from eval.result import EvalResult, KernelShare, Mismatch, Status, Timing
 from harness.loop import best_key
-from harness.store import AGENT_ERROR, Attempt, RunStore
+from harness.store import Attempt, RunStore
 from problems.select import select_problems
 
 TURNS = 10
@@ -38,13 +38,14 @@ NAME = "bench-store"
 DEVICE = "NVIDIA H100 80GB HBM3 (sm_90)"
 VERSIONS = {"torch": "2.13.0+cu128", "triton": "3.9.0", "cuda": "12.8", "python": "3.11.7"}
 PRICES = (2.5, 10.0)  # USD per million input / output tokens
-# Targets of issue 27 (2-core machine): seconds and MB.
+# Targets on a 2-core machine: seconds and MB.
 TARGETS = {"resume_s": 15, "resume_mb": 500, "report_s": 30, "report_mb": 1000, "page_mb": 25, "page_load_s": 5,
            "transcript_s": 1, "comparison_page_mb": 10}  # fmt: skip
 COMPARED = 20  # runs in the comparison
-COMPARED_ATTEMPTS = 500  # about this many each (the issue's comparison: 9,850 attempts over 20 runs)
-_STATUSES = [("correct", 0.36), ("incorrect", 0.24), ("compile_error", 0.2), ("runtime_error", 0.1),
-             ("format_error", 0.05), ("timeout", 0.02), ("rejected", 0.02), ("crash", 0.01)]  # fmt: skip
+COMPARED_ATTEMPTS = 500  # about this many each (whole trajectories: the count is approximate)
+_STATUSES = [(Status.CORRECT, 0.36), (Status.INCORRECT, 0.24), (Status.COMPILE_ERROR, 0.2),
+             (Status.RUNTIME_ERROR, 0.1), (Status.FORMAT_ERROR, 0.05), (Status.TIMEOUT, 0.02),
+             (Status.REJECTED, 0.02), (Status.CRASH, 0.01)]  # fmt: skip
 _MEASURE = (
     "import json, resource, subprocess, sys, time\n"
     "t = time.perf_counter()\n"
@@ -107,12 +108,12 @@ def _timing(rng: random.Random, median: float) -> Timing:
                   rel_stderr=rng.uniform(0.001, 0.01), min_ms=median * 0.97)  # fmt: skip
 
 
-def _result(rng: random.Random, problem_id: str, status: str) -> EvalResult:
+def _result(rng: random.Random, problem_id: str, status: Status) -> EvalResult:
     """A verdict shaped like a GPU evaluator's, with the details its status carries."""
-    r = EvalResult(status=Status(status), reason=f"synthetic {status}", problem_id=problem_id, device=DEVICE,
+    r = EvalResult(status=status, reason=f"synthetic {status}", problem_id=problem_id, device=DEVICE,
                    versions=dict(VERSIONS), trials=5, eval_seconds=rng.uniform(2, 12),
                    phase_seconds={"build": rng.uniform(1, 8), "trials": rng.uniform(0.5, 2), "time": rng.uniform(0.5, 2)})  # fmt: skip
-    if status == "correct":
+    if status is Status.CORRECT:
         ref = rng.uniform(0.05, 5.0)
         speedup = math.exp(rng.gauss(-0.1, 0.5))
         r.speedup, r.timing_meaningful = speedup, True
@@ -121,11 +122,11 @@ def _result(rng: random.Random, problem_id: str, status: str) -> EvalResult:
         r.kernels = KernelShare(own_kernels_launched=["_kernel"], own_kernels_defined=["_kernel"],
                                 own_time_fraction=rng.uniform(0.6, 1.0), top_kernels=[("_kernel", ref / speedup)])
         r.reason = f"correct on {r.trials} trials; {speedup:.2f}x the reference"
-    elif status == "incorrect":
+    elif status is Status.INCORRECT:
         r.mismatch = Mismatch(output=0, reason="values differ", max_abs_err=rng.uniform(0.01, 3),
                               max_rel_err=rng.uniform(0.01, 1), worst_index=[rng.randint(0, 99), rng.randint(0, 99)],
                               mismatch_fraction=rng.uniform(0.001, 1))
-    elif status in ("compile_error", "runtime_error", "crash"):
+    elif status in (Status.COMPILE_ERROR, Status.RUNTIME_ERROR, Status.CRASH):
         r.error = "\n".join(f"  File \"candidate.py\", line {rng.randint(1, 60)}, in forward\n    x = x * y"
                             for _ in range(rng.randint(3, 12))) + "\nRuntimeError: synthetic failure"
     return r
@@ -161,7 +162,7 @@ def synthesize(out: Path, attempts: int, seed: int = 0, name: str = NAME) -> tup
                     base = dict(problem_id=problem.id, sample=sample, turn=turn, prompt=prompt,
                                 problem_hash=problem.source_hash, model="gpt-4o", requests=1)  # fmt: skip
                     if rng.random() < 0.002:
-                        attempt = Attempt(status=AGENT_ERROR, error="HTTP 400: the request was rejected (synthetic)",
+                        attempt = Attempt(status=Status.AGENT_ERROR, error="HTTP 400: the request was rejected (synthetic)",
                                           started_at=clock, finished_at=clock + 1, **base)  # fmt: skip
                     else:
                         status = rng.choices([s for s, _ in _STATUSES], weights)[0]
@@ -178,14 +179,14 @@ def synthesize(out: Path, attempts: int, seed: int = 0, name: str = NAME) -> tup
                             **base,
                         )  # fmt: skip
                     best = max([*history, attempt], key=lambda a: best_key(a.status, a.speedup))
-                    if best.status == Status.CORRECT.value:
+                    if best.status is Status.CORRECT:
                         attempt.best_turn, attempt.best_status, attempt.best_speedup = best.turn, best.status, best.speedup
                     clock = attempt.finished_at
                     store.record(attempt)
                     history.append(attempt)
                     n += 1
                     reached = attempt.best_speedup is not None and attempt.best_speedup >= TARGET_SPEEDUP
-                    if attempt.status == AGENT_ERROR or reached:
+                    if attempt.status is Status.AGENT_ERROR or reached:
                         break
         store.end_session("finished")
     return out / name, argv, n

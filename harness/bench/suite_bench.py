@@ -11,7 +11,6 @@ the command times only what is missing.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -19,33 +18,14 @@ from typing import Any
 import torch
 
 from eval import EvalConfig, EvalResult, Evaluator, Job, Status
-from eval.roofline import Ceilings, cached_ceilings, probe_and_cache
-from harness.bench.eval_bench import environment
+from eval.roofline import cached_ceilings, probe_and_cache
+from harness.baselines import baseline_row
+from harness.bench.pools import environment
+from harness.progress import Tally
 from problems import select_problems
-from problems.problem import Problem
 from problems.suite import solution_path
 
 SMALL_EAGER_US = 50.0  # the suite's stated lower bound for an eager reference on an H100
-
-
-def baseline_row(ev: Evaluator, problem: Problem, ceilings: Ceilings | None) -> dict[str, Any]:
-    """Eager and torch.compile times (µs) of one problem, its floor and SOL fractions, or its error."""
-    row: dict[str, Any] = {"id": problem.id, "level": problem.level, "dtype": problem.dtype}
-    floor = ceilings.floor_s(problem.flops, problem.bytes_moved, problem.dtype) if ceilings else None
-    row["floor_us"] = None if floor is None else floor * 1e6
-    t0 = time.perf_counter()
-    try:
-        base = ev.baseline(problem)
-    except Exception as exc:  # noqa: BLE001  one failing problem must not end the benchmark
-        row["error"] = f"{type(exc).__name__}: {exc}"[:500]
-        return row
-    row["eager_us"] = base["eager"]["median_ms"] * 1000
-    row["compile_us"] = base["compiled"]["median_ms"] * 1000
-    row["baseline_seconds"] = round(time.perf_counter() - t0, 1)
-    if floor is not None:
-        row["eager_sol"] = row["floor_us"] / row["eager_us"]
-        row["compile_sol"] = row["floor_us"] / row["compile_us"]
-    return row
 
 
 def _solution_fields(result: EvalResult) -> dict[str, Any]:
@@ -123,12 +103,18 @@ def main(selection: str = "all", out: str | None = None, solutions: bool = True,
     with Evaluator(config) as ev:
         if solutions:
             jobs = [Job(p, path.read_text()) for p in problems if (path := solution_path(p)) is not None]
-            for job, result in zip(jobs, ev.evaluate_many(jobs)):
+            solved = Tally(len(jobs))
+
+            def on_result(i: int, result: EvalResult) -> None:
+                job = jobs[i]
                 fields = rows[job.problem.id] = _solution_fields(result)
-                print(f"solution {job.problem.id:42s} {result.status.value:10s} speedup "
+                print(f"{solved.step()} solution {job.problem.id:42s} {result.status.value:10s} speedup "
                       f"{_fmt(result.speedup, '.2f')}  SOL {_fmt(result.sol_fraction, '.0%')}  "
                       f"{result.eval_seconds:.0f}s host/GPU {json.dumps(result.host_share)} host ms "
                       f"{json.dumps(result.host_ms)} {fields['solution_reason'][:120]}", flush=True)
+
+            ev.evaluate_many(jobs, on_result=on_result)
+        timed = Tally(len(problems))
         ordered = []
         for problem in problems:
             if not baselines:
@@ -137,7 +123,7 @@ def main(selection: str = "all", out: str | None = None, solutions: bool = True,
                 continue
             row = {**baseline_row(ev, problem, ceilings), **rows.get(problem.id, {})}
             ordered.append(row)
-            print(f"baseline {problem.id:42s} eager {_fmt(row.get('eager_us'), '10.1f')} us  compile "
+            print(f"{timed.step()} baseline {problem.id:42s} eager {_fmt(row.get('eager_us'), '10.1f')} us  compile "
                   f"{_fmt(row.get('compile_us'), '10.1f')} us  floor {_fmt(row.get('floor_us'), '9.1f')} us  "
                   f"{row.get('baseline_seconds', 0)}s {row.get('error', '')}", flush=True)
     print()

@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
-from eval import EvalConfig, Evaluator, Status
+from eval import EvalConfig, EvalResult, Evaluator, Status
 from eval.evaluator import Job
+from harness.progress import Tally
 from problems.suite import LEVELS, suite_problem
 
 SOLUTIONS = Path(__file__).resolve().parents[2] / "problems" / "solutions"
@@ -40,23 +41,28 @@ def main(rounds: int = 2, out: str | None = None) -> int:
         ev.wait_warm(300)
         print(f"pool warm in {time.time() - t0:.1f} s", flush=True)
         jobs = solution_jobs()
+        tally = Tally(rounds * len(jobs))
         for rnd in range(rounds):
-            t = time.time()
-            results = ev.evaluate_many(jobs)
-            wall = time.time() - t
-            ratios = []
-            for job, r in zip(jobs, results):
-                report["speedups"].setdefault(job.problem.id, []).append(r.speedup)
+
+            def on_result(i: int, r: EvalResult) -> None:  # a line as each solution is judged
                 w = r.wall_bound
-                ratio = w["unexplained_us"] / w["limit_us"] if w.get("limit_us") else None
-                ratios.append(ratio)
-                print(f"{rnd} {job.problem.id:40s} {r.status.value:13s} speedup {r.speedup or 0:7.3f}  wall bound "
+                print(f"{tally.step()} {rnd} {jobs[i].problem.id:40s} {r.status.value:13s} speedup "
+                      f"{r.speedup or 0:7.3f}  wall bound "
                       f"{w.get('unexplained_us', 0):8.1f} of {w.get('limit_us', 0):6.1f} us "
                       f"(reference overhead {w.get('reference_overhead_us', 0):7.1f}, from "
                       f"{w.get('reference_lowest_us', 0):.1f} to {w.get('reference_highest_us', 0):.1f}; candidate "
                       f"lowest {w.get('candidate_lowest_us', 0):.1f}, median {w.get('candidate_median_us', 0):.1f}; "
                       f"call {w.get('call_us', 0):.1f}; blocks {w.get('blocks', 0)}) SOL {r.sol_fraction or 0:.3f}"
                       + ("" if r.status is Status.CORRECT else f"  {r.reason[:200]}"), flush=True)
+
+            t = time.time()
+            results = ev.evaluate_many(jobs, on_result=on_result)
+            wall = time.time() - t
+            ratios = []
+            for job, r in zip(jobs, results):
+                report["speedups"].setdefault(job.problem.id, []).append(r.speedup)
+                w = r.wall_bound
+                ratios.append(w["unexplained_us"] / w["limit_us"] if w.get("limit_us") else None)
             correct = sum(r.status is Status.CORRECT for r in results)
             row = {"correct": correct, "of": len(results), "seconds": round(wall, 1),
                    "per_min": round(len(results) / wall * 60, 1),

@@ -14,7 +14,7 @@ import torch
 
 from eval import EvalConfig, Evaluator
 from eval.roofline import cached_ceilings
-from harness.bench.suite_bench import baseline_row
+from harness.baselines import baseline_row
 from problems.problem import ProblemError
 
 

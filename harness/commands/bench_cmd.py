@@ -1,19 +1,22 @@
 """`harness bench eval|suite|trusted|kernelbench|serve|loop|store`: benchmarks of the harness itself (figures go to
-docs/benchmarks.md)."""
+docs/benchmarks.md).
+
+The one door into `harness.bench`: nothing else of the harness imports a benchmark (`harness presets bench` comes
+through `run_presets`), so benchmarks depend on the product and never the reverse.
+"""
 
 from __future__ import annotations
 
 import argparse
-import importlib
+
+from harness.bench import eval_bench
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bench", required=True)
     ev = sub.add_parser("eval", help="evaluator throughput (pool / single worker / process per candidate), "
                                      "multi-GPU scaling and repeatability (GPU; throughput also runs on CPU)")
-    ev.add_argument("--part", choices=("all", "throughput", "latency", "scaling", "ray-scaling", "repeatability",
-                                       "own-share", "flips", "launch-bound", "parents", "channel", "build", "steps"),
-                    default="all", help="launch-bound (not part of all): launch-bound references' eager and "
+    ev.add_argument("--part", choices=("all", *eval_bench.PARTS), default="all", help="launch-bound (not part of all): launch-bound references' eager and "
                                         "CUDA-graph times across fresh worker processes; parents (not part of all): "
                                         "one GPU with 4/6/8 workers, every GPU under one parent, a parent per GPU; "
                                         "channel (not part of all): a 256 MB output across the trust boundary, "
@@ -69,17 +72,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.bench == "eval" and args.part in ("own-share", "flips"):
-        from harness.bench import eval_bench
-
-        return eval_bench.own_share_or_flips(args.part, args.rounds, args.out)
     if args.bench == "eval":
-        from harness.bench import eval_bench
+        from harness.bench.rates import EVALUATORS
 
         evaluators = tuple(e.strip() for e in args.evaluators.split(",") if e.strip())
-        unknown = sorted(set(evaluators) - set(eval_bench.EVALUATORS))
+        unknown = sorted(set(evaluators) - set(EVALUATORS))
         if unknown or not evaluators:
-            print(f"--evaluators: choose from {', '.join(eval_bench.EVALUATORS)} (got {args.evaluators!r})")
+            print(f"--evaluators: choose from {', '.join(EVALUATORS)} (got {args.evaluators!r})")
             return 2
         from harness.bench.launch_bound import MODES
 
@@ -88,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"--graph-modes: choose from {', '.join(MODES)} (got {args.graph_modes!r})")
             return 2
         return eval_bench.main(args.part, args.sessions, args.out, problems=args.problems, copies=args.copies,
-                               evaluators=evaluators, graph_modes=graph_modes)
+                               evaluators=evaluators, graph_modes=graph_modes, rounds=args.rounds)
     if args.bench == "suite":
         from harness.bench import suite_bench
 
@@ -110,5 +109,15 @@ def run(args: argparse.Namespace) -> int:
         from harness.bench import store_bench
 
         return store_bench.main(args.attempts, args.out, browser=not args.no_browser)
-    bench_loop = importlib.import_module("harness.bench_loop")
-    return int(bench_loop.main(args.attempts) or 0)
+    from harness.bench import loop_bench
+
+    return int(loop_bench.main(args.attempts) or 0)
+
+
+def run_presets(args: argparse.Namespace) -> int:
+    """`harness presets bench` (its arguments are `presets_cmd`'s): the suite's solutions and the hostile candidates
+    under each preset."""
+    from harness.bench import presets_bench
+
+    return presets_bench.main(args.selection, [p for p in args.presets.split(",") if p], device=args.device,
+                              solutions=not args.no_solutions, hostile=not args.no_hostile, out=args.out)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from eval import EvalConfig, EvalResult, Evaluator, Status, static_checks
+from eval.backends import BACKENDS, DEFAULT_BACKEND
 from eval.feedback import render_feedback
 from problems.problem import ProblemError, load_problem_file
 
@@ -18,7 +19,7 @@ from problems.problem import ProblemError, load_problem_file
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--problem", required=True, help="KernelBench-format problem file")
     parser.add_argument("--candidate", required=True, help="candidate source file defining ModelNew")
-    parser.add_argument("--backend", choices=("triton", "cuda"), default="triton")
+    parser.add_argument("--backend", choices=BACKENDS, default=DEFAULT_BACKEND)
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument("--trials", type=int, default=EvalConfig.trials)
     parser.add_argument("--own-kernel-policy", choices=("reject", "report"), default="reject")

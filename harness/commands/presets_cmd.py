@@ -7,7 +7,7 @@
 `rescore` replays a recorded run under another preset (the replay agent: free, deterministic,
 the same code for every problem, sample and turn), then prints the paired report of the two.
 `compare` pairs two existing runs. `bench` evaluates the suite's reference solutions and the
-hostile candidates under each preset (see `harness.bench.presets_bench`).
+hostile candidates under each preset (`harness.bench.presets_bench`, reached through the bench command).
 """
 
 from __future__ import annotations
@@ -48,10 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "bench":
-        from harness.bench import presets_bench
+        from harness.commands import bench_cmd
 
-        return presets_bench.main(args.selection, [p for p in args.presets.split(",") if p], device=args.device,
-                                  solutions=not args.no_solutions, hostile=not args.no_hostile, out=args.out)
+        return bench_cmd.run_presets(args)
     if args.action == "compare":
         return _compare(Path(args.run_a), Path(args.run_b), args.out, args.json)
     return _rescore(args)

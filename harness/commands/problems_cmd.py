@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from dataclasses import asdict
 
+from harness.progress import Tally
 from problems.cost import describe_bytes, describe_flops
 from problems.kernelbench import LoadFailure
 from problems.lint import DEFAULT_BUDGET_BYTES, LintReport, lint_entries
@@ -148,12 +148,10 @@ def _lint(args: argparse.Namespace) -> int:
             return 2
     entries = select_entries(args.selection)
     jobs = max(1, args.jobs)
-    done = [0]
-    started = time.monotonic()
+    tally = Tally(len(entries))
 
     def on_report(report: LintReport) -> None:
-        done[0] += 1
-        progress = f"[{done[0]}/{len(entries)}, {time.monotonic() - started:.0f} s]"
+        progress = tally.step()
         if args.json:  # stdout stays one JSON object per line; the progress goes to stderr
             print(json.dumps({"problem_id": report.problem_id, "ok": report.ok, "scale": report.scale,
                               "seconds": report.seconds, "checks": [asdict(c) for c in report.checks]}), flush=True)

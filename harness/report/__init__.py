@@ -42,10 +42,13 @@ class Report:
     markdown: str
     csv: str
     html: str
+    sweep: list[dict[str, str]] | None = None  # a sweep's swept values per run (harness.sweep), in run order
 
 
-def build_report(run_dirs: Sequence[str | Path], *, n_boot: int = 2000, seed: int = 0) -> Report:
-    """Read the runs (never modifying them) and render every output; `StoreError` for a bad run dir."""
+def build_report(run_dirs: Sequence[str | Path], *, n_boot: int = 2000, seed: int = 0,
+                 sweep: Sequence[dict[str, str]] | None = None) -> Report:
+    """Read the runs (never modifying them) and render every output; `StoreError` for a bad run dir. `sweep`: the
+    runs are a `harness run -m` sweep's, with these swept values each (the outputs get the sweep's table)."""
     if not run_dirs:
         raise ValueError("no run directory given")
     runs = [load_run(d) for d in run_dirs]
@@ -59,9 +62,10 @@ def build_report(run_dirs: Sequence[str | Path], *, n_boot: int = 2000, seed: in
         metrics=metrics,
         comparison=comparison,
         data=data,
-        markdown=to_markdown(metrics, comparison, n_boot=n_boot, seed=seed),
+        markdown=to_markdown(metrics, comparison, n_boot=n_boot, seed=seed, sweep=sweep),
         csv=to_csv(metrics, comparison),
-        html=render_page(runs, metrics, comparison, data),
+        html=render_page(runs, metrics, comparison, data, sweep=sweep),
+        sweep=None if sweep is None else list(sweep),
     )
 
 

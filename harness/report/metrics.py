@@ -27,6 +27,7 @@ from harness.report.load import RunData
 from harness.store import Attempt
 
 Interval = tuple[float, float]
+MISSING = "missing"  # a problem's status in the report's data and heatmap when it has no attempt
 
 
 @dataclass
@@ -34,7 +35,7 @@ class ProblemBest:
     """A problem's best result in one run (what the heatmap and the distributions show)."""
 
     level: str
-    status: str  # an attempt status, or `missing` when the problem has no attempt
+    status: Status | None  # the best attempt's; None when the problem has no attempt (`missing` in JSON)
     speedup: float | None = None  # measured speedup of a correct result (None: not timed / not correct)
     sol_fraction: float | None = None
     own_time_fraction: float | None = None
@@ -107,7 +108,7 @@ class RunMetrics:
     wall_s: float
     agent_s: float
     eval_s: float
-    statuses: dict[str, int]
+    statuses: dict[Status, int]
     at_k: list[AtK]
     by_turn: list[TurnScores]
     by_level: dict[str, LevelScores]
@@ -129,6 +130,8 @@ class RunMetrics:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data; p keys become strings (`"1"`, `"0.5"`)."""
         d = _plain(asdict(self))
+        for pb in d["per_problem"].values():
+            pb["status"] = pb["status"] or MISSING
         d["tokens"] = self.tokens
         d["device"] = self.device
         return d
@@ -182,7 +185,7 @@ def compute_metrics(run: RunData, *, n_boot: int = 2000, seed: int = 0, ps: Sequ
         compile_rate=scores.compile_rate,
         correct_rate=scores.correct_rate,
         correct_rate_ci=ci(at_k_per_problem(samples, n, n, None)),
-        rejected=sum(a.status == Status.REJECTED.value for a in run.attempts),
+        rejected=sum(a.status is Status.REJECTED for a in run.attempts),
         median_sol_fraction=_median(r.sol_fraction for r in correct_best),
         median_own_time_fraction=_median(r.kernels.own_time_fraction for r in correct_best if r.kernels),
         input_tokens=sum(a.input_tokens for a in fresh),
@@ -286,7 +289,7 @@ def _per_problem(attempts: list[Attempt], ids: list[str], levels: dict[str, str]
     out = {}
     for pid, items in by_problem.items():
         if not items:
-            out[pid] = ProblemBest(level=levels[pid], status="missing")
+            out[pid] = ProblemBest(level=levels[pid], status=None)
             continue
         a = max(items, key=lambda x: rank(x.result))
         r = a.result

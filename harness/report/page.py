@@ -24,9 +24,14 @@ from harness.report import plots, transcripts
 from harness.report.compare import Comparison
 from harness.report.load import RunData
 from harness.report.metrics import RunMetrics
-from harness.report.tables import NOT_TIMED, leaderboard_table, level_table, notes, samples_table, turn_table
+from harness.report.tables import (NOT_TIMED, leaderboard_table, level_table, notes, samples_table, sweep_table,
+                                   turn_table)
 
 _TEXT_COLUMNS = {"run", "agent", "model", "search", "backend", "device", "setting", "level"}
+# The leaderboard has more columns than fit a 1400 px window side by side: the page shows them as two tables,
+# the scores and (in this set) how each run was made and what it cost, both keyed by the run's name.
+_RUN_COLUMNS = {"agent", "model", "search", "backend", "eval", "device", "setting", "problems", "tokens", "cost",
+                "wall"}
 
 
 def embed_json(data: Any) -> str:
@@ -43,6 +48,20 @@ def embed_json(data: Any) -> str:
     return text
 
 
+def _cell(text: str) -> str:
+    """A cell's escaped text; a rate's 95% interval (`0.50 [0.25, 0.75]`) goes on a line of its own, so that the
+    columns of rates stay narrow."""
+    value, bracket, interval = text.partition(" [")
+    if bracket and interval.endswith("]"):
+        return f'{escape(value)} <span class="ci">[{escape(interval)}</span>'
+    return escape(text)
+
+
+def _columns(headers: list[str], rows: list[list[str]], keep: list[int]) -> tuple[list[str], list[list[str]]]:
+    """The columns at `keep` of a table."""
+    return [headers[i] for i in keep], [[row[i] for i in keep] for row in rows]
+
+
 def _table(headers: list[str], rows: list[list[str]], table_id: str) -> str:
     head = "".join(f"<th{' class=text' if h in _TEXT_COLUMNS else ''}>{escape(h)}</th>" for h in headers)
     body = []
@@ -51,7 +70,7 @@ def _table(headers: list[str], rows: list[list[str]], table_id: str) -> str:
         for h, c in zip(headers, row):
             cls = "text" if h in _TEXT_COLUMNS else ("nt" if c == NOT_TIMED else "")
             title = ' title="timings not measured (CPU)"' if c == NOT_TIMED else ""
-            cells.append(f'<td class="{cls}"{title}>{escape(c)}</td>')
+            cells.append(f'<td class="{cls}"{title}>{_cell(c)}</td>')
         body.append(f"<tr>{''.join(cells)}</tr>")
     return (
         f'<div class="scroll"><table class="data" id="{table_id}"><thead><tr>{head}</tr></thead>'
@@ -122,8 +141,9 @@ def render_page(
     metrics: Sequence[RunMetrics],
     comparison: Comparison,
     leaderboard_json: dict[str, Any],
+    sweep: Sequence[dict[str, str]] | None = None,
 ) -> str:
-    """The whole HTML document."""
+    """The whole HTML document (with a sweep's table when the runs are a `harness run -m` sweep's)."""
     script = _asset("report.js")
     script_hash = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()
     csp = (f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
@@ -134,16 +154,26 @@ def render_page(
         for n in notes(metrics, comparison)
     )
     samples_headers, samples_rows = samples_table(metrics)
+    sweep_section = [] if sweep is None else [
+        f'<section id="sweep"><h2>Sweep</h2>{_table(*sweep_table(metrics, sweep), "sweep-table")}'
+        '<p class="explain">One row per run of the sweep: its swept values, correct share, fast_p, attempts, and '
+        "attempts that were not correct.</p></section>"]
+    board_headers, board_rows = leaderboard_table(metrics, comparison)
+    scores = [i for i, h in enumerate(board_headers) if h not in _RUN_COLUMNS]
+    made = [i for i, h in enumerate(board_headers) if h == "run" or h in _RUN_COLUMNS]
     sections = [
         '<section id="leaderboard"><h2>Leaderboard</h2>',
-        _table(*leaderboard_table(metrics, comparison), "leaderboard-table"),
+        _table(*_columns(board_headers, board_rows, scores), "leaderboard-table"),
         f'<p class="explain">fast_p: share of all problems in the selection solved correctly with a measured speedup '
         f"strictly above p (best over samples and turns); problems, samples and turns without results count as "
         f"failures. Brackets: 95% bootstrap interval over problems ({n_boot} resamples, seed {seed}). compile / "
         f"correct: share of problems with an attempt that compiled / was correct. rejected: attempts that failed an "
         f"integrity check. SOL: median fraction of the roofline speed of light over correct results.</p>",
         f'<div class="notes"><ul>{note_items}</ul></div>' if note_items else "",
+        '<h3>The runs: how each was made, and its cost</h3>',
+        _table(*_columns(board_headers, board_rows, made), "runs-table"),
         "</section>",
+        *sweep_section,
     ]
     if samples_rows:
         sections += [

@@ -30,7 +30,7 @@ from typing import Any
 from eval.result import EvalResult, Status
 from eval.scoring import DEFAULT_PS
 from harness.report.load import RunData
-from harness.report.metrics import RunMetrics, compute_metrics, config_value, rank
+from harness.report.metrics import MISSING, RunMetrics, compute_metrics, config_value, rank
 from harness.report.tables import NOT_TIMED, speed_text
 
 Key = tuple[int, int]  # (sample, turn)
@@ -41,8 +41,8 @@ class PairedRow:
     """One problem under both presets."""
 
     problem_id: str
-    status_a: str
-    status_b: str
+    status_a: Status | None  # None: the problem has no attempt in that run (MISSING in the text)
+    status_b: Status | None
     speedup_a: float | None
     speedup_b: float | None
     agree: bool
@@ -73,6 +73,8 @@ class PairedReport:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        for row in d["rows"]:
+            row["status_a"], row["status_b"] = _label(row["status_a"]), _label(row["status_b"])
         d["fast_p_a"] = {f"{p:g}": v for p, v in self.fast_p_a.items()}
         d["fast_p_b"] = {f"{p:g}": v for p, v in self.fast_p_b.items()}
         d["reasons"] = reason_counts(self.rows)
@@ -111,10 +113,14 @@ def _best(pid: str, by: dict[tuple[str, int, int], EvalResult | None]) -> tuple[
     return key, result
 
 
-def _status(result: EvalResult | None, missing: bool) -> str:
+def _status(result: EvalResult | None, missing: bool) -> Status | None:
     if missing:
-        return "missing"
-    return "agent_error" if result is None else result.status.value
+        return None
+    return Status.AGENT_ERROR if result is None else result.status
+
+
+def _label(status: Status | None) -> str:
+    return MISSING if status is None else status.value
 
 
 def _solved(result: EvalResult | None) -> bool:
@@ -140,7 +146,7 @@ def _row(pid: str, by_a: dict, by_b: dict, ma: RunMetrics, mb: RunMetrics, timed
         row.agree, row.reason = False, "timing"
         row.detail = f"speedup {row.speedup_a:.2f}x under {ma.preset}, {row.speedup_b:.2f}x under {mb.preset}"
     elif row.status_a != row.status_b:
-        row.detail = f"both unsolved ({row.status_a} / {row.status_b})"
+        row.detail = f"both unsolved ({_label(row.status_a)} / {_label(row.status_b)})"
     return row
 
 
@@ -212,7 +218,7 @@ def to_markdown(report: PairedReport) -> str:
     for r in report.rows:
         detail = r.detail.replace("|", "\\|").replace("\n", " ")
         where = f" (sample {r.attempt[0]}, turn {r.attempt[1]})" if r.attempt else ""
-        lines.append(f"| {r.problem_id} | {r.status_a} | {r.status_b} | {_speed(r.speedup_a, report)} | "
+        lines.append(f"| {r.problem_id} | {_label(r.status_a)} | {_label(r.status_b)} | {_speed(r.speedup_a, report)} | "
                      f"{_speed(r.speedup_b, report)} | {'yes' if r.agree else 'NO'} | {r.reason} | "
                      f"{detail[:300]}{where if not r.agree else ''} |")
     if not report.timing_available:

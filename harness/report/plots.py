@@ -11,11 +11,12 @@ from typing import Sequence
 
 from eval.scoring import DEFAULT_PS
 from harness.report import svg
-from harness.report.metrics import RunMetrics
+from eval.result import Status
+from harness.report.metrics import MISSING, RunMetrics
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
 
-# Attempt statuses: colour and a short cell label (shared with the page's CSS for the transcript badges).
+# Attempt statuses (and MISSING): colour and a short cell label (shared with the page's CSS for the transcript badges).
 STATUS_STYLE: dict[str, tuple[str, str]] = {
     "correct": ("#2e7d32", "ok"),
     "incorrect": ("#ef6c00", "wrong"),
@@ -27,7 +28,7 @@ STATUS_STYLE: dict[str, tuple[str, str]] = {
     "crash": ("#4e342e", "crash"),
     "skipped": ("#90a4ae", "skipped"),
     "agent_error": ("#546e7a", "agent"),
-    "missing": ("#eceff1", "—"),
+    MISSING: ("#eceff1", "—"),
 }
 NOT_TIMED_FILL = "#90caf9"  # correct, but no speedup measured
 NO_TIMING = "timings not measured (CPU): no speedups to plot"
@@ -127,7 +128,7 @@ def heatmap(metrics: Sequence[RunMetrics]) -> str:
                 row.append(svg.Cell("#ffffff", "", f"{pid} is not in {m.name}'s selection"))
                 continue
             where = "" if pb.turn is None else f" (sample {pb.sample}, turn {pb.turn})"
-            if pb.status == "correct" and pb.speedup is not None:
+            if pb.status is Status.CORRECT and pb.speedup is not None:
                 fill, dark = speedup_fill(pb.speedup)
                 row.append(
                     svg.Cell(
@@ -138,18 +139,19 @@ def heatmap(metrics: Sequence[RunMetrics]) -> str:
                         dark,
                     )
                 )
-            elif pb.status == "correct":
+            elif pb.status is Status.CORRECT:
                 row.append(svg.Cell(NOT_TIMED_FILL, "ok (n/t)", f"{m.name} · {pid}: correct, not timed{where}", data))
             else:
-                fill, text = STATUS_STYLE.get(pb.status, ("#bdbdbd", pb.status))
-                tooltip = f"{m.name} · {pid}: {'no attempt yet' if pb.status == 'missing' else pb.status}{where}"
+                status = MISSING if pb.status is None else pb.status.value
+                fill, text = STATUS_STYLE.get(status, ("#bdbdbd", status))
+                tooltip = f"{m.name} · {pid}: {'no attempt yet' if pb.status is None else status}{where}"
                 row.append(
                     svg.Cell(
                         fill,
                         text,
                         tooltip,
-                        data if pb.status != "missing" else {},
-                        dark=pb.status not in ("missing", "format_error", "skipped"),
+                        data if pb.status is not None else {},
+                        dark=pb.status not in (None, Status.FORMAT_ERROR, Status.SKIPPED),
                     )
                 )
         cells.append(row)

@@ -12,8 +12,10 @@ import io
 import json
 from typing import Any, Sequence
 
+from eval.result import Status
 from eval.scoring import DEFAULT_PS
 from harness.report.compare import Comparison
+from harness.progress import duration_text
 from harness.report.metrics import RunMetrics, ks_for
 
 NOT_TIMED = "n/t"
@@ -58,13 +60,6 @@ def cost_text(m: RunMetrics) -> str:
     return f"{'' if m.cost_complete else '≥ '}${m.cost_usd:.{digits}f}"
 
 
-def duration_text(seconds: float) -> str:
-    s = int(round(seconds))
-    if s >= 3600:
-        return f"{s // 3600}h {s % 3600 // 60:02d}m"
-    return f"{s // 60}m {s % 60:02d}s" if s >= 60 else f"{s}s"
-
-
 def leaderboard_table(metrics: Sequence[RunMetrics], comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     """Headers and text cells of the leaderboard, one row per run."""
     show_setting = not comparison.comparable
@@ -91,6 +86,20 @@ def leaderboard_table(metrics: Sequence[RunMetrics], comparison: Comparison) -> 
             duration_text(m.wall_s),
         ]
         rows.append(row)
+    return headers, rows
+
+
+def sweep_table(metrics: Sequence[RunMetrics], overrides: Sequence[dict[str, str]]) -> tuple[list[str], list[list[str]]]:
+    """A `harness run -m` sweep, one row per run: its swept values, correct share and fast_p (as the leaderboard
+    computes them), attempts, and attempts that were not correct."""
+    keys = list(dict.fromkeys(k for o in overrides for k in o))
+    headers = ["run", *keys, "correct"] + [f"fast_{p:g}" for p in DEFAULT_PS] + ["attempts", "failed"]
+    rows = []
+    for m, o in zip(metrics, overrides):
+        fast = [f"{m.fast_p[p]:.2f}" if m.timing_available else NOT_TIMED for p in DEFAULT_PS]
+        failed = m.attempts - m.statuses.get(Status.CORRECT, 0)
+        rows.append([m.name, *(o.get(k, "-") for k in keys), f"{m.correct_rate:.2f}", *fast, str(m.attempts),
+                     str(failed)])
     return headers, rows
 
 
@@ -168,8 +177,10 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def to_markdown(metrics: Sequence[RunMetrics], comparison: Comparison, *, n_boot: int, seed: int) -> str:
-    """The whole leaderboard as Markdown: main table, notes, then samples, levels and turns."""
+def to_markdown(metrics: Sequence[RunMetrics], comparison: Comparison, *, n_boot: int, seed: int,
+                sweep: Sequence[dict[str, str]] | None = None) -> str:
+    """The whole leaderboard as Markdown: main table, notes, a sweep's table (runs of `harness run -m`), then
+    samples, levels and turns."""
     parts = [
         "# Leaderboard",
         "",
@@ -182,6 +193,8 @@ def to_markdown(metrics: Sequence[RunMetrics], comparison: Comparison, *, n_boot
     ]
     if note_lines := notes(metrics, comparison):
         parts += ["", "Notes:", ""] + [f"- {n}" if not n.startswith("  ") else f"  - {n.strip()}" for n in note_lines]
+    if sweep is not None:
+        parts += ["", "## Sweep", "", _md_table(*sweep_table(metrics, sweep))]
     headers, rows = samples_table(metrics)
     if rows:
         parts += [

@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from eval.result import Status
 from harness.report import plots
 from harness.report.load import RunData
 from harness.report.metrics import RunMetrics, rank
@@ -78,7 +79,7 @@ def _attempt(a: Attempt, ref: Callable[[str | None], int | None]) -> dict[str, A
         "eval_s": a.eval_s,
         "from_cache": a.from_cache,
         "prompt": [[str(m.get("role", "?")), ref(str(m.get("content", "")))] for m in a.prompt],
-        "reply": None if a.status == "agent_error" else ref(a.reply),
+        "reply": None if a.status is Status.AGENT_ERROR else ref(a.reply),
         "code": ref(a.code),
         "feedback": ref(a.feedback),
         "error": ref(a.error) if a.error else None,

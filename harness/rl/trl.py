@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from eval.backends import DEFAULT_BACKEND
 from harness.client import EvalClient, ServeError
 
 
@@ -28,7 +29,7 @@ def completion_text(completion: Any) -> str:
 class TRLReward:
     """`reward(prompts, completions, **columns) -> list[float]`, one batch request per call."""
 
-    def __init__(self, client: EvalClient | str, *, problem_column: str = "problem", backend: str = "triton",
+    def __init__(self, client: EvalClient | str, *, problem_column: str = "problem", backend: str = DEFAULT_BACKEND,
                  reward: str | None = None, eval: str | None = None) -> None:
         self.client = EvalClient(client) if isinstance(client, str) else client
         self.problem_column, self.backend, self.reward, self.eval = problem_column, backend, reward, eval

@@ -13,6 +13,7 @@ import os
 import threading
 from typing import Any
 
+from eval.backends import DEFAULT_BACKEND
 from harness.client import EvalClient, ServeError
 
 URL_ENV = "HARNESS_SERVE_URL"
@@ -32,7 +33,7 @@ def client() -> EvalClient:
 def _request(solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None) -> dict[str, Any]:
     problem = (extra_info or {}).get("problem", ground_truth)
     body: dict[str, Any] = {"problem": problem, "code": solution_str,
-                            "backend": os.environ.get("HARNESS_SERVE_BACKEND", "triton")}
+                            "backend": os.environ.get("HARNESS_SERVE_BACKEND", DEFAULT_BACKEND)}
     if os.environ.get("HARNESS_SERVE_REWARD"):
         body["reward"] = os.environ["HARNESS_SERVE_REWARD"]
     return body

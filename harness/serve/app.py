@@ -20,7 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from agents import TurnRecord
-from agents.prompting import BACKENDS
+from eval.backends import BACKENDS, DEFAULT_BACKEND
 from harness.serve.queue import QueueFull
 from harness.serve.catalog import BadRequest, NotFound
 from harness.serve.service import Pending, Service
@@ -179,7 +179,7 @@ def create_app(service: Service, *, token: str | None, max_body_bytes: int = 8 <
         return JSONResponse({"results": [_item_error(r) if isinstance(r, Exception) else next(it) for r in parsed]})
 
     def backend_of(request: Request) -> str:
-        backend = request.query_params.get("backend", "triton")
+        backend = request.query_params.get("backend", DEFAULT_BACKEND)
         if backend not in BACKENDS:
             raise HTTPError(400, f"backend: must be one of {', '.join(BACKENDS)}", field="backend")
         return backend
@@ -208,7 +208,7 @@ def create_app(service: Service, *, token: str | None, max_body_bytes: int = 8 <
         body = await read_json(request)
         if not isinstance(body, dict) or "problem" not in body:
             raise HTTPError(400, "problem: is required", field="problem")
-        backend = body.get("backend", "triton")
+        backend = body.get("backend", DEFAULT_BACKEND)
         if backend not in BACKENDS:
             raise HTTPError(400, f"backend: must be one of {', '.join(BACKENDS)}", field="backend")
         history = body.get("history", [])

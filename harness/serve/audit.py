@@ -39,12 +39,12 @@ class AuditTrail:
         with self._lock:
             self._samples[problem.id] += 1
             sample = self._samples[problem.id]
-        attempt = Attempt(problem_id=problem.id, sample=sample, turn=turn, status=result.status.value, prompt=[],
+        attempt = Attempt(problem_id=problem.id, sample=sample, turn=turn, status=result.status, prompt=[],
                           reply=reply, code=code, result=result, feedback=feedback, speedup=speedup,
                           problem_hash=problem.source_hash, eval_s=eval_s, started_at=started,
                           finished_at=time.time(), finish_reason=f"request {request_id}")
         if result.status is Status.CORRECT:
-            attempt.best_turn, attempt.best_status, attempt.best_speedup = turn, result.status.value, speedup
+            attempt.best_turn, attempt.best_status, attempt.best_speedup = turn, result.status, speedup
         self._store.record(attempt)
 
     def close(self) -> None:

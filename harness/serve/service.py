@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from agents.prompting import BACKENDS
+from eval.backends import BACKENDS, DEFAULT_BACKEND
 from eval.cache import cache_key
 from eval.config import EvalConfig
 from eval.feedback import render_feedback
@@ -47,7 +47,7 @@ class EvalRequest:
     id: str
     problem: Problem
     reply: str
-    backend: str = "triton"
+    backend: str = DEFAULT_BACKEND
     preset: str | None = None
     reward: str | None = None
     turn: int = 1
@@ -171,7 +171,7 @@ class Service:
             raise BadRequest(prefix + "code", "must be a string (a reply or bare code)")
         if len(code) > MAX_CODE_CHARS:
             raise BadRequest(prefix + "code", f"longer than {MAX_CODE_CHARS} characters")
-        backend = body.get("backend", "triton")
+        backend = body.get("backend", DEFAULT_BACKEND)
         if backend not in BACKENDS:
             raise BadRequest(prefix + "backend", f"must be one of {', '.join(BACKENDS)}")
         preset = body.get("eval")

@@ -1,4 +1,4 @@
-/* A fake libcuda.so.1 for CPU tests of timed_loop.c's host logic (tests/test_native_loop_cpu.py):
+/* A fake libcuda.so.1 for CPU tests of timed_loop.c's host logic (tests/eval/test_native_loop_cpu.py):
  * host memory for device memory, counters for events, launches that only note n and a marker. */
 #include <stdlib.h>
 #include <string.h>

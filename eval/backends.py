@@ -1,0 +1,16 @@
+"""The languages a candidate may be written in. The first is the default wherever a backend is not named.
+
+A module of its own (no imports) so that prompts, clients and the run loop share it without loading the evaluator.
+"""
+
+from __future__ import annotations
+
+BACKENDS: tuple[str, ...] = ("triton", "cuda")
+DEFAULT_BACKEND = BACKENDS[0]
+
+
+def check_backend(backend: str) -> str:
+    """`backend` when it is one of `BACKENDS`; else a one-line `ValueError` listing them."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
+    return backend

@@ -1,0 +1,101 @@
+"""CUDA candidates without a GPU: a compile-only nvcc check, then an explicit `skipped`."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from eval import EvalConfig, Evaluator, Job, Status
+from eval.worker import prebuilt
+from harness.corpus import candidates
+
+# nvcc builds on a loaded 2-core machine can take minutes: a generous bound, not the default 180 s, so that only a
+# build that hangs fails here (three of these tests failed under load at 180 s, and passed alone)
+BUILD_LIMIT_S = 1200.0
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600),
+              pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the candidate runs for real")]
+
+
+def test_cuda_candidates_get_a_compile_only_check(tmp_path):
+    problem = candidates.problem(4096)
+    good = candidates.cuda_candidate("cpuok", 256)
+    broken = candidates.cuda_candidate("cpubad", 256, "this is not C++;")
+    with Evaluator(EvalConfig(device="cpu", cache_dir=str(tmp_path), import_timeout_s=BUILD_LIMIT_S)) as ev:
+        ok, bad = ev.evaluate_many([Job(problem, good, "cuda"), Job(problem, broken, "cuda")])
+        # the light .cu (eval.worker.light_build) compiled for the good candidate; the broken one fell back, and
+        # its build recorded both failures (eval.worker.prebuilt)
+        failed = {entry["name"] for folder in ev._builder.root.iterdir()
+                  for entry in prebuilt.read_record(folder).values() if entry.get("failed")}
+    if shutil.which("nvcc") is None:
+        assert ok.status is Status.SKIPPED and "nvcc is not installed" in ok.reason
+        return
+    assert ok.status is Status.SKIPPED, ok.reason + ok.error
+    assert "compiled with nvcc" in ok.reason
+    assert bad.status is Status.COMPILE_ERROR, bad.reason
+    assert "Error building extension 'add_relu_scale_cpubad'" in bad.error and "this is not C++" in bad.error
+    assert failed == {"add_relu_scale_cpubad_kh_light", "add_relu_scale_cpubad"}, failed  # light, then as written
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="the build runs only with nvcc")
+def test_a_build_writes_only_its_own_build_folder(tmp_path):
+    """A CUDA candidate's module code runs in its build worker, beside other candidates' builds: it may write its
+    own build folder (torch puts the extension there), and the evaluator's other build folders are mounted
+    read-only to it (not merely closed by file permissions, which a worker keeping the parent's uid would pass)."""
+    from eval.sandbox import sandbox_plan
+
+    if not sandbox_plan().filesystem:
+        pytest.skip("no mount namespace on this machine: the filesystem is not isolated")
+    plant = ("import os as _os, pathlib as _pl\n"
+             "_own = _pl.Path(_os.environ['TORCH_EXTENSIONS_DIR'])\n"
+             "try:\n"
+             "    (_own.parent / 'planted').write_text('into the evaluator build folders')\n"
+             "    _outcome = 'written'\n"
+             "except OSError as _exc:\n"
+             "    _outcome = _exc.strerror\n"
+             "(_own / 'outcome').write_text(_outcome)\n")
+    with Evaluator(EvalConfig(device="cpu", cache_dir=str(tmp_path), import_timeout_s=BUILD_LIMIT_S)) as ev:
+        r = ev.evaluate(candidates.problem(4096), plant + candidates.cuda_candidate("planter", 256), "cuda")
+        planted = list(ev._builder.root.glob("**/planted"))
+        outcomes = [f.read_text() for f in ev._builder.root.glob("*/outcome")]
+    assert r.status is Status.SKIPPED and "compiled with nvcc" in r.reason, f"{r.status}: {r.reason}"
+    assert outcomes == ["Read-only file system"] and planted == [], (outcomes, planted)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="the build runs only with nvcc")
+def test_the_compile_check_builds_with_torchs_own_flags(tmp_path):
+    """The check is torch's own build, so it agrees with a GPU machine's build both ways: C++20 code (torch builds
+    extensions with -std=c++20) passes, and `__half` arithmetic, which torch's `-D__CUDA_NO_HALF_OPERATORS__` and
+    `-D__CUDA_NO_HALF_CONVERSIONS__` turn off, fails. A hand-written nvcc command with -std=c++17 and no defines
+    got both wrong."""
+    cxx20 = 'static_assert(requires { n + 1; }, "a requires-expression: C++20");'
+    half_ops = "__half kh_h = __float2half(1.f); kh_h = kh_h * kh_h;"
+    with Evaluator(EvalConfig(device="cpu", cache_dir=str(tmp_path), import_timeout_s=BUILD_LIMIT_S)) as ev:
+        honest, halves = ev.evaluate_many([Job(candidates.problem(4096), candidates.cuda_candidate(t, 256, e), "cuda")
+                                           for t, e in (("cxx20", cxx20), ("halves", half_ops))])
+    assert honest.status is Status.SKIPPED and "compiled with nvcc" in honest.reason, honest.reason + honest.error
+    assert halves.status is Status.COMPILE_ERROR, halves.reason
+    assert "kh_h * kh_h" in halves.error and "error" in halves.error
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="the build runs only with nvcc")
+def test_a_build_failure_the_candidate_catches_is_not_a_compile_error(tmp_path):
+    """Published kernels (CUDA-L1's L1/12 and L1/25) wrap a `load_inline` that cannot build in try/except and fall
+    back to PyTorch. With torch's own `load_inline` they run; the build must not fail them either. A candidate that
+    re-raises (its own error, chained to the build's) still failed because of its build."""
+    broken = candidates.cuda_candidate("caught", 256, "this is not C++;")
+    guarded = candidates.edit(broken, "ext = load_inline(", "_kh_built = True\ntry:\n    ext = load_inline(")
+    guarded = candidates.edit(guarded, "verbose=False)\n", "verbose=False)\nexcept Exception:\n    _kh_built = False\n")
+    caught = candidates.edit(guarded, "        return ext.add_relu_scale(x.contiguous(), y.contiguous(), self.scale)",
+                             "        if not _kh_built:\n            return torch.relu(x + y) * self.scale\n"
+                             "        return ext.add_relu_scale(x.contiguous(), y.contiguous(), self.scale)")
+    reraised = candidates.edit(guarded.replace("caught", "reraised"), "    _kh_built = False\n",
+                               "    raise RuntimeError('no kernel, no model')\n")
+    problem = candidates.problem(4096)
+    with Evaluator(EvalConfig(device="cpu", cache_dir=str(tmp_path), import_timeout_s=BUILD_LIMIT_S)) as ev:
+        handled, fatal = ev.evaluate_many([Job(problem, caught, "cuda"), Job(problem, reraised, "cuda")])
+    assert handled.status is Status.SKIPPED, f"{handled.status}: {handled.reason} {handled.error}"
+    assert "the candidate caught the error" in handled.reason and "add_relu_scale_caught" in handled.reason
+    assert fatal.status is Status.COMPILE_ERROR, f"{fatal.status}: {fatal.reason}"
+    assert "this is not C++" in fatal.error

@@ -1,0 +1,147 @@
+"""Correctness trials beyond the published distribution (`runtime.DISTRIBUTIONS`), on the CPU pipeline.
+
+The class: a candidate that relies on get_inputs()'s distribution instead of the inputs (KernelBench's uniform
+HingeLoss, whose mean a kernel reading only the targets matched at 2111x). Here the published inputs are standard
+normal, so clamp(x, min=-10) never clamps: a kernel that copies x is exact on every published draw. The defence
+asserted: the trial with every input scaled by 4 finds it, and the verdict names that distribution; an honest
+kernel passes all three, and a distribution on which the reference is not finite is skipped, not failed."""
+
+from __future__ import annotations
+
+import pytest
+
+from eval import Status
+from problems.problem import problem_from_source
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # every test runs sandboxed evaluator workers
+
+PROBLEM = '''
+import torch
+import torch.nn as nn
+
+N = 4096
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return {body}
+
+
+def get_inputs():
+    return [torch.randn(N)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+CANDIDATE = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def clamp_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    tl.store(out_ptr + offs, {value}, mask=m)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        out = torch.empty_like(x)
+        clamp_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+        return out
+'''
+
+
+EVALUATOR = dict(device="cpu", cache_dir=None, workers_per_gpu=1, import_timeout_s=120)
+
+
+def _clamp_problem():
+    return problem_from_source(PROBLEM.format(body="torch.clamp(x, min=-10.0)"), name="clamp", problem_id="t/clamp")
+
+
+def test_a_shortcut_exact_on_the_published_distribution_fails_off_it(evaluator):
+    r = evaluator.evaluate(_clamp_problem(), CANDIDATE.format(value="x"))
+    assert r.status is Status.INCORRECT, f"{r.status}: {r.reason}"
+    assert "inputs off the published distribution: every floating-point input multiplied by 4" in r.reason, r.reason
+    assert r.distributions == {"scaled": "failed"}, r.distributions
+
+
+def test_an_honest_kernel_passes_every_distribution(evaluator):
+    r = evaluator.evaluate(_clamp_problem(), CANDIDATE.format(value="tl.maximum(x, -10.0)"))
+    assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
+    assert r.distributions == {"scaled": "passed", "shifted": "passed", "flipped": "passed"}, r.distributions
+
+
+def test_a_distribution_the_reference_is_not_finite_on_is_skipped(evaluator):
+    """sqrt(x + 3) is finite on standard normal draws (almost surely) and on them shifted by 2; negated or
+    scaled by 4, some elements fall below -3 and the reference gives NaN there: those two are skipped."""
+    problem = problem_from_source(PROBLEM.format(body="torch.sqrt(torch.clamp(x, min=-3.0) + 3.0) * (x > -3.0) "
+                                                      "+ torch.log(x + 6.0)"),
+                                  name="log", problem_id="t/log")
+    value = "tl.sqrt(tl.maximum(x, -3.0) + 3.0) * (x > -3.0).to(tl.float32) + tl.log(x + 6.0)"
+    r = evaluator.evaluate(problem, CANDIDATE.format(value=value))
+    assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
+    assert r.distributions["shifted"] == "passed", r.distributions
+    assert r.distributions["scaled"].startswith("skipped: the reference is not finite"), r.distributions
+
+
+KB_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.clamp(x, min=-10.0)
+
+
+batch_size = 64
+dim = 128
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_kernelbench_problem_gets_a_hidden_derived_workload(evaluator):
+    """A KernelBench problem has no get_extra_inputs(): its constants that only get_inputs() reads are roughly
+    halved (batch_size 64 -> 33, dim 128 -> 65) for one more trial the agent never sees. A kernel that hard-codes
+    the published shape fails there, and the verdict names the workload; the honest kernel passes it."""
+    problem = problem_from_source(KB_PROBLEM, name="kb_clamp", problem_id="t/kb_clamp")
+    honest = CANDIDATE.format(value="tl.maximum(x, -10.0)")
+    r = evaluator.evaluate(problem, honest)
+    assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
+    assert r.workloads == {"batch_size=33, dim=65": "passed"}, r.workloads
+    hard_coded = honest.replace("out = torch.empty_like(x)", "out = torch.empty(64, 128)")
+    r = evaluator.evaluate(problem, hard_coded)
+    assert r.status is Status.INCORRECT, f"{r.status}: {r.reason}"
+    assert "on a hidden workload: batch_size=33, dim=65" in r.reason and r.workloads == {
+        "batch_size=33, dim=65": "failed"}, (r.reason, r.workloads)
+
+
+def test_constants_the_model_reads_are_never_scaled():
+    from problems.runtime import input_only_constants
+
+    source = KB_PROBLEM.replace("return torch.clamp(x, min=-10.0)", "return torch.clamp(x, min=-10.0)[:, :dim]")
+    assert input_only_constants(KB_PROBLEM) == ["batch_size", "dim"]
+    assert input_only_constants(source) == ["batch_size"]  # Model reads dim: the model built once could not follow

@@ -1,0 +1,146 @@
+"""Units of the tamper snapshot (`eval.worker.integrity`) and of the output-structure check, in this process.
+
+The end-to-end cases (a real worker, hostile candidates) are in `tests/eval/test_hostile.py`; here each
+probe is shown to see a change and to see nothing once the change is undone.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import OrderedDict, namedtuple
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from eval import protocol as p
+from eval.wire import ProtocolError
+from eval.worker import integrity
+from eval.worker.serve import _poisoned_memory
+from problems.compare import compare_structure, describe_structure
+from problems.runtime import output_structure
+
+T = torch.zeros(2)
+
+
+@pytest.mark.parametrize("out, text", [
+    (T, "tensor"),
+    ((T,), "(tensor,)"),
+    ((T, T), "(tensor, tensor)"),
+    ([T], "[tensor]"),
+    ({"y": (T,)}, "{'y': (tensor,)}"),
+    ({1: T, "b": [T, None]}, "{1: tensor, 'b': [tensor, None]}"),
+    ((), "()"),
+    (3, "<int>"),
+    (None, "None"),
+    (namedtuple("Pair", "a b")(T, T), "(tensor, tensor)"),  # subclasses are their base container
+    (OrderedDict(y=T), "{'y': tensor}"),
+])
+def test_output_structure_is_the_containers_as_python_writes_them(out, text):
+    assert output_structure(out) == text
+
+
+def test_structure_mismatch_says_what_each_side_returns():
+    assert compare_structure("tensor", "tensor") is None
+    mismatch = compare_structure("tensor", "{'y': (tensor,)}", trial=2)
+    assert mismatch is not None and mismatch.output == -1 and mismatch.trial == 2
+    assert mismatch.reason == "output structure differs: the reference returns a tensor, the candidate a dict {'y': (tensor,)}"
+    assert compare_structure("tensor", "(tensor,)") is not None  # strict: a 1-tuple is not the tensor
+    assert compare_structure("(tensor, tensor)", "[tensor, tensor]") is not None
+    assert compare_structure("{'a': tensor, 'b': tensor}", "{'b': tensor, 'a': tensor}") is not None  # flattened in order
+    assert describe_structure("<int>") == "a value of type int"
+    assert describe_structure("") == "nothing it described"
+    assert describe_structure("[" + "tensor, " * 100 + "]").endswith("...")
+
+
+def test_run_reply_carries_the_structure_as_text_only():
+    reply = p.RunReply(output_structure="(tensor,)")
+    assert p.decode_reply(p.Run(), p.encode(reply, "run")) == reply
+    with pytest.raises(ProtocolError, match="does not fit"):
+        p.decode_reply(p.Run(), {"cmd": "run", "output_structure": ["tensor"]})
+
+
+@pytest.fixture
+def snapshot() -> Iterator[integrity.Snapshot]:
+    torch.use_deterministic_algorithms(False)  # as the worker's load does: the first call imports torch._dynamo
+    snap = integrity.Snapshot()
+    assert snap.violations() == []
+    yield snap
+    assert snap.violations() == [], "a test left its change in place"
+
+
+class _Mode(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def test_an_attribute_added_to_tensor_is_seen_until_removed(snapshot):
+    torch.Tensor.__mul__ = torch._C.TensorBase.__mul__  # shadows the inherited one
+    try:
+        assert snapshot.violations() == ["added torch.Tensor.__mul__"]
+    finally:
+        del torch.Tensor.__mul__
+
+
+def test_a_mode_left_on_the_stack_is_seen(snapshot):
+    mode = _Mode()
+    mode.__enter__()
+    try:
+        (reason,) = snapshot.violations()
+        assert reason == "left torch modes active (torch function modes: [] -> [_Mode])"
+    finally:
+        mode.__exit__(None, None, None)
+    with _Mode():
+        torch.ones(1)
+    assert snapshot.violations() == []
+
+
+def test_a_switch_flipped_is_seen(snapshot):
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = not before
+    try:
+        (reason,) = snapshot.violations()
+        assert reason == f"changed numeric precision or backend switches (cudnn.benchmark: {before} -> {not before})"
+    finally:
+        torch.backends.cudnn.benchmark = before
+
+
+def test_an_import_hook_is_seen(snapshot):
+    class Finder:
+        def find_spec(self, *args):
+            return None
+
+    sys.meta_path.insert(0, Finder())
+    try:
+        (reason,) = snapshot.violations()
+        assert reason.startswith("changed the import system (sys.meta_path: [") and ".Finder, " in reason
+    finally:
+        sys.meta_path.pop(0)
+
+
+def test_a_replaced_module_entry_is_seen(snapshot):
+    original = sys.modules["json"]
+    sys.modules["json"] = type(original)("json")
+    try:
+        assert snapshot.violations() == ["replaced sys.modules['json']"]
+    finally:
+        sys.modules["json"] = original
+
+
+def test_the_workers_own_poisoning_is_not_a_change_but_turning_it_off_is(snapshot):
+    with _poisoned_memory(True) as turned_off:
+        assert torch.are_deterministic_algorithms_enabled()
+    assert turned_off == [] and snapshot.violations() == []
+    with _poisoned_memory(True) as turned_off:
+        torch.use_deterministic_algorithms(False)  # what a candidate would do inside its forward
+    assert turned_off == ["torch.use_deterministic_algorithms"]
+
+
+def test_a_broken_probe_is_a_violation_not_a_crash(snapshot, monkeypatch):
+    def broken() -> dict:
+        raise RuntimeError("patched away")
+
+    monkeypatch.setitem(integrity._STATE, "changed the import system", broken)
+    assert snapshot.violations() == ["broke the tamper check itself (RuntimeError: 'patched away')"]
+    monkeypatch.undo()

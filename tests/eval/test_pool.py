@@ -1,0 +1,293 @@
+"""The warm pool and the check pipeline on CPU: a mixed batch in flight at once, callers on
+several threads, the GPU gate, typed protocol and config errors, and nothing left on disk."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from eval import EvalConfig, EvalResult, Evaluator, Job, Status
+from eval import protocol
+from eval.pool import GpuGate
+from eval.reaper import owner_token, processes_in, sweep_stale
+from eval.wire import ProtocolError
+from harness.corpus import candidates
+from tests.paths import REPO as ROOT
+
+pytestmark = pytest.mark.timeout(900)
+SIZES = (1 << 10, 1 << 12, 1 << 14)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    config = EvalConfig(device="cpu", cache_dir=None, workers_per_gpu=2, call_timeout_s=10, import_timeout_s=60)
+    with Evaluator(config) as ev:
+        yield ev
+
+
+def test_a_mixed_batch_gets_every_expected_verdict(pool):
+    batch = candidates.mixed_batch(SIZES, with_cuda=False)
+    seen: list[int] = []
+    results = pool.evaluate_many([Job(j.problem, j.source, j.backend) for j in batch], on_result=lambda i, r: seen.append(i))
+    assert {j.label: r.status.value for j, r in zip(batch, results)} == {j.label: j.expected for j in batch}
+    assert sorted(seen) == list(range(len(batch)))
+    assert pool.workers == 2
+    correct = [r for r in results if r.is_correct]
+    assert all(r.gpu_index is None and r.phase_seconds.keys() >= {"load", "correctness", "kernels"} for r in correct)
+
+
+def test_distinct_copies_of_the_throughput_batch_share_no_source_or_extension_name():
+    batch = candidates.mixed_batch(SIZES, with_cuda=True)
+    copies = candidates.distinct_copies(batch, 3)
+    assert len(copies) == 3 * len(batch) and len({j.label for j in copies}) == len(copies)
+    # nothing cached or built once for two (the same kernel source on problems of three sizes is three evaluations)
+    assert len({(j.problem.id, j.source) for j in copies}) == len(copies)
+    assert len({j.source for j in copies if j.backend == "cuda"}) == sum(j.backend == "cuda" for j in copies)
+    names = [re.search(r'name="([^"]+)"', j.source).group(1) for j in copies if j.backend == "cuda"]
+    assert len(names) == 3 * sum(j.backend == "cuda" for j in batch) and len(set(names)) == len(names)
+    assert [j.expected for j in copies] == [j.expected for j in batch] * 3
+    assert candidates.distinct_copies(batch, 1) == batch
+
+
+def test_callers_on_several_threads(pool):
+    good = candidates.mixed_batch(SIZES, with_cuda=False)[:4]
+    wrong = [j for j in candidates.mixed_batch(SIZES, with_cuda=False) if j.expected == "incorrect"]
+    jobs = good + wrong + good[:2]
+    results: dict[int, EvalResult] = {}
+    threads = [threading.Thread(target=lambda i=i, j=j: results.__setitem__(i, pool.evaluate(j.problem, j.source)))
+               for i, j in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [results[i].status.value for i in range(len(jobs))] == [j.expected for j in jobs]
+
+
+def test_results_start_pending():
+    assert EvalResult().status is Status.PENDING
+
+
+def test_gate_keeps_timing_alone():
+    gate, events, lock = GpuGate(), [], threading.Lock()
+
+    def work(access: str, tag: str) -> None:
+        with gate.hold(access):
+            with lock:
+                events.append(("in", tag))
+            time.sleep(0.05)
+            with lock:
+                events.append(("out", tag))
+
+    threads = [threading.Thread(target=work, args=("shared", f"s{i}")) for i in range(4)]
+    threads += [threading.Thread(target=work, args=("exclusive", f"x{i}")) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    inside: set[str] = set()
+    for kind, tag in events:
+        if kind == "in":
+            assert not (tag.startswith("x") and inside), f"{tag} entered beside {inside}"
+            assert not any(t.startswith("x") for t in inside), f"{tag} entered beside {inside}"
+            inside.add(tag)
+        else:
+            inside.discard(tag)
+    with gate.hold("exclusive"):
+        with gate.hold("shared"):  # the holder's own nested steps pass straight through
+            pass
+
+
+def test_gate_accounts_for_its_holds():
+    """Overlapping shared holds count once; an exclusive hold's wait for them counts as its wait."""
+    gate = GpuGate()
+    started = threading.Event()
+
+    def shared(seconds: float) -> None:
+        with gate.hold("shared"):
+            started.set()
+            time.sleep(seconds)
+
+    readers = [threading.Thread(target=shared, args=(0.4,)) for _ in range(2)]
+    for t in readers:
+        t.start()
+    started.wait()
+    with gate.hold("exclusive"):  # waits for both readers, about 0.4 s
+        time.sleep(0.2)
+    with gate.hold("exclusive"):
+        with gate.hold("exclusive"):  # the holder's nested request is not a second hold
+            pass
+    for t in readers:
+        t.join()
+    usage = gate.usage()
+    assert usage["exclusive_holds"] == 2
+    assert 0.2 <= usage["exclusive_s"] < 0.6, usage
+    assert 0.4 <= usage["shared_s"] < 0.7, usage  # the two overlapping holds, once: not 0.8 s
+    assert 0.2 <= usage["exclusive_wait_s"] < 0.8, usage
+
+
+def test_protocol_refuses_ill_typed_or_forged_replies():
+    with pytest.raises(ProtocolError, match="answered 'run' to 'time_block'"):
+        protocol.decode_reply(protocol.TimeBlock(), {"cmd": "run", "ok": True})
+    with pytest.raises(ProtocolError, match="does not fit"):
+        protocol.decode_reply(protocol.Run(), {"cmd": "run", "ok": True, "mutated_inputs": ["0"]})
+    with pytest.raises(ProtocolError, match="unknown field"):
+        protocol.decode_reply(protocol.Load(), {"cmd": "load", "ok": True, "verdict": "correct"})
+    with pytest.raises(ProtocolError, match="unknown command"):
+        protocol.decode_request({"cmd": "shell"})
+    reply = protocol.decode_reply(protocol.Run(), {"cmd": "run", "ok": True, "mutated_inputs": [1]})
+    assert reply.mutated_inputs == [1]
+
+
+@pytest.mark.parametrize("bad, phrase", [
+    ({"device": "tpu"}, "eval.device must be one of"),
+    ({"workers_per_gpu": -1}, "eval.workers_per_gpu must be >= 0"),
+    ({"trials": 0}, "eval.trials must be > 0"),
+    ({"gpus": []}, "eval.gpus must be null"),
+    ({"min_reps": 50, "max_reps": 10}, "exceeds eval.max_reps"),
+])
+def test_config_validates_itself(bad, phrase):
+    with pytest.raises(ValueError, match=phrase):
+        EvalConfig(**bad)
+
+
+def test_stale_folders_of_a_dead_owner_are_swept(tmp_path):
+    dead = subprocess.Popen(["sleep", "60"])
+    dead_token = owner_token(dead.pid)
+    dead.kill()
+    dead.wait()
+    folder = tmp_path / f"kh-worker-{dead_token}-abc"
+    folder.mkdir()
+    (folder / "candidate_0.py").write_text("secret candidate source")
+    orphan = subprocess.Popen(["sleep", "60"], cwd=folder)
+    live = tmp_path / f"kh-worker-{owner_token()}-mine"
+    live.mkdir()
+    removed = sweep_stale(str(tmp_path))
+    assert removed == [folder] and not folder.exists() and live.exists()
+    assert orphan.wait(timeout=10) == -signal.SIGKILL
+
+
+def test_a_reused_pid_neither_keeps_a_dead_owners_folders_nor_loses_its_own(tmp_path):
+    """Pids wrap (32768 of them on many hosts), so an owner is its pid and its start time: the sweep removes the
+    folder of this pid's former holder, and that holder's reaper leaves this process's folders alone."""
+    mine = tmp_path / f"kh-worker-{owner_token()}-mine"
+    former = tmp_path / f"kh-worker-{os.getpid()}.1-former"  # same pid, another start time: a process long gone
+    for folder in (mine, former):
+        folder.mkdir()
+    assert sweep_stale(str(tmp_path)) == [former] and mine.exists()
+
+    former.mkdir()
+    read_end, write_end = os.pipe()
+    os.close(write_end)  # the former holder is gone: its reaper reads end-of-file at once
+    reap = subprocess.run([sys.executable, "-I", "-S", str(ROOT / "eval" / "reaper.py"), str(read_end),
+                           f"{os.getpid()}.1", str(tmp_path)], pass_fds=(read_end,), timeout=60)
+    os.close(read_end)
+    assert reap.returncode == 0 and not former.exists() and mine.exists()
+
+
+def _harness_holding_folders(tmp_path) -> subprocess.Popen:
+    """A process that evaluates one candidate, keeps its evaluator (workers and folders) open, and waits."""
+    script = f"""
+import sys, time
+sys.path.insert(0, {str(ROOT)!r})
+from eval import EvalConfig, Evaluator
+from harness.corpus import candidates
+ev = Evaluator(EvalConfig(device="cpu", cache_dir=None, workers_per_gpu=1))
+r = ev.evaluate(candidates.problem(1024), candidates.triton_candidate())
+print(r.status.value, flush=True)
+time.sleep(600)
+"""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "correct"
+    assert list(tmp_path.glob(f"kh-worker-{proc.pid}.*")), "the evaluator made no worker folder to leave behind"
+    return proc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_killed_harness_leaves_no_folder_or_worker_behind(tmp_path, sig):
+    """No next start needed: the process's reaper removes its folders and stops its workers once it is gone."""
+    proc = _harness_holding_folders(tmp_path)
+    workers = {pid for folder in tmp_path.glob(f"kh-worker-{proc.pid}.*") for pid in processes_in(folder)}
+    assert workers, "no worker process found working in the worker folders"
+    proc.send_signal(sig)
+    proc.wait()
+    deadline = time.monotonic() + 300  # a hang guard: the reaper may run late on a busy machine
+    while (list(tmp_path.glob("kh-*")) or any(_alive(w) for w in workers)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not list(tmp_path.glob("kh-*")), "the worker folders outlived the killed parent"
+    assert not any(_alive(w) for w in workers), "the workers outlived the killed parent"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()  # a zombie has already ended
+    except OSError:
+        return False
+
+
+_SLOW_CALL_S = 0.4
+_SLOW_TRIALS = 6
+
+
+def test_a_timing_waits_for_the_trial_in_flight_not_for_every_trial():
+    """Correctness trials hold the GPU gate one at a time: an exclusive request made while a candidate
+    is in its trials gets the GPU before the remaining trials run, not after all of them."""
+    slow = candidates.triton_candidate() + (
+        "\n\nimport time as _time\n\n\nclass ModelNew(ModelNew):\n"
+        "    def forward(self, *args):\n"
+        f"        _time.sleep({_SLOW_CALL_S})\n"
+        "        return super().forward(*args)\n")
+    config = EvalConfig(device="cpu", cache_dir=None, workers_per_gpu=1, trials=_SLOW_TRIALS, call_timeout_s=10,
+                        import_timeout_s=60)
+    with Evaluator(config) as ev:
+        assert ev.wait_warm(120)
+        gate = ev._pool.gate(None)
+        done: list[tuple[EvalResult, float]] = []
+        thread = threading.Thread(
+            target=lambda: done.append((ev.evaluate(candidates.problem(1 << 10), slow), time.perf_counter())))
+        thread.start()
+        deadline = time.monotonic() + 120
+        while gate._shared == 0 and time.monotonic() < deadline:  # the candidate's first shared step began
+            time.sleep(0.005)
+        asked = time.perf_counter()
+        with gate.hold("exclusive"):
+            granted = time.perf_counter()
+        thread.join()
+    result, finished = done[0]
+    assert result.status is Status.CORRECT, result.reason
+    assert result.trials >= _SLOW_TRIALS
+    # granted after at most the step in flight (the load, or one trial), and several trials still ran after it
+    assert granted - asked < result.phase_seconds["load"] + 2 * _SLOW_CALL_S + 1.0
+    assert finished - granted > 3 * _SLOW_CALL_S
+
+
+def test_a_parent_per_gpu_takes_its_share_of_the_batch_and_all_start_together():
+    """`harness bench eval --part parents`: each parent process evaluates every n-th candidate, once all are warm."""
+    from harness.bench import parents
+
+    row = parents.per_gpu_parents(SIZES, copies=1, gpus=2, workers_per_gpu=1)
+    assert row["candidates"] == 6 and row["statuses"] == ["correct"] * 6
+    assert [(p["gpu"], p["candidates"]) for p in row["parents"]] == [(0, 3), (1, 3)]
+    assert 0 < row["wall_s"] < 300
+
+
+def test_steady_rate_leaves_out_the_first_and_last_tenth_of_completions():
+    from harness.bench.pools import steady_rate
+
+    # 20 completions: a slow ramp-up (the first 2 at 5 s), then one per second, then a slow tail
+    finished = [5.0, 5.0] + [float(6 + k) for k in range(16)] + [40.0, 60.0]
+    # completions 2..17 are at 6..21 s: 15 intervals in 15 s, 60 per minute; the whole batch gives 20 per minute
+    assert steady_rate(finished) == 60.0
+    assert steady_rate(finished[:9]) is None  # too few to leave a tenth out at each end

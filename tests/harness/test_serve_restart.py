@@ -1,0 +1,75 @@
+"""`kill -9` of `harness serve` in the middle of a batch, then a restart on the same port: the client's retries
+complete the batch, and every answer equals the one `harness eval` gives for the same candidate."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from agents import extract_code
+from harness.cli import main
+from harness.client import EvalClient
+from agents.retry import RetryPolicy
+from harness.corpus.hostile import GOOD, HOSTILE, PROBLEM
+from tests.serve_fixtures import Server, cpu_overrides, free_port, reply
+
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
+CUSTOM = {"source": PROBLEM, "name": "add_relu"}
+TOKEN = "restart-token"
+
+
+def test_kill9_mid_batch_then_restart(tmp_path, capsys):
+    port = free_port()
+    args = [*cpu_overrides(tmp_path, workers=1), "--name", "restart"]
+    slow_good = f"import time\ntime.sleep(4)\n{GOOD}\n# restart\n"
+    candidates = [slow_good, HOSTILE["wrong_values"][0] + "\n# restart\n", HOSTILE["raises"][0],
+                  "no code at all"]
+    texts = [reply(c) if c != "no code at all" else c for c in candidates]
+    results: dict[str, object] = {}
+    policy = RetryPolicy(max_attempts=60, initial_delay_s=0.5, max_delay_s=5.0)
+    first = Server(args, token=TOKEN, port=port)
+    try:
+        client = EvalClient(first.url, TOKEN, policy=policy, timeout=600)
+
+        def run_batch() -> None:
+            try:
+                results["answers"] = client.evaluate_batch([{"problem": CUSTOM, "code": t} for t in texts])
+            except Exception as exc:  # noqa: BLE001  reported by the assertion below
+                results["error"] = exc
+
+        batch = threading.Thread(target=run_batch)
+        batch.start()
+        deadline = time.monotonic() + 120
+        while first.metrics()["harness_serve_in_flight"] < 1:  # the batch is being evaluated
+            assert time.monotonic() < deadline, "the batch never started"
+            time.sleep(0.2)
+        first.kill9()
+    finally:
+        first.stop()
+    second = Server(args, token=TOKEN, port=port)
+    try:
+        batch.join(600)
+        assert "error" not in results, results.get("error")
+        answers = results["answers"]
+        answered = second.metrics()  # the restarted server gave the answers: the first died before answering
+        assert sum(v for k, v in answered.items() if k.startswith("harness_serve_verdicts_total")) == len(texts)
+    finally:
+        second.stop()
+    assert [a["status"] for a in answers] == ["correct", "incorrect", "runtime_error", "format_error"]
+    # the same candidates through `harness eval` (its CLI entry, default settings, on the CPU)
+    problem_file = tmp_path / "problem.py"
+    problem_file.write_text(PROBLEM)
+    for text, answer in zip(texts[:3], answers[:3]):
+        cand = tmp_path / "candidate.py"
+        cand.write_text(extract_code(text))
+        assert main(["eval", "--problem", str(problem_file), "--candidate", str(cand), "--device", "cpu",
+                     "--no-cache", "--json"]) == 0
+        expected = json.loads(capsys.readouterr().out)
+        got = answer["result"]
+        assert got["status"] == expected["status"] and answer["status"] == expected["status"]
+        assert (got["mismatch"] is None) == (expected["mismatch"] is None)
+        assert (got["kernels"] or {}).get("own_kernels_launched") == (expected["kernels"] or {}).get("own_kernels_launched")
+        assert got["speedup"] is None and expected["speedup"] is None

@@ -1,0 +1,66 @@
+"""A `harness run -m` sweep ends with one table across its runs, and `harness report` on the sweep folder gives the
+same table (and the page and leaderboard.md carry it), with the offline reference agent on CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eval.scoring import DEFAULT_PS
+from harness.cli import main
+from harness.sweep import record_job, sweep_runs
+from tests.run_fixtures import write_problem
+
+
+def _table_rows(out: str) -> list[list[str]]:
+    """The cells of the sweep table's rows (rich box drawing: cells between │)."""
+    return [[c.strip() for c in line.split("│")[1:-1]] for line in out.splitlines() if "│ abl-" in line]
+
+
+def test_a_sweep_ends_with_one_table_and_report_gives_it_again(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "220")  # one line per row
+    no_solution = write_problem(tmp_path / "problems")  # the reference agent has no solution: it abstains (skipped)
+    runs = tmp_path / "runs"
+    args = [f"runs_dir={runs}", f"eval.cache_dir={tmp_path / 'eval_cache'}", "eval.trials=2", "prompt.hardware=null",
+            "agent=reference", "problems.limit=1", "quiet=false", "name=abl", f"problems.spec=smoke,file:{no_solution}"]
+    assert main(["run", "-m", *args]) == 0
+    out = capsys.readouterr().out
+    assert out.count("sweep ") == 1  # one table, after the last job
+    after = out[out.index("sweep "):]
+    rows = _table_rows(after)
+    header = next(line for line in after.splitlines() if "problems.spec" in line and "correct" in line)
+    fast = [f"fast_{p:g}" for p in DEFAULT_PS]
+    assert [c.strip() for c in header.split("┃")[1:-1]] == ["run", "problems.spec", "correct", *fast, "attempts",
+                                                            "failed"]  # fmt: skip
+    assert len(rows) == 2
+    smoke = next(r for r in rows if r[1] == "smoke")
+    (other,) = [r for r in rows if r is not smoke]
+    assert smoke[0] == "abl-problems.spec-smoke" and other[1].startswith("file")
+    n = len(DEFAULT_PS)
+    assert smoke[2:] == ["1.00", *["n/t"] * n, "1", "0"]  # correct on CPU: timings not measured
+    assert other[2:] == ["0.00", *["0.00"] * n, "1", "1"]  # skipped (no solution to serve): nothing passed
+    sweep_dir = runs / ".sweeps" / "abl"
+    assert main(["report", str(sweep_dir)]) == 0
+    again = capsys.readouterr().out
+    assert _table_rows(again) == rows
+    md = (sweep_dir / "report" / "leaderboard.md").read_text()
+    assert "## Sweep" in md and "| abl-problems.spec-smoke | smoke | 1.00 | n/t |" in md
+    html = (sweep_dir / "report" / "leaderboard.html").read_text()
+    assert 'id="sweep-table"' in html and "2 run(s)" in html
+
+
+def test_the_latest_sweep_under_a_name_is_the_one_found(tmp_path: Path) -> None:
+    """A sweep run again under the same name with fewer jobs: its folder's notes of the earlier, larger sweep are
+    not counted; run directories are kept relative to the sweep folder (the runs folder can move)."""
+    sweep = tmp_path / "runs" / ".sweeps" / "abl"
+    for job, value in enumerate(("1", "2", "3")):
+        record_job(sweep, 100, job, tmp_path / "runs" / f"abl-turns-{value}", {"turns": value})
+    for job, value in enumerate(("4", "5")):
+        record_job(sweep, 200, job, tmp_path / "runs" / f"abl-turns-{value}", {"turns": value})
+    found = sweep_runs(sweep)
+    assert [(r.run_dir.resolve(), r.overrides) for r in found] == [
+        ((tmp_path / "runs" / "abl-turns-4").resolve(), {"turns": "4"}),
+        ((tmp_path / "runs" / "abl-turns-5").resolve(), {"turns": "5"})]
+    assert sweep_runs(tmp_path / "runs" / "abl-turns-4") == []  # a run directory is not a sweep folder

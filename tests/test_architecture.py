@@ -1,0 +1,188 @@
+"""The project's import structure, read from its sources with `ast`: benchmarks depend on the product and never
+the reverse, no modules import each other in a loop, and the sandboxed worker's code reaches only the packages its
+sandbox shows it.
+
+Every import counts, at module level or inside a function: a function-local import is still a dependency (it runs
+whenever its function does), and deferring an import is how a loop hides (`harness bench eval`'s parts and its
+`parents` and `steps` modules were one). Imports under `if TYPE_CHECKING:` never run and are left out.
+`importlib.import_module` with a literal name counts, and so do the names a package exports lazily through an
+`_EXPORTS` table (`from eval import Evaluator` depends on `eval.evaluator`). Names computed at run time (the CLI's
+command table) cannot be read from the source and are not seen.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
+PACKAGES = ("harness", "eval", "agents", "problems", "tests")
+BENCH = "harness.bench"
+BENCH_DOOR = "harness.commands.bench_cmd"  # the bench command: the one module of the product that runs benchmarks
+# Tests of a benchmark's own code (its tables, its CPU path), by module, and the benchmark modules each of them
+# tests. Every other test takes its candidates from `harness.corpus`.
+BENCH_TESTS: dict[str, set[str]] = {
+    "tests.harness.test_bench_suite": {"harness.bench.suite_bench"},
+    "tests.eval.test_launch_units": {"harness.bench.eval_bench", "harness.bench.launch_bound"},
+    "tests.eval.test_pool": {"harness.bench.parents", "harness.bench.pools"},
+    "tests.harness.test_run_loop": {"harness.bench.loop_bench"},
+}
+
+
+@cache
+def modules() -> dict[str, ast.Module]:
+    """Every module of the project's packages, by dotted name (a package by its own name), parsed."""
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    return found
+
+
+@cache
+def _lazy_exports(package: str) -> dict[str, str]:
+    """A package's `_EXPORTS = {"Name": "package.module"}` table: what `from package import Name` loads."""
+    tree = modules().get(package)
+    for node in tree.body if tree else []:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets):
+            return dict(ast.literal_eval(node.value))
+    return {}
+
+
+def _project_module(name: str) -> str | None:
+    """The project module `import name` runs last: `name` itself, or the nearest package above it."""
+    mods = modules()
+    while name and name not in mods:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _nodes(node: ast.AST) -> Iterator[ast.AST]:
+    """Every node under `node`, but not the body of an `if TYPE_CHECKING:` (it never runs)."""
+    for child in ast.iter_child_nodes(node):
+        yield child
+        if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            for other in child.orelse:
+                yield other
+                yield from _nodes(other)
+        else:
+            yield from _nodes(child)
+
+
+def _imported_names(module: str, tree: ast.Module) -> Iterator[str]:
+    """The dotted names `module` imports anywhere in its code."""
+    is_package = (ROOT / module.replace(".", "/") / "__init__.py").exists()
+    for node in _nodes(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                here = module.split(".") if is_package else module.split(".")[:-1]
+                base = ".".join(here[:len(here) - node.level + 1] + ([base] if base else []))
+            yield from (_lazy_exports(base).get(alias.name, f"{base}.{alias.name}") for alias in node.names)
+        elif (isinstance(node, ast.Call) and ast.unparse(node.func) in ("importlib.import_module", "import_module")
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            yield node.args[0].value
+
+
+@cache
+def imports() -> dict[str, set[str]]:
+    """module -> the project modules it imports (module-level and function-local alike)."""
+    graph: dict[str, set[str]] = {}
+    for module, tree in modules().items():
+        targets = {_project_module(name) for name in _imported_names(module, tree)}
+        graph[module] = {t for t in targets if t is not None and t != module}
+    return graph
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_only_the_bench_command_and_the_benchmarks_own_tests_import_the_benchmarks() -> None:
+    """Benchmarks depend on the product, never the reverse: outside `harness.bench`, only the bench command imports
+    it, and the tests of a benchmark only the benchmark they test."""
+    wrong = []
+    for module, targets in imports().items():
+        if _in(module, BENCH) or module == BENCH_DOOR:
+            continue
+        allowed = BENCH_TESTS.get(module, set()) if _in(module, "tests") else set()
+        wrong += [f"{module} imports {t}" for t in sorted(targets) if _in(t, BENCH) and t not in allowed]
+    assert not wrong, "\n".join(wrong)
+
+
+def _loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph.get(child, ())))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return found
+
+
+def test_the_loop_finder_finds_a_loop() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _loops(graph) == [["a", "b", "c"]]
+    assert _loops({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_modules_import_each_other_in_a_loop() -> None:
+    loops = _loops(imports())
+    assert not loops, "import loops:\n" + "\n".join(" <-> ".join(loop) for loop in loops)
+
+
+def test_the_worker_reaches_only_the_packages_its_sandbox_shows_it() -> None:
+    """The trust model: the sandboxed worker sees the project's `eval` and `problems` only (`eval.sandbox`), never
+    the harness or the agents. Everything the worker's code imports, and every package above what it imports (whose
+    `__init__` runs first), must lie there."""
+    from eval.sandbox import _PROJECT_PACKAGES
+
+    reached = {m for m in modules() if _in(m, "eval.worker")}
+    todo = list(reached)
+    while todo:
+        for target in imports()[todo.pop()]:
+            parts = target.split(".")
+            for above in (".".join(parts[:k]) for k in range(1, len(parts) + 1)):
+                if above not in reached:
+                    reached.add(above)
+                    todo.append(above)
+    packages = {m.split(".")[0] for m in reached}
+    assert not packages & {"harness", "agents", "tests"}, sorted(m for m in reached if not _in(m, "eval"))
+    assert packages <= set(_PROJECT_PACKAGES), (packages, _PROJECT_PACKAGES)
