@@ -1,4 +1,4 @@
-"""Issue 10 on a GPU (`pytest -m gpu`): the own-share rule rejects a decoy and keeps honest GEMM + epilogue
+"""On a GPU (`pytest -m gpu`): the own-share rule rejects a decoy and keeps honest GEMM + epilogue
 hybrids; the back-to-back hidden-work check keeps honest microsecond-scale candidates and still catches
 hidden side-stream work the output check cannot see."""
 

@@ -1,4 +1,4 @@
-"""Issue 10 on a CPU: the own-kernel share rule (`eval.min_own_time_fraction`) and the back-to-back
+"""On a CPU: the own-kernel share rule (`eval.min_own_time_fraction`) and the back-to-back
 hidden-work decision, as plain functions; their config, feedback and report column; the hybrid
 candidates of `harness bench eval --part own-share` are correct (the share itself needs a GPU)."""
 

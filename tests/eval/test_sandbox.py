@@ -239,7 +239,10 @@ def test_solutions_runs_tests_and_caches_of_the_project_are_hidden(evaluator, pr
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("secret")
     try:
-        checks = [solution, *planted, PROJECT_ROOT / "tests" / "hostile.py", PROJECT_ROOT / "README.md"]
+        visible = [PROJECT_ROOT / "tests" / "conftest.py", PROJECT_ROOT / "harness" / "corpus" / "hostile.py",
+                   PROJECT_ROOT / "README.md"]
+        assert all(path.exists() for path in visible)  # each is there on the host, so not seeing it means hidden
+        checks = [solution, *planted, *visible]
         body = "        import os\n"
         for path in checks:
             body += f"        if os.path.exists({str(path)!r}):\n            raise RuntimeError('saw {path.name}')\n"
