@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -21,6 +22,7 @@ import torch
 
 from eval import EvalConfig, EvalResult, Evaluator, Job
 from harness.corpus.candidates import BenchJob
+from harness.progress import Tally
 
 GPU_SIZES = (1 << 20, 1 << 24, 1 << 26)
 CPU_SIZES = (1 << 10, 1 << 12, 1 << 14)
@@ -117,11 +119,17 @@ def steady_rate(finished_s: list[float], edge: float = 0.1) -> float | None:
 
 def timed_batch(ev: Any, batch: list[BenchJob]) -> tuple[list[EvalResult], float, float | None]:
     """The batch through `ev.evaluate_many` (an `Evaluator` or a `RayEvaluator`): results, wall seconds and
-    `steady_rate` of the completions."""
+    `steady_rate` of the completions. Each completion prints its counter and verdict on stderr (microseconds
+    against evaluations of seconds, so the rates stay the evaluator's)."""
     finished: list[float] = []
+    tally = Tally(len(batch))
+
+    def done(index: int, result: EvalResult) -> None:
+        finished.append(time.perf_counter() - t0)
+        print(f"{tally.step()} {batch[index].label}: {result.status}", file=sys.stderr, flush=True)
+
     t0 = time.perf_counter()
-    results = ev.evaluate_many([Job(j.problem, j.source, j.backend) for j in batch],
-                               on_result=lambda i, r: finished.append(time.perf_counter() - t0))
+    results = ev.evaluate_many([Job(j.problem, j.source, j.backend) for j in batch], on_result=done)
     return results, time.perf_counter() - t0, steady_rate(finished)
 
 

@@ -291,3 +291,25 @@ def test_steady_rate_leaves_out_the_first_and_last_tenth_of_completions():
     # completions 2..17 are at 6..21 s: 15 intervals in 15 s, 60 per minute; the whole batch gives 20 per minute
     assert steady_rate(finished) == 60.0
     assert steady_rate(finished[:9]) is None  # too few to leave a tenth out at each end
+
+
+def test_a_bench_batch_counts_each_completion_on_stderr_as_it_finishes(capsys):
+    """`harness bench eval`'s pool parts show progress: one counter line per finished candidate, in the order they
+    finish, with its label and verdict; stdout (the bench's tables) gets none of it."""
+    from harness.bench.pools import timed_batch
+
+    class OutOfOrder:  # completes the batch last first, as a pool may
+        def evaluate_many(self, jobs, on_result):
+            results = [EvalResult(status=Status.CORRECT if i else Status.INCORRECT) for i in range(len(jobs))]
+            for i in reversed(range(len(jobs))):
+                on_result(i, results[i])
+            return results
+
+    problem = candidates.problem(1 << 10)
+    batch = [candidates.BenchJob(f"job{i}", problem, "source", "triton", "correct") for i in range(3)]
+    results, wall, _ = timed_batch(OutOfOrder(), batch)
+    out, err = capsys.readouterr()
+    assert out == "" and len(results) == 3 and wall >= 0
+    lines = err.splitlines()
+    assert [re.sub(r", \d+s\]", "]", x) for x in lines] == ["[1/3] job2: correct", "[2/3] job1: correct",
+                                                            "[3/3] job0: incorrect"]
