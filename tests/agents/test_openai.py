@@ -86,6 +86,7 @@ def test_retries_exhausted_raise_retryable(server: FakeLLMServer) -> None:
     assert len(server.requests) == 3
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: out of the quick subset
 def test_timeout_is_retried_then_reported(server: FakeLLMServer) -> None:
     agent = agent_for(server, timeout_s=5, retry={"max_attempts": 2, "initial_delay_s": 0.01})
     server.script(slow(600), slow(600))

@@ -231,6 +231,7 @@ def test_bench_table_from_rows() -> None:
     assert "L3/06_lstm cuda_graphs=off: host-bound: ..." in text and "n/t" in text
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: out of the quick subset
 @pytest.mark.timeout(300)
 def test_bench_part_runs_on_a_cpu(capsys) -> None:
     import torch

@@ -133,6 +133,7 @@ def test_leaderboard_has_an_own_share_column(tmp_path) -> None:
 
 
 # -- the bench's hybrids and decoy on the CPU interpreter ----------------------------------------
+@pytest.mark.slow  # over 10 s on 2 cores: out of the quick subset
 def test_hybrids_and_decoy_are_correct_on_cpu(tmp_path) -> None:
     """On a CPU the share is not measurable, so even the decoy is correct; on a GPU see test_eval_gpu_own_share."""
     cases = own_share.cases(with_solutions=False)

@@ -33,6 +33,7 @@ def pool():
         yield ev
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: out of the quick subset
 def test_a_mixed_batch_gets_every_expected_verdict(pool):
     batch = candidates.mixed_batch(SIZES, with_cuda=False)
     seen: list[int] = []
@@ -57,6 +58,7 @@ def test_distinct_copies_of_the_throughput_batch_share_no_source_or_extension_na
     assert candidates.distinct_copies(batch, 1) == batch
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: out of the quick subset
 def test_callers_on_several_threads(pool):
     good = candidates.mixed_batch(SIZES, with_cuda=False)[:4]
     wrong = [j for j in candidates.mixed_batch(SIZES, with_cuda=False) if j.expected == "incorrect"]
@@ -273,6 +275,7 @@ def test_a_timing_waits_for_the_trial_in_flight_not_for_every_trial():
     assert finished - granted > 3 * _SLOW_CALL_S
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: out of the quick subset
 def test_a_parent_per_gpu_takes_its_share_of_the_batch_and_all_start_together():
     """`harness bench eval --part parents`: each parent process evaluates every n-th candidate, once all are warm."""
     from harness.bench import parents

@@ -130,6 +130,7 @@ def test_problem_errors_name_the_file_and_what_is_missing(tmp_path):
 SMALL_PROBLEM = PROBLEM.replace("N = 4096", "N = 1 << 30").replace("import torch\n", 'import torch\nMETA = {"small": {"N": 1000}}\n', 1)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: out of the quick subset
 def test_cpu_mode_uses_reduced_sizes_and_caches(tmp_path):
     problem = problem_from_source(SMALL_PROBLEM, name="big")
     with Evaluator(EvalConfig(device="cpu", cache_dir=str(tmp_path))) as ev:

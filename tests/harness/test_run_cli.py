@@ -130,6 +130,7 @@ def test_a_closed_pipe_ends_the_command_quietly(args) -> None:
 
 
 # --- defect 10: a version ----------------------------------------------------------------------------------
+@pytest.mark.slow  # over 10 s on 2 cores: out of the quick subset
 @pytest.mark.parametrize(("workers", "cap", "in_flight"), [(5, None, 5), (1, None, 4), (5, 2, 2)])
 def test_trajectories_in_flight_default_to_the_evaluators_worker_count(base, tmp_path, capsys, workers, cap,
                                                                        in_flight) -> None:

@@ -227,6 +227,7 @@ def test_response_cache_makes_a_repeated_run_free(server, base, tmp_path) -> Non
     assert [x["from_cache"] for x in two] == [True, True] and [x["requests"] for x in two] == [0, 0]
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: out of the quick subset
 def test_multirun_sweep_writes_one_run_per_job(tmp_path, base) -> None:
     code = main(["run", "-m", *base, "name=abl", "search=serial,parallel", "search.attempts=2"])
     assert code == 0
@@ -292,6 +293,7 @@ def test_resume_refuses_a_changed_problem(server, tmp_path, eval_cache, capsys) 
     assert len(rows(tmp_path / "runs" / "moved")) == 1
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: out of the quick subset
 def test_timeouts_are_retried_then_the_run_stops_unfinished(server, base, tmp_path, capsys) -> None:
     server.script(slow(600), slow(600), reply(fenced(BROKEN)), reply("no code"))
     args = openai_args(server, "slow", samples=2, max_concurrency=1) + ["agent.timeout_s=5", "agent.retry.max_attempts=2"]

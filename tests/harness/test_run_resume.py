@@ -11,12 +11,15 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.paths import REPO
 from tests.run_fixtures import agent_script, base_overrides, logged_requests, recorded_attempts, rows, write_problem
 
 SAMPLES, TURNS = 6, 3
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: out of the quick subset
 def test_kill_9_at_random_moments_then_resume(tmp_path: Path) -> None:
     script, log = agent_script(tmp_path)
     problem = write_problem(tmp_path / "problems")
@@ -67,6 +70,7 @@ def test_kill_9_at_random_moments_then_resume(tmp_path: Path) -> None:
         assert sum(m["role"] == "assistant" for m in json.loads(prompt)) == turn - 1
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: out of the quick subset
 def test_ctrl_c_finishes_attempts_in_flight_and_saves_state(tmp_path: Path) -> None:
     script, log = agent_script(tmp_path)
     problem = write_problem(tmp_path / "problems")

@@ -68,6 +68,7 @@ def _resume_finishes(args: list[str], run: Path) -> None:
     assert recorded_attempts(run) == ALL
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: out of the quick subset
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_sigterm_and_sighup_end_a_run_like_ctrl_c(tmp_path: Path, sig: signal.Signals) -> None:
     script, log = agent_script(tmp_path)
@@ -90,6 +91,7 @@ def test_sigterm_and_sighup_end_a_run_like_ctrl_c(tmp_path: Path, sig: signal.Si
     assert len(logged_requests(log)) == len(ALL)  # nothing asked twice
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: out of the quick subset
 def test_ctrl_c_twice_quits_at_once_without_a_traceback(tmp_path: Path) -> None:
     script, log = agent_script(tmp_path)
     args = _args(tmp_path, script, "twice")
@@ -108,6 +110,7 @@ def test_ctrl_c_twice_quits_at_once_without_a_traceback(tmp_path: Path) -> None:
     _resume_finishes(args, run)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: out of the quick subset
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_during_start_up_gives_one_line_and_no_traceback(tmp_path: Path, sig: signal.Signals) -> None:
     script, log = agent_script(tmp_path)
@@ -127,6 +130,7 @@ def test_a_signal_during_start_up_gives_one_line_and_no_traceback(tmp_path: Path
     _resume_finishes(args, run)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: out of the quick subset
 def test_attempts_that_outlast_the_grace_period_are_abandoned_and_run_again(tmp_path: Path) -> None:
     """An agent that never answers: SIGTERM ends the run after the grace period, recording nothing for the
     attempts in flight; a resume with a working agent runs them."""

@@ -18,6 +18,7 @@ def _table_rows(out: str) -> list[list[str]]:
     return [[c.strip() for c in line.split("│")[1:-1]] for line in out.splitlines() if "│ abl-" in line]
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: out of the quick subset
 def test_a_sweep_ends_with_one_table_and_report_gives_it_again(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "220")  # one line per row
