@@ -612,7 +612,12 @@ def host_bound(ctx: Context) -> None:
         msg = p.Busy(subject=side.subject, calls=measure.BUSY_CALLS, flush=ctx.config.l2_flush,
                      profile_above_ms=measure.HOST_FLOOR_MS)
         reply, _ = ctx.request(msg, timeout=ctx.config.timing_timeout_s, worker=side.worker)
-        if measure.record_host_time(result, side.name, reply.side):
+        measured = measure.host_time(reply.side)
+        for per_side, value in ((result.gpu_busy, measured.busy), (result.host_ms, measured.host_ms),
+                            (result.host_share, measured.share)):
+            if value is not None:
+                per_side[side.name] = value
+        if measured.bound:
             bound.append(side.name)
     result.host_bound = bound
     if bound:

@@ -433,21 +433,29 @@ BUSY_CALLS = 5  # event-timed and profiled eager calls per side
 _SHARE_CAP = 1000.0  # a side with (almost) no kernel time: its share is "huge", kept finite for JSON
 
 
-def record_host_time(result: Any, side: str, values: dict[str, float]) -> bool:
-    """Record one side's busy share, host time and host share on the result; True when the side is host-bound."""
+@dataclass(frozen=True)
+class HostTime:
+    """One side's busy share of the GPU, host time per call and host share (host time over GPU time), each None
+    where it was not measured; `bound` when the side is host-bound."""
+
+    busy: float | None = None
+    host_ms: float | None = None
+    share: float | None = None
+    bound: bool = False
+
+
+def host_time(values: dict[str, float]) -> HostTime:
+    """A side's `Busy` reply read into a `HostTime`: out-of-range or non-finite values clamped or dropped."""
     busy, host_ms, kernel_ms = (_finite(values.get(key)) for key in ("busy", "host_ms", "kernel_ms"))
-    if busy is not None:
-        result.gpu_busy[side] = round(min(max(busy, 0.0), 1.0), 4)
+    busy = None if busy is None else round(min(max(busy, 0.0), 1.0), 4)
     if host_ms is None:
-        return False
+        return HostTime(busy)
     host_ms = max(host_ms, 0.0)
-    result.host_ms[side] = round(host_ms, 4)
     if kernel_ms is None:  # not profiled: its host time is under the floor
-        return False
+        return HostTime(busy, round(host_ms, 4))
     kernel_ms = max(kernel_ms, 0.0)
     share = min(host_ms / kernel_ms, _SHARE_CAP) if kernel_ms > 0 else _SHARE_CAP
-    result.host_share[side] = round(share, 4)
-    return host_ms > HOST_FLOOR_MS and share >= HOST_SHARE_AT
+    return HostTime(busy, round(host_ms, 4), round(share, 4), host_ms > HOST_FLOOR_MS and share >= HOST_SHARE_AT)
 
 
 def _finite(value: object) -> float | None:
