@@ -28,6 +28,7 @@ BENCH_TESTS: dict[str, set[str]] = {
     "tests.eval.test_launch_units": {"harness.bench.eval_bench", "harness.bench.launch_bound"},
     "tests.eval.test_pool": {"harness.bench.parents", "harness.bench.pools"},
     "tests.harness.test_run_loop": {"harness.bench.loop_bench"},
+    "tests.harness.test_bench_confinement": {"harness.bench.confinement"},
 }
 
 
