@@ -39,6 +39,7 @@ from eval import pids, proctree
 from eval.reaper import owner_token
 
 STOP_WAIT_S = 0.5  # a worker not stopped by then is timed beside (an honest one stops in well under a millisecond)
+POLL_S = 0.0001  # between looks at the kernel's state: the tasks to be stopped need the CPU to stop
 _PROBE_LOCK = threading.Lock()  # workers start on several threads; one probe answers them all
 
 
@@ -107,6 +108,7 @@ class Freezer:
                 return False
             for pid in running:
                 _signal(pid, signal.SIGSTOP)
+            time.sleep(POLL_S)
 
     def resume(self) -> None:
         """Let the worker run again (a worker that died meanwhile is left alone)."""
@@ -126,7 +128,7 @@ class Freezer:
             while "frozen 1" not in (self.group / "cgroup.events").read_text().splitlines():
                 if time.monotonic() > deadline:
                     return False
-                time.sleep(0)
+                time.sleep(POLL_S)
         except OSError:  # the group is gone with its worker: nothing of it runs
             pass
         return True

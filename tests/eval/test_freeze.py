@@ -165,7 +165,12 @@ def test_a_reference_block_that_fails_still_resumes_the_candidate(spinner):
     _advancing(spinner)
 
 
-def test_a_worker_killed_while_frozen_is_reaped_with_every_process_of_it(spinner):
+@pytest.mark.parametrize("plan", ["cgroup", "signals"])
+def test_a_worker_killed_while_frozen_is_reaped_with_every_process_of_it(spinner, plan):
+    freezer = _plans(spinner).get(plan)
+    if freezer is None:
+        pytest.skip("no cgroup v2 can be made and joined here")
+    spinner.freezer = freezer
     _advancing(spinner)
     tree = proctree.processes(spinner.pid)
     assert len(tree) >= 3  # the launcher, the worker, the orphan
