@@ -28,7 +28,7 @@ from typing import Any, Callable, NoReturn
 import torch
 
 from eval import protocol as p
-from eval import affinity, measure, static_checks
+from eval import affinity, freeze, measure, static_checks
 from eval.builds import Build
 from eval.config import EvalConfig
 from eval.pool import Lease
@@ -125,9 +125,10 @@ class Context:
 
     def sides(self) -> tuple[measure.Side, measure.Side]:
         """The two processes of a timing: the clean reference process (re-keyed to the candidate worker's capture
-        key) and the candidate's own worker."""
+        key; the candidate's worker is held stopped while it is timed) and the candidate's own worker."""
         assert self.session is not None
-        return (measure.Side("reference", self.session, self.session.label, key=self.lease.worker.capture_key),
+        return (measure.Side("reference", self.session, self.session.label, key=self.lease.worker.capture_key,
+                             hold=self.lease.worker),
                 measure.Side("candidate", self.lease.worker, "candidate"))
 
     def request(self, message: p.Request, tensors: list[torch.Tensor] | None = None,
@@ -575,6 +576,10 @@ def time_candidate(ctx: Context) -> None:
         finding, result.wall_bound = measure.wall_bound(meas)
         result.wall_bound["second_look"] = 1.0
     record_mode(ctx, meas)
+    if meas.unheld_blocks:
+        result.flags.append(f"the candidate's worker was not seen fully stopped ({result.freeze}) through "
+                            f"{meas.unheld_blocks} of the reference's blocks within {freeze.STOP_WAIT_S:g} s: its "
+                            "processes may have run beside them")
     if fresh and not meas.fresh_inputs:
         result.flags.append("timed inputs rotated among the staged sets: the problem's get_inputs() draws other "
                             "shapes each time, so fresh inputs per repetition could not be used")
@@ -611,10 +616,11 @@ def host_bound(ctx: Context) -> None:
     for side in ctx.sides():
         msg = p.Busy(subject=side.subject, calls=measure.BUSY_CALLS, flush=ctx.config.l2_flush,
                      profile_above_ms=measure.HOST_FLOOR_MS)
-        reply, _ = ctx.request(msg, timeout=ctx.config.timing_timeout_s, worker=side.worker)
+        with freeze.held(side.hold):
+            reply, _ = ctx.request(msg, timeout=ctx.config.timing_timeout_s, worker=side.worker)
         measured = measure.host_time(reply.side)
         for per_side, value in ((result.gpu_busy, measured.busy), (result.host_ms, measured.host_ms),
-                            (result.host_share, measured.share)):
+                                (result.host_share, measured.share)):
             if value is not None:
                 per_side[side.name] = value
         if measured.bound:

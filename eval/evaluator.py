@@ -306,6 +306,7 @@ class Evaluator:
         result.filesystem_isolated = lease.worker.info.get("filesystem_isolated")
         result.unprivileged = lease.worker.unprivileged
         result.process_limit = lease.worker.process_limit
+        result.freeze = lease.worker.freezer.mechanism
         result.gpu_index = host_gpu_index(self._host_gpu_ids, lease.gpu_index)
         result.device = lease.worker.info.get("device_name") or result.device
         small = use_small_sizes(job.problem, self.config.problem_scale, lease.device)

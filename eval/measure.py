@@ -30,6 +30,7 @@ import torch
 
 from eval import affinity
 from eval import capture as capture_math
+from eval import freeze
 from eval import protocol as p
 from problems.runtime import derive_seed
 
@@ -83,12 +84,14 @@ class TimingRule:
 @dataclass
 class Side:
     """One side of a timing: a process and the subject it calls there. `key` re-keys the process's captures (sent
-    to the trusted reference process only; a candidate's worker got its key before its code was imported)."""
+    to the trusted reference process only; a candidate's worker got its key before its code was imported). `hold`
+    is a worker kept stopped while this side is timed (`eval.freeze`): the candidate's, for the reference's side."""
 
     name: str
     worker: Any  # WorkerProcess, or the reference process (same `request`)
     subject: str
     key: int = 0
+    hold: Any = None
 
 
 @dataclass
@@ -118,6 +121,7 @@ class Measurement:
     timing_mode: str = "eager"
     graph_note: str = ""
     pinned_threads: int = 0  # the most threads of one side run on the timing core in a block (`eval.affinity`)
+    unheld_blocks: int = 0  # blocks a side's `hold` was not seen fully stopped through (`eval.freeze`)
 
     def summary(self, name: str) -> dict[str, float]:
         return summarize(self.samples[name])
@@ -180,11 +184,13 @@ def _block(side: Side, meas: Measurement, reps: int, first_rep: int, *, nonce: i
     msg = p.TimeBlock(subject=side.subject, reps=reps, first_rep=first_rep, flush=flush, flush_bytes=flush_bytes,
                       lead=lead, grad=grad, sync_each=sync_each, capture=capture, graphs=graphs, key=side.key,
                       seeds=seeds)
-    with affinity.pinned([getattr(side.worker, "pid", None)], core) as pinned:  # moved outside the wall time
+    # the other side held still and this one pinned, both outside the wall time
+    with freeze.held(side.hold) as still, affinity.pinned([getattr(side.worker, "pid", None)], core) as pinned:
         t0 = time.perf_counter()
         reply, tensors = side.worker.request(msg, timeout=timeout, device=torch.device("cpu"))
         wall_ms = (time.perf_counter() - t0) * 1000.0
     meas.pinned_threads = max(meas.pinned_threads, pinned)
+    meas.unheld_blocks += not still
     if not reply.ok:
         raise BlockFailed(side.name, reply)
     if reply.timing_mode == "capture_failed":
@@ -405,7 +411,8 @@ def back_to_back(candidate: Side, reference: Side, calls: int, batches: int, tim
         for side in order:
             msg = p.BackToBack(subject=side.subject, calls=calls, batches=1,
                                check_stream=side is candidate and first is None)
-            reply, _ = side.worker.request(msg, timeout=timeout)
+            with freeze.held(side.hold):
+                reply, _ = side.worker.request(msg, timeout=timeout)
             if not reply.ok:
                 raise BlockFailed(side.name, reply)
             if side is candidate and first is None:

@@ -92,6 +92,7 @@ class EvalResult:
     node: str = ""  # hostname of the machine that evaluated it (executor=local or ray alike)
     unprivileged: bool | None = None  # worker ran as an unprivileged user (only possible when the harness is root)
     process_limit: str = ""  # how eval.max_worker_processes held the worker: cgroup, userns, uid or none (`eval.pids`)
+    freeze: str = ""  # how the worker was stopped while the reference was timed: cgroup, signals or signals-tree (`eval.freeze`)
     device: str = ""
     versions: dict[str, str] = field(default_factory=dict)
     eval_seconds: float = 0.0
