@@ -221,6 +221,12 @@ class Service:
         except QueueFull:  # all or nothing: what another preset's queue took is given back
             self.release(pending)
             raise
+        for p in pending:  # builds start now, on the CPU cores, not when a queue slot takes the candidate
+            if p.ticket is None or p.code is None:
+                continue
+            prebuild = getattr(self.lane(p.request.preset or self.default_preset).evaluator, "prebuild", None)
+            if prebuild is not None:  # `executor=ray` has none: its actors build
+                prebuild(p.request.problem, p.code, p.request.backend)
         return pending
 
     def _job(self, lane: Lane, problem: Problem, code: str, backend: str) -> Callable[[], tuple[EvalResult, float]]:
