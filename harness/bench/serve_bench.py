@@ -6,7 +6,8 @@ coalesced.
 Both sides run closed loops of the same number of concurrent callers (twice the evaluator's workers): each
 caller takes the next candidate, waits for its verdict, and takes the next. Both run as many evaluations at
 once as the evaluator has workers, first come, first served (the service's queue does; in-process, a thread
-pool, as `evaluate_many`'s runners), so the extra callers wait their turn on both sides and the difference is the service's own cost.
+pool, as `evaluate_many`'s runners), so the extra callers wait their turn on both sides and the difference is
+the service's own cost.
 Latency is one call's wall time as its caller sees it (for the service: the HTTP round trip, queueing,
 evaluation, reward and the stored attempt), and it is split into phases: `queue_s` (waiting for a slot),
 `eval_s` (the evaluator), `handoff_s` (from the evaluation's end to the answer being built), `store_s` (the
@@ -132,8 +133,8 @@ def main(n: int | None = None, callers: int | None = None, out: str | None = Non
         config = EvalConfig(**{**settings, "cache_dir": str(Path(tmp) / "cache-inprocess")})
         with Evaluator(config) as ev:
             ev.wait_warm(900)
-            width = callers or 2 * ev.workers
-            with ThreadPoolExecutor(max(1, int(ev.workers)), thread_name_prefix="kh-bench") as runners:
+            width, at_once = callers or 2 * ev.workers, max(1, int(ev.workers))
+            with ThreadPoolExecutor(at_once, thread_name_prefix="kh-bench") as runners:
                 inproc = closed_loop(in_process_call(ev, problem, runners), batch(n, elements, "inprocess"), width,
                                      "in-process")
         with ServerProcess([*overrides, f"eval.cache_dir={Path(tmp) / 'cache-served'}", "--name", "bench", "--max-queue", str(max(256, n))]) as server:
@@ -142,7 +143,7 @@ def main(n: int | None = None, callers: int | None = None, out: str | None = Non
             served = closed_loop(lambda s: client.evaluate(body, s), batch(n, elements, "served"), width, "served")
             client.close()
     rows = [_summary("in-process", inproc, gpus), _summary("harness serve", served, gpus)]
-    report.update(callers=width, rows=rows,
+    report.update(callers=width, at_once=at_once, rows=rows,
                   overhead=round(rows[1]["wall_s"] / rows[0]["wall_s"] - 1, 4),
                   p50_overhead_s=round(rows[1]["p50_s"] - rows[0]["p50_s"], 3))
     print(f"{'side':<14} {'evals':>6} {'wall s':>8} {'evals/GPU-hour':>15} {'p50 s':>7} {'p99 s':>7}  statuses")
@@ -150,8 +151,10 @@ def main(n: int | None = None, callers: int | None = None, out: str | None = Non
         print(f"{r['side']:<14} {r['evaluations']:>6} {r['wall_s']:>8} {r['evaluations_per_gpu_hour']:>15} "
               f"{r['p50_s']:>7} {r['p99_s']:>7}  {r['statuses']}")
     print(f"overhead of the service: {report['overhead']:+.1%} wall, {report['p50_overhead_s']:+.3f} s at p50 "
-          f"({width} concurrent callers each side)" + ("" if gpu else "; CPU: a smoke test, not a figure"))
-    print("median seconds per phase: " + ", ".join(PHASES) + " (http_s: the caller's wait beyond the others)")
+          f"({width} concurrent callers, {at_once} evaluations at once, each side)"
+          + ("" if gpu else "; CPU: a smoke test, not a figure"))
+    print("median seconds per phase of a call (http_s: the caller's wait beyond the others)")
+    print(f"{'side':<14} " + " ".join(f"{k:>9}" for k in PHASES))
     for r in rows:
         print(f"{r['side']:<14} " + " ".join(f"{r['phase_p50_s'][k]:>9.4f}" for k in PHASES))
     if out:
