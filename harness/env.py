@@ -15,8 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents import TurnRecord
-from eval.backends import DEFAULT_BACKEND
-from eval.result import Status
+from eval import DEFAULT_BACKEND, Status
 from harness.serve import rewards
 
 

@@ -8,8 +8,7 @@ from typing import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from eval.result import EvalResult, Status
-from eval.scoring import DEFAULT_PS, fast_p
+from eval import DEFAULT_PS, EvalResult, Status, fast_p
 from harness.report.tables import NOT_TIMED
 from harness.loop import LoopOutcome, best_key
 from harness.store import Outline, RunStore

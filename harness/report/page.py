@@ -19,7 +19,7 @@ from html import escape
 from importlib import resources
 from typing import Any, Sequence
 
-from eval.scoring import DEFAULT_PS
+from eval import DEFAULT_PS
 from harness.report import plots, transcripts
 from harness.report.compare import Comparison
 from harness.report.load import RunData

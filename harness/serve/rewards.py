@@ -20,7 +20,7 @@ import math
 import re
 from typing import Callable
 
-from eval.result import EvalResult, Status
+from eval import EvalResult, Status
 
 RewardFn = Callable[[EvalResult, int], float]
 DEFAULT = "log_speedup"

@@ -18,7 +18,7 @@ from eval import protocol as p
 from eval.wire import ProtocolError
 from eval.worker import integrity
 from eval.worker.serve import _poisoned_memory
-from problems.compare import compare_structure, describe_structure
+from problems._compare import compare_structure, describe_structure
 from problems.runtime import output_structure
 
 T = torch.zeros(2)

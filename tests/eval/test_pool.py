@@ -17,7 +17,7 @@ import pytest
 from eval import EvalConfig, EvalResult, Evaluator, Job, Status
 from eval import protocol
 from eval.pool import GpuGate
-from eval.reaper import owner_token, processes_in, sweep_stale
+from eval._reaper import owner_token, processes_in, sweep_stale
 from eval.wire import ProtocolError
 from harness.corpus import candidates
 from tests.paths import REPO as ROOT

@@ -12,9 +12,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-import problems.compare as compare_module
+import problems._compare as compare_module
 import problems.lint as lint
-from problems.compare import compare, compare_scratch_bytes
+from problems._compare import compare, compare_scratch_bytes
 
 _PIECE = 7  # tiny, so every case spans several pieces
 _WHOLE = 1 << 30  # larger than any tensor here: one piece, the unchunked result

@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from eval.reaper import owner_of, owner_token
+from eval._reaper import owner_of, owner_token
 
 _PROBE_LOCK = threading.Lock()  # workers start on several threads; one probe answers them all
 
