@@ -16,6 +16,7 @@ _EXPORTS = {
     "DEFAULT_BACKEND": "eval.backends",
     "Builder": "eval.builds",
     "cache_key": "eval.cache",
+    "steps_left_out": "eval.checks",
     "EvalConfig": "eval.config",
     "Evaluator": "eval.evaluator",
     "Job": "eval.evaluator",

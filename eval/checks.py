@@ -22,6 +22,8 @@ import re
 import secrets
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, NoReturn
 
@@ -715,6 +717,23 @@ PIPELINE: tuple[Step, ...] = (
     Step("speed_of_light", speed_of_light, "none", runs="gpu"),
     Step("in_order", in_order, "none"),
 )
+
+
+@contextmanager
+def steps_left_out(names: frozenset[str]) -> Iterator[None]:
+    """Run this process's pipeline without the named steps for a while: a diagnostic only, never a way to evaluate
+    (`harness bench eval --part steps` finds what bounds a GPU's rate by leaving steps out). A name that is no step
+    is refused: a renamed step would silently stay in."""
+    global PIPELINE
+    whole = PIPELINE
+    unknown = set(names) - {step.name for step in whole}
+    if unknown:
+        raise ValueError(f"no pipeline step named {sorted(unknown)}")
+    PIPELINE = tuple(step for step in whole if step.name not in names)
+    try:
+        yield
+    finally:
+        PIPELINE = whole
 
 
 def run_pipeline(ctx: Context) -> None:
