@@ -14,10 +14,9 @@ from typing import Any, Sequence
 
 from eval import DEFAULT_PS, Status
 from harness.report.compare import Comparison
-from harness.progress import duration_text
+from harness.progress import NOT_TIMED, duration_text
 from harness.report.metrics import RunMetrics, ks_for
 
-NOT_TIMED = "n/t"
 NOT_TIMED_NOTE = (
     f"{NOT_TIMED}: timings not measured (CPU: the Triton interpreter checks correctness only). fast_p is 0 by "
     "definition because no speedup was measured; it says nothing about how fast the kernels are. "
