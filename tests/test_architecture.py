@@ -267,8 +267,8 @@ def _defines(tree: ast.Module, name: str) -> bool:
 
 def test_each_door_exports_what_its_modules_define_and_loads_nothing_by_itself() -> None:
     """Each name of a door's `_EXPORTS` is defined at the top of its module, and is not the name of one of the
-    package's modules (importing `problems.compare` would set the package's attribute `compare` to the module, so a
-    function `compare` could never be exported). The door imports no project module itself: importing
+    package's modules (importing a module `compare` of `problems` sets the package's attribute `compare` to that
+    module, so a function `compare` could never be exported). The door imports no project module itself: importing
     `eval.worker.serve` runs `eval/__init__.py` first, and the sandboxed worker must not load the parent with it."""
     for package in DOORS:
         exports = _lazy_exports(package)
