@@ -18,7 +18,7 @@ from pathlib import Path
 
 from eval import protocol
 from eval.cache import cache_key
-from eval.reaper import owned_tempdir
+from eval._reaper import owned_tempdir
 from eval.sandbox import UNPRIVILEGED_UID, WorkerDied, WorkerProcess, WorkerTimeout, can_drop_privileges
 
 

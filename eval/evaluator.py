@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from eval import checks, measure, reaper, static_checks
+from eval import checks, measure, _reaper as reaper, static_checks
 from eval import protocol as p
 from eval.backends import DEFAULT_BACKEND, check_backend
 from eval.builds import Build, Builder
@@ -32,14 +32,12 @@ from eval.cache import JsonCache, cache_key
 from eval.checks import Context, RetryAlone, RetryEager, Verdict, trim
 from eval.config import EvalConfig
 from eval.pool import WorkerPool
-from eval.reference import Reference, encode_args, traced_cost, use_small_sizes
+from eval._reference import Reference, encode_args, traced_cost, use_small_sizes
 from eval.result import EvalResult, Status, Timing
 from eval.roofline import Ceilings, cached_ceilings, probe, probe_and_cache
 from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout, check_identity, protect_parent
-from eval.watchdog import GIB, default_limit_bytes
-from problems.cost import estimate_memory
-from problems.problem import Problem
-from problems.runtime import derive_seed, strict_precision
+from eval._watchdog import GIB, default_limit_bytes
+from problems import Problem, derive_seed, estimate_memory, strict_precision
 
 # How timings are taken; a cached result or baseline measured another way is not reused.
 MEASUREMENT = "two-process-native-v1"

@@ -1,11 +1,11 @@
 """Timing, parent side: the plan, the statistics, the speedup and the bounds on what a worker claims.
 
-The reference is timed in its own clean process (`eval.reference_process`), never in one that has
+The reference is timed in its own clean process (`eval._reference_process`), never in one that has
 imported candidate code, and the candidate in its own fresh worker. Both run the same native loop
 (`eval.worker.timing`). This module alone decides how: it alternates blocks of repetitions between
 the two processes (A B B A at block level, which cancels drift), gives repetition r the same inputs
 on both sides, computes every statistic from the raw event times, compares every timed output's
-capture with the reference's for the same repetition (`eval.capture`), and bounds each side's
+capture with the reference's for the same repetition (`eval._capture`), and bounds each side's
 reported times by the wall time it observed itself:
 
   wall bound: a block's wall time, observed here, minus the sum of the event times the worker
@@ -28,11 +28,11 @@ from typing import Any
 
 import torch
 
-from eval import affinity
-from eval import capture as capture_math
-from eval import freeze
+from eval import _affinity as affinity
+from eval import _capture as capture_math
+from eval import _freeze as freeze
 from eval import protocol as p
-from problems.runtime import derive_seed
+from problems import derive_seed
 
 BLOCK_MS = 25.0  # a block of repetitions lasts about this long (more repetitions for short calls)
 MAX_BLOCK_REPS = 64
@@ -41,7 +41,7 @@ MAX_BLOCK_REPS = 64
 # reference's excess. Why: both processes run the same loop (input draws, copies, flush, GPU lead, capture, the
 # round trip), so their excess differs by noise, which only ever adds time to some blocks. On the H100 the loop's
 # GPU part agreed between processes within about 20 us a repetition; the host part (draws, request and reply) did
-# not, by 100-300 us, until both processes ran on one core (`eval.affinity`). `harness bench trusted` prints each
+# not, by 100-300 us, until both processes ran on one core (`eval._affinity`). `harness bench trusted` prints each
 # honest solution's figures against this limit.
 WALL_SHARE = 0.25
 OVERHEAD_SHARE = 0.05
@@ -85,7 +85,7 @@ class TimingRule:
 class Side:
     """One side of a timing: a process and the subject it calls there. `key` re-keys the process's captures (sent
     to the trusted reference process only; a candidate's worker got its key before its code was imported). `hold`
-    is a worker kept stopped while this side is timed (`eval.freeze`): the candidate's, for the reference's side."""
+    is a worker kept stopped while this side is timed (`eval._freeze`): the candidate's, for the reference's side."""
 
     name: str
     worker: Any  # WorkerProcess, or the reference process (same `request`)
@@ -120,8 +120,8 @@ class Measurement:
     fresh_inputs: bool = False
     timing_mode: str = "eager"
     graph_note: str = ""
-    pinned_threads: int = 0  # the most threads of one side run on the timing core in a block (`eval.affinity`)
-    unheld_blocks: int = 0  # blocks a side's `hold` was not seen fully stopped through (`eval.freeze`)
+    pinned_threads: int = 0  # the most threads of one side run on the timing core in a block (`eval._affinity`)
+    unheld_blocks: int = 0  # blocks a side's `hold` was not seen fully stopped through (`eval._freeze`)
 
     def summary(self, name: str) -> dict[str, float]:
         return summarize(self.samples[name])
@@ -229,7 +229,7 @@ def time_pair(reference: Side, candidate: Side, rule: TimingRule, *, nonce: int,
     """Time both sides by `rule`; raises `BlockFailed` (a side's forward failed), `CaptureFailed` or `Forged`.
 
     With a `nonce`, every timed repetition gets fresh inputs, drawn in its block (at most `max_block_reps`
-    repetitions' inputs fit the device at once). With a `core`, each side runs its blocks on it (`eval.affinity`)."""
+    repetitions' inputs fit the device at once). With a `core`, each side runs its blocks on it (`eval._affinity`)."""
     meas = Measurement()
     common = dict(nonce=nonce, flush=rule.flush, flush_bytes=rule.flush_bytes, graphs=graphs, timeout=timeout,
                   most=max(2, max_block_reps), min_pairs=min_pairs, core=core)

@@ -17,9 +17,9 @@ a fresh user namespace without a uid mapping, so the worker holds no capability 
 neither remount nor unmount anything. Where no confinement keeps candidate code from the harness's own
 identity, `check_identity` refuses to start (unless `eval.allow_unconfined_workers`). Which plan
 applied is probed once (`sandbox_plan`) and reported per worker; the worker also probes for itself
-(`filesystem_isolated`). The parent watches each worker tree's memory (`eval.watchdog`).
+(`filesystem_isolated`). The parent watches each worker tree's memory (`eval._watchdog`).
 
-Every temporary folder the evaluator makes is named `kh-<kind>-<owner pid>.<start time>-...` (`eval.reaper`), so
+Every temporary folder the evaluator makes is named `kh-<kind>-<owner pid>.<start time>-...` (`eval._reaper`), so
 that the owner's reaper, or the next start-up's sweep, removes it (and stops the processes in it)
 however the owner ended, `kill -9` included.
 """
@@ -42,9 +42,9 @@ from typing import Any
 
 import torch
 
-from eval import freeze, pids, protocol
-from eval.reaper import owned_tempdir, owner_token
-from eval.watchdog import GIB, WATCH
+from eval import _freeze as freeze, _pids as pids, protocol
+from eval._reaper import owned_tempdir, owner_token
+from eval._watchdog import GIB, WATCH
 from eval.wire import Channel, ChannelClosed, ChannelTimeout, PayloadTooLarge, ProtocolError, new_region_fd
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -62,7 +62,7 @@ UNPRIVILEGED_UID = 65534
 # (the interpreter, its packages, the project's packages, prebuilt extensions), the worker's writable folders, a
 # private capped /tmp and /dev/shm; hides SPEC's `hide` folders; pivots into it and lets go of the host's root;
 # remounts all but the writable folders read-only; drops privileges; then execs CMD. Its first act is to join the
-# worker's cgroups (SPEC's `join`: its pids cgroup, `eval.pids`, and its freezer cgroup, `eval.freeze`); without a pids
+# worker's cgroups (SPEC's `join`: its pids cgroup, `eval._pids`, and its freezer cgroup, `eval._freeze`); without a pids
 # cgroup its last is to set RLIMIT_NPROC (in a user namespace of its own when SPEC's `userns` or without a uid to
 # become): the per-worker process limit.
 _CONFINE = r"""
@@ -245,7 +245,7 @@ PRIVATE_SHM = "size=1g,nr_inodes=10000"
 # tmpfs too, mounted over the host folder's path: the host folder stays empty, and a candidate that fills it hits
 # these caps, not the host's disk. A build of a torch extension takes a few hundred MB.
 PRIVATE_OWN = "size=4g,nr_inodes=100000"
-# The tasks (processes and threads) one worker may hold (`eval.pids` says how it is kept per worker). A GPU worker
+# The tasks (processes and threads) one worker may hold (`eval._pids` says how it is kept per worker). A GPU worker
 # holds ~40 threads, a build worker's compilers a few dozen processes; the cap stops a fork bomb.
 MAX_PROCESSES = 4096
 # The host's folders a worker sees whole (read-only): the system, never a home, /tmp, /run, /var, /opt or /srv.
@@ -364,7 +364,7 @@ def sandbox_plan() -> SandboxPlan:
 
 
 def process_limit_plan(plan: SandboxPlan) -> str:
-    """How a worker confined by `plan` is held to its process limit (`eval.pids`): "cgroup", "userns" (RLIMIT_NPROC
+    """How a worker confined by `plan` is held to its process limit (`eval._pids`): "cgroup", "userns" (RLIMIT_NPROC
     in a user namespace of its own: always so for a non-root harness), "uid" (RLIMIT_NPROC shared by the uid) or
     "none" (no confinement, so no limit)."""
     if not plan.filesystem:
@@ -611,7 +611,7 @@ class WorkerProcess:
         self.capture_key = 0  # keys the captures of its timed outputs (set by the evaluator when it says hello)
 
     def _freeze_group(self, plan: SandboxPlan) -> Path | None:
-        """The cgroup v2 the worker is frozen in (`eval.freeze`): its pids cgroup where that is one, else a cgroup of
+        """The cgroup v2 the worker is frozen in (`eval._freeze`): its pids cgroup where that is one, else a cgroup of
         its own where one can be made; None without confinement (nothing joins it then) or a cgroup v2."""
         if freeze.can_freeze(self.pids_group):
             return self.pids_group

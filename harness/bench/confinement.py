@@ -18,8 +18,7 @@ from typing import Any
 
 import torch
 
-from eval import protocol as p
-from eval.sandbox import WorkerProcess, process_limit_plan, sandbox_plan
+from eval import Hello, WorkerProcess, process_limit_plan, sandbox_plan
 from harness.progress import counter_text
 
 
@@ -29,7 +28,7 @@ def _start(gpu: bool, confined: bool) -> tuple[float, str]:
     worker = WorkerProcess(device="cuda" if gpu else "cpu", gpu_index=0 if gpu else None, log_cap_bytes=16_384,
                            isolate_network=confined, isolate_filesystem=confined)
     try:
-        reply, _ = worker.request(p.Hello(device="cuda:0" if gpu else "cpu", capture_key=1), timeout=300)
+        reply, _ = worker.request(Hello(device="cuda:0" if gpu else "cpu", capture_key=1), timeout=300)
         if not reply.ok:
             raise RuntimeError(f"a {'confined' if confined else 'plain'} worker failed to start: {reply.error}")
         return time.perf_counter() - t0, worker.process_limit

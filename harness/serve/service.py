@@ -20,11 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from eval.backends import BACKENDS, DEFAULT_BACKEND
-from eval.cache import cache_key
-from eval.config import EvalConfig
-from eval.feedback import render_feedback
-from eval.result import EvalResult
+from eval import BACKENDS, DEFAULT_BACKEND, EvalConfig, EvalResult, cache_key, render_feedback
 from harness import overrides as ov
 from harness.cli import VERSION
 from harness.executors import make_evaluator
@@ -34,7 +30,7 @@ from harness.serve.audit import AuditTrail
 from harness.serve.catalog import BadRequest, Catalog
 from harness.serve.metrics import Metrics
 from harness.serve.queue import QueueFull, Ticket, WorkQueue
-from problems.problem import Problem
+from problems import Problem
 
 MAX_CODE_CHARS = 1 << 20  # one reply or candidate
 _ANSWERS_KEPT = 16384  # answers kept by request id, so a retried request gets the same answer

@@ -1,4 +1,4 @@
-"""`eval.affinity`: both timed processes, every thread of their trees, on one core while a timing runs (CPU)."""
+"""`eval._affinity`: both timed processes, every thread of their trees, on one core while a timing runs (CPU)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from eval import affinity, proctree
+from eval import _affinity as affinity, _proctree as proctree
 from tests.paths import REPO
 
 CHILD = "import os, subprocess, sys, threading, time; threading.Thread(target=time.sleep, args=(60,), daemon=True).start(); " \

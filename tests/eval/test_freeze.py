@@ -1,4 +1,4 @@
-"""`eval.freeze`: the candidate's worker, every process of it, stands still while the reference is timed (CPU).
+"""`eval._freeze`: the candidate's worker, every process of it, stands still while the reference is timed (CPU).
 
 Real sandboxed workers: a hostile candidate whose import starts a thread and a child (in a session of its own, which
 forks an orphan and exits) that keep counting in files of its private /dev/shm; the test reads them from outside
@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import torch
 
-from eval import EvalConfig, Evaluator, Status, freeze, measure, proctree
+from eval import EvalConfig, Evaluator, Status, _freeze as freeze, measure, _proctree as proctree
 from eval import protocol as p
-from eval.reference import Reference, encode_args
+from eval._reference import Reference, encode_args
 from eval.sandbox import WorkerProcess
 from harness.corpus.hostile import GOOD, PROBLEM, at_import
 from problems.problem import problem_from_source

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from eval import capture as capture_math
+from eval import _capture as capture_math
 from eval import measure
 from eval import protocol as p
 from eval.measure import Block, Measurement, Side, TimingRule

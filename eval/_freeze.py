@@ -1,6 +1,6 @@
 """Holding a candidate's worker still while the reference is timed (the parent's side).
 
-The timing core (`eval.affinity`) is set aside by affinity masks, which a candidate may change for its own threads,
+The timing core (`eval._affinity`) is set aside by affinity masks, which a candidate may change for its own threads,
 and a candidate may leave threads or processes (in sessions of their own) running between its requests. One that
 runs while the reference process runs a block shares the timing core or the host with it: that slows a host-bound
 reference, which inflates the candidate's speedup and loosens the wall bound. So while anything of the reference
@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from eval import pids, proctree
-from eval.reaper import owner_token
+from eval import _pids as pids, _proctree as proctree
+from eval._reaper import owner_token
 
 STOP_WAIT_S = 0.5  # a worker not stopped by then is timed beside (an honest one stops in well under a millisecond)
 POLL_S = 0.0001  # between looks at the kernel's state: the tasks to be stopped need the CPU to stop

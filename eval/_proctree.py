@@ -1,5 +1,5 @@
-"""A worker's process tree as /proc shows it, for the parent's per-block work on it (`eval.affinity`,
-`eval.freeze`): each thread's `children` file, so nothing scans all of /proc."""
+"""A worker's process tree as /proc shows it, for the parent's per-block work on it (`eval._affinity`,
+`eval._freeze`): each thread's `children` file, so nothing scans all of /proc."""
 
 from __future__ import annotations
 
