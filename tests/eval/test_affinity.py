@@ -47,7 +47,7 @@ def test_no_core_pins_nothing_and_gone_processes_are_skipped() -> None:
 
 RESERVE = """
 import json, os, subprocess, sys, threading
-from eval import affinity, proctree
+from eval import _affinity as affinity, _proctree as proctree
 cores = sorted(os.sched_getaffinity(0))
 got = affinity.reserve([int(g) for g in sys.argv[2].split(",")], cores_per_gpu=int(sys.argv[1]))
 seen = {}
