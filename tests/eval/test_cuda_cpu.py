@@ -1,13 +1,19 @@
-"""CUDA candidates without a GPU: a compile-only nvcc check, then an explicit `skipped`."""
+"""CUDA candidates without a GPU: a compile-only nvcc check, then an explicit `skipped`.
+
+One evaluator session builds every case (the module's `evaluator` fixture): its warm workers are never used here
+(CUDA candidates do not run on a CPU), so starting them once, not per test, leaves the cores to nvcc. Each test
+checks only its own candidates' builds (`_build_folder`).
+"""
 
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
 
-from eval import EvalConfig, Evaluator, Job, Status
+from eval import Evaluator, Job, Status
 from eval.worker import prebuilt
 from harness.corpus import candidates
 
@@ -16,21 +22,26 @@ from harness.corpus import candidates
 BUILD_LIMIT_S = 1200.0
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600),
               pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the candidate runs for real")]
+EVALUATOR = dict(device="cpu", import_timeout_s=BUILD_LIMIT_S)  # no cache_dir: a fresh result cache for this module
 
 
-def test_cuda_candidates_get_a_compile_only_check(tmp_path):
+def _build_folder(ev: Evaluator, source: str) -> Path:
+    """The build folder of `source` (already built: the builder joins the finished build of the same source)."""
+    return Path(ev._builder.submit(source).result().extensions_dir)
+
+
+def test_cuda_candidates_get_a_compile_only_check(evaluator):
     problem = candidates.problem(4096)
     good = candidates.cuda_candidate("cpuok", 256)
     broken = candidates.cuda_candidate("cpubad", 256, "this is not C++;")
-    with Evaluator(EvalConfig(device="cpu", cache_dir=str(tmp_path), import_timeout_s=BUILD_LIMIT_S)) as ev:
-        ok, bad = ev.evaluate_many([Job(problem, good, "cuda"), Job(problem, broken, "cuda")])
-        # the light .cu (eval.worker.light_build) compiled for the good candidate; the broken one fell back, and
-        # its build recorded both failures (eval.worker.prebuilt)
-        failed = {entry["name"] for folder in ev._builder.root.iterdir()
-                  for entry in prebuilt.read_record(folder).values() if entry.get("failed")}
+    ok, bad = evaluator.evaluate_many([Job(problem, good, "cuda"), Job(problem, broken, "cuda")])
     if shutil.which("nvcc") is None:
         assert ok.status is Status.SKIPPED and "nvcc is not installed" in ok.reason
         return
+    # the light .cu (eval.worker.light_build) compiled for the good candidate; the broken one fell back, and
+    # its build recorded both failures (eval.worker.prebuilt)
+    failed = {entry["name"] for source in (good, broken)
+              for entry in prebuilt.read_record(_build_folder(evaluator, source)).values() if entry.get("failed")}
     assert ok.status is Status.SKIPPED, ok.reason + ok.error
     assert "compiled with nvcc" in ok.reason
     assert bad.status is Status.COMPILE_ERROR, bad.reason
@@ -39,7 +50,7 @@ def test_cuda_candidates_get_a_compile_only_check(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="the build runs only with nvcc")
-def test_a_build_writes_only_its_own_build_folder(tmp_path):
+def test_a_build_writes_only_its_own_build_folder(evaluator):
     """A CUDA candidate's module code runs in its build worker, beside other candidates' builds: it may write its
     own build folder (torch puts the extension there), and the evaluator's other build folders are mounted
     read-only to it (not merely closed by file permissions, which a worker keeping the parent's uid would pass)."""
@@ -55,32 +66,31 @@ def test_a_build_writes_only_its_own_build_folder(tmp_path):
              "except OSError as _exc:\n"
              "    _outcome = _exc.strerror\n"
              "(_own / 'outcome').write_text(_outcome)\n")
-    with Evaluator(EvalConfig(device="cpu", cache_dir=str(tmp_path), import_timeout_s=BUILD_LIMIT_S)) as ev:
-        r = ev.evaluate(candidates.problem(4096), plant + candidates.cuda_candidate("planter", 256), "cuda")
-        planted = list(ev._builder.root.glob("**/planted"))
-        outcomes = [f.read_text() for f in ev._builder.root.glob("*/outcome")]
+    r = evaluator.evaluate(candidates.problem(4096), plant + candidates.cuda_candidate("planter", 256), "cuda")
+    planted = list(evaluator._builder.root.glob("**/planted"))  # in any build folder of the session
+    outcomes = [f.read_text() for f in evaluator._builder.root.glob("*/outcome")]  # only this candidate writes one
     assert r.status is Status.SKIPPED and "compiled with nvcc" in r.reason, f"{r.status}: {r.reason}"
     assert outcomes == ["Read-only file system"] and planted == [], (outcomes, planted)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="the build runs only with nvcc")
-def test_the_compile_check_builds_with_torchs_own_flags(tmp_path):
+def test_the_compile_check_builds_with_torchs_own_flags(evaluator):
     """The check is torch's own build, so it agrees with a GPU machine's build both ways: C++20 code (torch builds
     extensions with -std=c++20) passes, and `__half` arithmetic, which torch's `-D__CUDA_NO_HALF_OPERATORS__` and
     `-D__CUDA_NO_HALF_CONVERSIONS__` turn off, fails. A hand-written nvcc command with -std=c++17 and no defines
     got both wrong."""
     cxx20 = 'static_assert(requires { n + 1; }, "a requires-expression: C++20");'
     half_ops = "__half kh_h = __float2half(1.f); kh_h = kh_h * kh_h;"
-    with Evaluator(EvalConfig(device="cpu", cache_dir=str(tmp_path), import_timeout_s=BUILD_LIMIT_S)) as ev:
-        honest, halves = ev.evaluate_many([Job(candidates.problem(4096), candidates.cuda_candidate(t, 256, e), "cuda")
-                                           for t, e in (("cxx20", cxx20), ("halves", half_ops))])
+    problem = candidates.problem(4096)
+    honest, halves = evaluator.evaluate_many([Job(problem, candidates.cuda_candidate(t, 256, e), "cuda")
+                                              for t, e in (("cxx20", cxx20), ("halves", half_ops))])
     assert honest.status is Status.SKIPPED and "compiled with nvcc" in honest.reason, honest.reason + honest.error
     assert halves.status is Status.COMPILE_ERROR, halves.reason
     assert "kh_h * kh_h" in halves.error and "error" in halves.error
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="the build runs only with nvcc")
-def test_a_build_failure_the_candidate_catches_is_not_a_compile_error(tmp_path):
+def test_a_build_failure_the_candidate_catches_is_not_a_compile_error(evaluator):
     """Published kernels (CUDA-L1's L1/12 and L1/25) wrap a `load_inline` that cannot build in try/except and fall
     back to PyTorch. With torch's own `load_inline` they run; the build must not fail them either. A candidate that
     re-raises (its own error, chained to the build's) still failed because of its build."""
@@ -93,8 +103,7 @@ def test_a_build_failure_the_candidate_catches_is_not_a_compile_error(tmp_path):
     reraised = candidates.edit(guarded.replace("caught", "reraised"), "    _kh_built = False\n",
                                "    raise RuntimeError('no kernel, no model')\n")
     problem = candidates.problem(4096)
-    with Evaluator(EvalConfig(device="cpu", cache_dir=str(tmp_path), import_timeout_s=BUILD_LIMIT_S)) as ev:
-        handled, fatal = ev.evaluate_many([Job(problem, caught, "cuda"), Job(problem, reraised, "cuda")])
+    handled, fatal = evaluator.evaluate_many([Job(problem, caught, "cuda"), Job(problem, reraised, "cuda")])
     assert handled.status is Status.SKIPPED, f"{handled.status}: {handled.reason} {handled.error}"
     assert "the candidate caught the error" in handled.reason and "add_relu_scale_caught" in handled.reason
     assert fatal.status is Status.COMPILE_ERROR, f"{fatal.status}: {fatal.reason}"

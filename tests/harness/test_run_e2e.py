@@ -259,7 +259,8 @@ def test_anthropic_agent_with_a_model_preset(server, base, tmp_path, monkeypatch
     assert line["status"] == "format_error" and line["cost_usd"] == pytest.approx((1000 * 1 + 200 * 5) / 1e6)
 
 
-def test_summary_and_fast_p_table_unless_quiet(server, base, tmp_path, capsys) -> None:
+def test_summary_and_fast_p_table_unless_quiet(server, base, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")  # rich wraps at 80 columns off a terminal: the run's path stays on one line
     server.script(reply("nothing yet"), reply("still nothing"))
     assert main(["run", *base, *openai_args(server, "loud", turns=2), "quiet=false"]) == 0
     out = capsys.readouterr().out
