@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from eval import Evaluator, Job, Status
+from eval import EvalConfig, Evaluator, Job, Status
 from eval.worker import prebuilt
 from harness.corpus import candidates
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from eval import EvalConfig, Evaluator, Status, _freeze as freeze, measure, _proctree as proctree
+from eval import Evaluator, Status, _freeze as freeze, measure, _proctree as proctree
 from eval import protocol as p
 from eval._reference import Reference, encode_args
 from eval.sandbox import WorkerProcess

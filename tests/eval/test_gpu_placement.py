@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from eval import EvalConfig, Evaluator
-from harness.corpus import candidates
 from tests.paths import REPO as ROOT
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
