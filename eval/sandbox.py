@@ -584,7 +584,7 @@ class WorkerProcess:
                 self.pids_group = pids.create(self.workdir.name, max_processes)
             except OSError:  # the probed hierarchy refuses this one: the limit in a user namespace of its own
                 self.process_limit = "userns" if plan.uid is None or _nobody_userns() else "uid"
-        self.freeze_group = self._freeze_group(plan)
+        self.freeze_group = self._freeze_group(plan) if kind == "worker" else None  # a build is never frozen
         if plan.filesystem:
             cmd = confine_command(plan, self._writable(env_extra), cmd, network=isolate_network,
                                   max_processes=max_processes, pids_group=self.pids_group,
