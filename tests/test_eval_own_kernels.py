@@ -1,0 +1,245 @@
+"""Own kernels are what the candidate's own code built and launched, never what its text names (CPU).
+
+- CUDA kernels come from the host stubs in the build's files (`eval.kernel_symbols`): every name form,
+  and not a `__global__ NAME(` that sits in a string.
+- A never-launched kernel built under a library kernel's name (cuBLAS's `gemv2T_kernel_val`, which
+  `torch.mv` launches) does not make the library's launches the candidate's: the reference launches it.
+- Forged Triton launch records, through the launch entry's closure or through the worker on the stack,
+  are rejected naming the forgery (the Triton interpreter; GPU counterparts in test_eval_gpu_kernel_names).
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from eval import EvalConfig, Evaluator, Job, Status, checks
+from eval import protocol as p
+from eval.builds import Build
+from eval.kernel_symbols import built_kernels, elf_symbols, stub_kernel
+from eval.result import EvalResult
+from eval.static_checks import analyze
+from harness.bench import candidates
+from problems.problem import problem_from_source
+from tests.hostile import FORWARD, GOOD, PROBLEM, variant
+
+# -- symbols of what was built ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("symbol, kernel", [
+    ("_Z22__device_stub__Z3k_cPfPf", "_Z3k_cPf"),  # extern "C" k_c: the stub is named after the C++ mangling
+    ("_ZL32__device_stub__Z6k_tmplILi1EEvPfPf", "_Z6k_tmplILi1EEvPf"),  # a template's stub has internal linkage
+    ("_Z34__device_stub__ZN2kh5inner4k_nsEPfPf", "_ZN2kh5inner4k_nsEPf"),
+    ("_Z65__device_stub__ZN36_GLOBAL__N__04ec7484_4_k_cu_eb7c69e86k_anonEPfPf",
+     "_ZN36_GLOBAL__N__04ec7484_4_k_cu_eb7c69e86k_anonEPf"),
+    ("_ZZL32__device_stub__Z6k_tmplILi1EEvPfPfE8__handle", "_Z6k_tmplILi1EEvPf"),  # inlined at -O3: its statics
+    ("_ZGVZL32__device_stub__Z6k_tmplILi1EEvPfPfE5__tmp", "_Z6k_tmplILi1EEvPf"),
+    ("_Z22__device_stub__Z3k_cPfPf.cold", "_Z3k_cPf"),
+    ("_Z7host_fnPf", None), ("k_c", None), ("_Z29__wrapper__device_stub_k_tmplILi1EEvRPf", None),
+])
+def test_a_kernels_host_stub_names_the_kernel(symbol, kernel):
+    assert stub_kernel(symbol) == kernel
+
+
+def test_files_that_are_not_well_formed_elf_have_no_symbols(tmp_path):
+    header = b"\x7fELF\x02\x01" + bytes(0x3A - 6) + struct.pack("<HH", 64, 1000)  # 1000 sections past the end
+    for name, data in {"a.so": b"not an ELF file", "b.so": header, "c.o": b"\x7fELF\x01\x01" + bytes(60)}.items():
+        (tmp_path / name).write_bytes(data)
+        assert elf_symbols(tmp_path / name) == []
+    (tmp_path / "link.so").symlink_to("/proc/self/exe")
+    assert built_kernels(tmp_path) == []
+
+
+FORMS = r'''
+template <int U> __global__ void k_tmpl(float* x) { x[0] = U; }
+namespace kh { namespace inner { __global__ void k_ns(float* x) { x[0] = 1.f; } } }
+namespace { __global__ void k_anon(float* x) { x[0] = 2.f; } }
+extern "C" __global__ void k_c(float* x) { x[0] = 3.f; }
+__global__ __launch_bounds__(256) void k_lk(float* x) { x[0] = 4.f; }
+__global__ void gemv2T_kernel_val(float* x) { x[0] = 5.f; }  // never launched, named like cuBLAS's kernel
+void kh_forms(float* x) {
+    k_tmpl<1><<<1, 1>>>(x); kh::inner::k_ns<<<1, 1>>>(x); k_anon<<<1, 1>>>(x); k_c<<<1, 1>>>(x);
+    void* args[] = {&x};
+    cudaLaunchKernel((const void*)k_lk, dim3(1), dim3(1), args, 0, 0);
+}
+'''
+NOT_BUILT = 'text_only = "__global__ void text_only_kernel(float* x) {}"\n'
+# how the profiler names these kernels (the forms recorded on the H100 in test_eval_units)
+PROFILED = {"k_tmpl": "void k_tmpl<1>(float*)", "k_ns": "kh::inner::k_ns(float*)",
+            "k_anon": "(anonymous namespace)::k_anon(float*)", "k_c": "k_c", "k_lk": "_Z4k_lkPf"}
+CUBLAS_GEMV = ("void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false, false, "
+               "cublasGemvParamsEx<int, float const*, float const*, float*, float const>>(cublasGemvParamsEx<int, "
+               "float const*, float const*, float*, float const>, float, float)")
+
+
+@pytest.fixture(scope="module")
+def forms_build(tmp_path_factory) -> Build:
+    """A real compile-only build (nvcc, no GPU) of every name form, a library-named decoy and a name in a string."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("the build runs only with nvcc")
+    host = "torch::Tensor add_relu_scale(torch::Tensor x, torch::Tensor y, double scale) {"
+    source = NOT_BUILT + candidates.edit(candidates.cuda_candidate("forms"), host, FORMS + host)
+    assert "text_only_kernel" in analyze(source).cuda_kernels  # the text names it; the build does not
+    config = EvalConfig(device="cpu", cache_dir=str(tmp_path_factory.mktemp("cache")), import_timeout_s=1200.0)
+    with Evaluator(config) as ev:
+        return ev._builder.submit(source).result()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_kernels_are_read_from_what_the_build_produced(forms_build):
+    names = {checks.kernel_base_name(k) for k in forms_build.kernels}
+    assert forms_build.ok, forms_build.error
+    assert set(PROFILED) | {"gemv2T_kernel_val"} <= names, names
+    assert "text_only_kernel" not in names
+
+
+class _Ctx:
+    """What `checks.own_kernels` touches: the worker's and the reference process's Kernels replies."""
+
+    def __init__(self, source: str, build: Build | None, profile: list, reference_profile: list,
+                 triton_own: list[str] | None = None):
+        self.report = analyze(source)
+        self.build = build
+        self.config = EvalConfig(device="cpu")
+        self.result = EvalResult()
+        self.session = type("Session", (), {"label": "ref7"})()
+        self.replies = {None: p.KernelsReply(triton_own=triton_own or [], profile=profile),
+                        self.session: p.KernelsReply(profile=reference_profile)}
+        self.sent: list = []
+
+    def request(self, message, tensors=None, timeout=None, worker=None):
+        self.sent.append((worker, message))
+        return self.replies[worker], []
+
+
+_LIBRARY_ONLY = '''
+import torch
+cuda_src = "__global__ void gemv2T_kernel_val(float* y) {}"
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, a, x):
+        return torch.mv(a, x)
+'''
+
+
+def test_a_library_kernel_name_in_the_text_only_is_not_own():
+    """The case found: `torch.mv` did the work, cuBLAS's kernel name sat in a string, the share read 100 %."""
+    ctx = _Ctx(_LIBRARY_ONLY, None, [(CUBLAS_GEMV, 1.0)], [(CUBLAS_GEMV, 1.0)])
+    with pytest.raises(checks.Verdict) as verdict:
+        checks.own_kernels(ctx)
+    assert verdict.value.status is Status.REJECTED
+    assert "kernels named only in the source text do not count" in verdict.value.reason, verdict.value.reason
+    assert ctx.result.kernels.own_kernels_launched == [] and ctx.result.kernels.own_time_fraction == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+def test_a_built_kernel_under_a_library_name_does_not_make_the_librarys_launches_own(forms_build):
+    ctx = _Ctx(_LIBRARY_ONLY, forms_build, [(CUBLAS_GEMV, 1.0)], [(CUBLAS_GEMV, 1.0)])
+    with pytest.raises(checks.Verdict) as verdict:
+        checks.own_kernels(ctx)
+    reason = verdict.value.reason
+    assert verdict.value.status is Status.REJECTED and "none of the candidate's own kernels ran" in reason, reason
+    assert "named like a library's, gemv2T_kernel_val" in reason, reason
+    assert ctx.sent[1] == (ctx.session, p.Kernels(subject="ref7"))  # the reference's own kernels were asked for
+    assert ctx.result.kernels.own_time_fraction == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("form", sorted(PROFILED))
+def test_a_built_kernel_of_each_form_is_own_beside_the_librarys(forms_build, form):
+    profile = [(PROFILED[form], 3.0), (CUBLAS_GEMV, 1.0)]
+    ctx = _Ctx(_LIBRARY_ONLY, forms_build, profile, [(CUBLAS_GEMV, 1.0)])
+    checks.own_kernels(ctx)
+    assert ctx.result.kernels.own_kernels_launched == [form]
+    assert ctx.result.kernels.own_time_fraction == pytest.approx(0.75)
+
+
+# -- forged Triton launch records (the interpreter) ------------------------------------------------------------------
+# Each forgery adds a launch of the decoy kernel to whatever the tracer keeps (a counter or a list), so it passed
+# against the tracer before it was sealed. The names are spelled so that the source check cannot see them.
+_FORGE = '''
+
+def _forge(store, name="add_relu_kernel"):
+    from collections import Counter
+    if isinstance(store, Counter):
+        store[("kh_candidate", name)] += 1
+    elif isinstance(store, list):
+        store.append(("kh_candidate", name))
+
+
+def _through_the_closure():
+    from triton.runtime.interpreter import InterpretedFunction
+    for cell in getattr(InterpretedFunction.run, "__clo" + "sure__") or ():
+        state = getattr(cell, "cell_con" + "tents")
+        for store in (state, getattr(state, "launches", None)):
+            _forge(store)
+
+
+def _through_the_stack():
+    import sys
+    frame = getattr(sys, "_get" + "frame")(0)
+    while frame is not None:
+        tracer = getattr(getattr(frame, "f_lo" + "cals").get("self"), "tracer", None)
+        for store in (getattr(tracer, "launches", None), getattr(tracer, "_log", None)):
+            _forge(store)
+        frame = getattr(frame, "f_ba" + "ck")
+
+
+class ModelNew'''
+_DECOY_FORWARD = "        {forge}()\n        return torch.relu(a + b)\n"  # the kernel is defined, never launched
+
+
+def _forger(forge: str) -> str:
+    return variant(FORWARD, _DECOY_FORWARD.format(forge=forge), base=GOOD.replace("\nclass ModelNew", _FORGE, 1))
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    with Evaluator(EvalConfig(device="cpu", cache_dir=None, import_timeout_s=60, call_timeout_s=30)) as ev:
+        yield ev
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("forge", ["_through_the_closure", "_through_the_stack"])
+def test_a_forged_triton_launch_record_is_rejected_naming_the_forgery(evaluator, forge):
+    result = evaluator.evaluate(problem_from_source(PROBLEM, name="add_relu"), _forger(forge))
+    assert result.status is Status.REJECTED, f"{result.status}: {result.reason} {result.error[-1500:]}"
+    assert result.reason.startswith("integrity: forged the record of Triton launches: launch records were added or "
+                                    "changed outside Triton's launch entry"), result.reason
+
+
+@pytest.mark.parametrize("spelled, why", [
+    ("InterpretedFunction.run.__closure__[1].cell_contents", "reads the state inside another function's closure"),
+    ("sys.exc_info()[2].tb_frame", "inspects the caller's stack frames"),
+])
+def test_the_forgeries_spelled_plainly_are_refused_from_the_source(spelled, why):
+    report = analyze(GOOD + f"\n\ndef _never_called():\n    return {spelled}\n")
+    assert report.status is Status.REJECTED and why in report.reason, report.reason
+
+
+def test_the_tracer_rejects_records_it_did_not_make(monkeypatch):
+    """The seal alone, in this process: a record appended, or a tracer that never installed an entry, is refused."""
+    from eval.worker import tracing
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    from triton.runtime.interpreter import InterpretedFunction
+
+    original = InterpretedFunction.run
+    tracer = tracing.TritonLaunchTracer()
+    tracer.install()
+    try:
+        assert tracer.own_launches("kh_candidate") == []
+        tracer._log.append(("kh_candidate", "k"))
+        with pytest.raises(tracing.TracerTampered, match="added or changed outside Triton's launch entry"):
+            tracer.own_launches("kh_candidate")
+    finally:
+        InterpretedFunction.run = original
+    stray = tracing.TritonLaunchTracer()
+    stray._log.append(("kh_candidate", "k"))
+    with pytest.raises(tracing.TracerTampered, match="never installed"):
+        stray.own_launches("kh_candidate")
