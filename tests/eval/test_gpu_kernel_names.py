@@ -143,3 +143,64 @@ def test_a_triton_decoy_named_like_a_pytorch_kernel_is_rejected(evaluator):
     assert r.status is Status.REJECTED, f"{r.status}: {r.reason} {r.error}"
     assert "eval.min_own_time_fraction" in r.reason, r.reason
     assert r.kernels.own_time_fraction is not None and r.kernels.own_time_fraction < 0.005, r.kernels
+
+
+# `torch.mv` on float32 runs cuBLAS's `gemv2T_kernel_val` (the case found): a candidate that builds, and never
+# launches, a kernel of that name must not have cuBLAS's launches counted as its own. The reference launches it too,
+# profiled in the clean reference process, so it is a library kernel whatever the candidate built.
+MV_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+M = 8192
+K = 8192
+
+
+class Model(nn.Module):
+    def forward(self, a, x):
+        return torch.mv(a, x)
+
+
+def get_inputs():
+    return [torch.randn(M, K), torch.randn(K)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+CUBLAS_NAMED_DECOY = '''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_src = r"""
+#include <torch/types.h>
+__global__ void gemv2T_kernel_val(const float* a, const float* x, float* y, int m, int k) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < m) { float s = 0.f; for (int j = 0; j < k; ++j) s += a[(long)row * k + j] * x[j]; y[row] = s; }
+}
+torch::Tensor mv(torch::Tensor a, torch::Tensor x) {
+    auto y = torch::empty({a.size(0)}, a.options());
+    int m = (int)a.size(0), k = (int)a.size(1);
+    gemv2T_kernel_val<<<(m + 255) / 256, 256>>>(a.data_ptr<float>(), x.data_ptr<float>(), y.data_ptr<float>(), m, k);
+    return y;
+}
+"""
+ext = load_inline(name="cublas_named_decoy", cpp_sources="torch::Tensor mv(torch::Tensor a, torch::Tensor x);",
+                  cuda_sources=cuda_src, functions=["mv"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, x):
+        return torch.mv(a, x)  # the extension is built and loaded, but never called
+'''
+
+
+def test_a_kernel_built_under_cublas_name_and_never_launched_is_rejected(evaluator):
+    from problems.problem import problem_from_source
+
+    r = evaluator.evaluate(problem_from_source(MV_PROBLEM, name="mv"), CUBLAS_NAMED_DECOY, "cuda")
+    assert r.status is Status.REJECTED, f"{r.status}: {r.reason} {r.error}"
+    assert "none of the candidate's own kernels ran" in r.reason and "gemv2T_kernel_val" in r.reason, r.reason
+    assert not r.kernels.own_kernels_launched and r.kernels.own_time_fraction == 0.0, r.kernels
