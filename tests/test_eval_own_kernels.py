@@ -22,9 +22,9 @@ from eval.builds import Build
 from eval.kernel_symbols import built_kernels, elf_symbols, stub_kernel
 from eval.result import EvalResult
 from eval.static_checks import analyze
-from harness.bench import candidates
+from harness.corpus import candidates
 from problems.problem import problem_from_source
-from tests.hostile import FORWARD, GOOD, PROBLEM, variant
+from harness.corpus.hostile import FORWARD, GOOD, PROBLEM, variant
 
 # -- symbols of what was built ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("symbol, kernel", [
