@@ -30,6 +30,7 @@ import torch
 from eval import protocol as p
 from eval import affinity, measure, static_checks
 from eval.builds import Build
+from eval.kernel_symbols import kernels_under
 from eval.config import EvalConfig
 from eval.pool import Lease
 from eval.reference_process import Session
@@ -437,14 +438,15 @@ def own_kernels(ctx: Context) -> None:
     """The candidate's own kernels must have run; on a GPU, report their share of GPU time.
 
     Own means defined by the candidate's own code, never named in its text: CUDA kernels whose host stubs
-    the build's files hold (`eval.kernel_symbols`, read here from the build folder) and Triton kernels whose
-    launches the worker's tracer recorded from the candidate's module. A profiled kernel is own when its
+    the files it built hold (`eval.kernel_symbols`: the build folder, and the worker's own folder, read here
+    once forward has run) and Triton kernels whose launches the worker's tracer recorded from the candidate's
+    module. A profiled kernel is own when its
     qualified name (namespaces and name) is one of those and it is no library's: not by its namespace or
     vendor pattern (`is_library_kernel`) and not one the problem's reference launches, profiled in the clean
     reference process (so a kernel built under cuBLAS's `gemv2T_kernel_val` and never launched does not
     make `torch.mv`'s launches its own)."""
     reply, _ = ctx.request(p.Kernels(), timeout=ctx.config.call_timeout_s)
-    built = ctx.build.kernels if ctx.build else []
+    built = _built_kernels(ctx)
     own_paths = {qualified_name(n) for n in [*reply.triton_own, *built]}
     profile = [(str(n), float(ms)) for n, ms in reply.profile]
     launched = set(reply.triton_own)
@@ -470,14 +472,25 @@ def own_kernels(ctx: Context) -> None:
             "own: rename them)") if library_named else ""
     if not launched:
         built_note = "" if built or not ctx.report.cuda_kernels else (
-            "; no CUDA kernel was found in what its build produced, and kernels named only in the source text do "
-            "not count")
+            "; no CUDA kernel was found in what its build or its run produced, and kernels named only in the source "
+            "text do not count")
         raise Verdict(Status.REJECTED, "none of the candidate's own kernels ran during forward (defined: "
                                        f"{', '.join(defined) or 'none'}{built_note}); the work was done by PyTorch "
                                        f"or a fallback path{hint}")
     shortfall = own_share_shortfall(share, ctx.config.min_own_time_fraction)
     if shortfall:
         raise Verdict(Status.REJECTED, shortfall + hint)
+
+
+def _built_kernels(ctx: Context) -> list[str]:
+    """Mangled names of the CUDA kernels the candidate's code built: at import, in the build worker (read from the
+    build folder once that worker was gone), and at run time in its evaluating worker (`load_inline` in `__init__`
+    or in a lazy first forward: read now, after forward ran, from the worker's own folder as the parent pinned it
+    before any candidate code ran; never from a list the worker sends)."""
+    at_build = ctx.build.kernels if ctx.build else []
+    folder = ctx.lease.worker.own_folder
+    at_run = kernels_under(folder) if folder is not None else []
+    return sorted({*at_build, *at_run})
 
 
 def _reference_kernels(ctx: Context) -> set[tuple[str, ...]]:

@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from eval import pids, protocol
+from eval.kernel_symbols import pin_folder
 from eval.reaper import owned_tempdir, owner_token
 from eval.watchdog import GIB, WATCH
 from eval.wire import Channel, ChannelClosed, ChannelTimeout, PayloadTooLarge, ProtocolError, new_region_fd
@@ -602,6 +603,16 @@ class WorkerProcess:
         self.output = _CappedOutput(out_r, log_cap_bytes)
         self.info: dict[str, Any] = {}
         self.capture_key = 0  # keys the captures of its timed outputs (set by the evaluator when it says hello)
+        self.own_folder: int | None = None  # its own folder, as its mount namespace shows it (`pin_own_folder`)
+
+    def pin_own_folder(self) -> None:
+        """Hold a handle on the worker's own folder as its mount namespace shows it (there, a private tmpfs; the
+        host's folder of that path stays empty). Called once the worker has started and before any candidate code
+        runs in it, through the launcher's root (`unshare`, or the worker itself without a PID namespace), so that
+        what the parent reads there later (`eval.kernel_symbols`: the extensions it built at run time) is that
+        tmpfs, whatever the candidate mounts or links afterwards."""
+        if self.own_folder is None:
+            self.own_folder = pin_folder(self.proc.pid, os.path.realpath(self.workdir))
 
     def _writable(self, env: dict[str, str]) -> list[str]:
         """The worker's own folder and its build folder, nothing else: a build worker builds into its candidate's
@@ -720,6 +731,9 @@ class WorkerProcess:
             except (ProcessLookupError, PermissionError):
                 pass
         self.channel.close()
+        if self.own_folder is not None:  # the handle would keep the worker's tmpfs alive
+            os.close(self.own_folder)
+            self.own_folder = None
         if self.pids_group is not None:
             pids.remove(self.pids_group)
         shutil.rmtree(self.workdir, ignore_errors=True)

@@ -4,27 +4,37 @@
   and not a `__global__ NAME(` that sits in a string.
 - A never-launched kernel built under a library kernel's name (cuBLAS's `gemv2T_kernel_val`, which
   `torch.mv` launches) does not make the library's launches the candidate's: the reference launches it.
+- Kernels the evaluating worker built at run time (`load_inline` in `__init__`) are read by the parent from the
+  worker's own folder, a tmpfs of the worker's mount namespace; a link planted there to a host file is not followed.
 - Forged Triton launch records, through the launch entry's closure or through the worker on the stack,
-  are rejected naming the forgery (the Triton interpreter; GPU counterparts in test_eval_gpu_kernel_names).
+  are rejected naming the forgery (the Triton interpreter; GPU counterparts in tests/eval/test_gpu_kernel_names).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import struct
+import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 
-from eval import EvalConfig, Evaluator, Job, Status, checks
+from eval import EvalConfig, Evaluator, Status, checks
 from eval import protocol as p
 from eval.builds import Build
-from eval.kernel_symbols import built_kernels, elf_symbols, stub_kernel
+from eval.kernel_symbols import built_kernels, kernels_under, pin_folder, stub_kernel, stub_symbols
 from eval.result import EvalResult
+from eval.sandbox import WorkerProcess, sandbox_plan
 from eval.static_checks import analyze
 from harness.corpus import candidates
-from problems.problem import problem_from_source
 from harness.corpus.hostile import FORWARD, GOOD, PROBLEM, variant
+
+EVALUATOR = {"device": "cpu", "import_timeout_s": 60, "call_timeout_s": 30}
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="builds a shared library with g++")
+
 
 # -- symbols of what was built ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("symbol, kernel", [
@@ -42,13 +52,49 @@ def test_a_kernels_host_stub_names_the_kernel(symbol, kernel):
     assert stub_kernel(symbol) == kernel
 
 
-def test_files_that_are_not_well_formed_elf_have_no_symbols(tmp_path):
+def test_files_that_are_not_well_formed_elf_have_no_symbols():
     header = b"\x7fELF\x02\x01" + bytes(0x3A - 6) + struct.pack("<HH", 64, 1000)  # 1000 sections past the end
-    for name, data in {"a.so": b"not an ELF file", "b.so": header, "c.o": b"\x7fELF\x01\x01" + bytes(60)}.items():
-        (tmp_path / name).write_bytes(data)
-        assert elf_symbols(tmp_path / name) == []
-    (tmp_path / "link.so").symlink_to("/proc/self/exe")
-    assert built_kernels(tmp_path) == []
+    for data in (b"not an ELF file", header, b"\x7fELF\x01\x01" + bytes(60), b""):
+        assert stub_symbols(data) == []
+
+
+def _stub_library(path: Path, kernel: str) -> Path:
+    """A shared library holding the host stub nvcc writes for `__global__ void <kernel>(float*)` (plain C++)."""
+    source = path.with_suffix(".cpp")
+    source.write_text(f"void __device_stub__Z{len(kernel)}{kernel}Pf(float* x) {{ x[0] = 1.f; }}\n")
+    subprocess.run(["g++", "-shared", "-fPIC", "-o", str(path), str(source)], check=True)
+    return path
+
+
+@needs_gxx
+def test_only_regular_files_inside_the_folder_are_read(tmp_path):
+    """Links (to a file or a folder outside), a FIFO and a planted non-ELF `.so` give nothing; a nested library does."""
+    outside, folder = tmp_path / "outside", tmp_path / "built"
+    (folder / "deep" / "er").mkdir(parents=True)
+    outside.mkdir()
+    host = _stub_library(outside / "host.so", "host_only")
+    assert set(stub_symbols(host.read_bytes())) == {"_Z28__device_stub__Z9host_onlyPfPf"}  # the trap is real
+    _stub_library(folder / "deep" / "er" / "own.so", "own_k")
+    (folder / "link.so").symlink_to(host)
+    (folder / "linked_folder").symlink_to(outside)
+    os.mkfifo(folder / "fifo.so")  # opened without blocking, then skipped: not a regular file
+    (folder / "text.so").write_text("not an ELF file")
+    assert built_kernels(folder) == ["_Z5own_kPf"]
+    assert built_kernels(tmp_path / "missing") == [] and built_kernels(folder / "link.so") == []
+
+
+@needs_gxx
+def test_a_folder_is_pinned_through_a_process_root_without_following_links(tmp_path):
+    _stub_library(tmp_path / "own.so", "own_k")
+    (tmp_path / "to_folder").symlink_to(tmp_path)
+    fd = pin_folder(os.getpid(), str(tmp_path))
+    assert fd is not None
+    try:
+        assert kernels_under(fd) == ["_Z5own_kPf"]
+    finally:
+        os.close(fd)
+    assert pin_folder(os.getpid(), str(tmp_path / "to_folder")) is None  # a link on the way is not followed
+    assert pin_folder(os.getpid(), str(tmp_path / "own.so")) is None and pin_folder(1 << 30, "/") is None
 
 
 FORMS = r'''
@@ -104,6 +150,7 @@ class _Ctx:
         self.build = build
         self.config = EvalConfig(device="cpu")
         self.result = EvalResult()
+        self.lease = SimpleNamespace(worker=SimpleNamespace(own_folder=None))  # nothing built at run time
         self.session = type("Session", (), {"label": "ref7"})()
         self.replies = {None: p.KernelsReply(triton_own=triton_own or [], profile=profile),
                         self.session: p.KernelsReply(profile=reference_profile)}
@@ -159,6 +206,70 @@ def test_a_built_kernel_of_each_form_is_own_beside_the_librarys(forms_build, for
     assert ctx.result.kernels.own_time_fraction == pytest.approx(0.75)
 
 
+# -- what the evaluating worker built at run time ----------------------------------------------------------------------
+# `load_inline` in `__init__`: the build worker only imports the candidate, so this extension is built in the
+# evaluating worker, into its own folder. Its C++ defines what nvcc writes for `__global__ void k_body(float*)`: the
+# host stub (a CPU has no CUDA build to run). It also plants links to host files, which the worker's view does not
+# show but which a parent following them through /proc/PID/root would read (they resolve in the parent's root).
+RUN_TIME = '''
+import os, pathlib
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CPP = """
+void __device_stub__Z6k_bodyPf(float* x) { x[0] = 1.f; }
+torch::Tensor f(torch::Tensor a, torch::Tensor b) { return torch::relu(a + b); }
+"""
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ext = load_inline("kh_run_time", cpp_sources=CPP, functions=["f"])
+        folder = pathlib.Path(os.environ["TORCH_EXTENSIONS_DIR"])
+        (folder / "planted.so").symlink_to(HOST_FILE)
+        (folder / "planted_folder").symlink_to(HOST_FOLDER)
+        (folder / "kh_run_time" / "replaced.so").symlink_to(HOST_FILE)
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return self.ext.f(a, b)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@needs_gxx
+@pytest.mark.skipif(shutil.which("ninja") is None, reason="load_inline builds with ninja")
+def test_kernels_built_at_run_time_are_read_from_the_workers_folder_and_planted_links_are_not_followed(tmp_path):
+    if not sandbox_plan().filesystem:
+        pytest.skip("no mount namespace on this machine: the worker's folder is the host's")
+    host_folder = tmp_path / "host"
+    host_folder.mkdir()
+    host_file = _stub_library(host_folder / "host.so", "host_only")
+    source = f"HOST_FILE, HOST_FOLDER = {str(host_file)!r}, {str(host_folder)!r}\n" + RUN_TIME
+    worker = WorkerProcess(device="cpu", gpu_index=None, log_cap_bytes=1 << 16, isolate_network=True)
+    try:
+        hello, _ = worker.request(p.Hello(device="cpu"), timeout=300)
+        assert hello.ok and hello.info["filesystem_isolated"] is True, hello.error
+        worker.pin_own_folder()
+        assert worker.own_folder is not None and kernels_under(worker.own_folder) == []
+        load, _ = worker.request(p.Load(problem_source=PROBLEM, candidate_source=source, weight_seed=1),
+                                 timeout=1500)
+        assert load.ok, load.error
+        a, b = torch.randn(1, 4096), torch.randn(1, 4096)
+        run, out = worker.request(p.Run(args=[{"t": 0}, {"t": 1}]), [a, b], timeout=120)
+        assert run.ok and torch.equal(out[0], torch.relu(a + b)), run.error
+        assert not any(Path(worker.workdir).iterdir())  # the host's folder of that path shows none of it
+        # the trap: through the worker's root, the planted link leads to the host's file
+        planted = Path(f"/proc/{worker.proc.pid}/root{os.path.realpath(worker.workdir)}/torch-extensions/planted.so")
+        assert "_Z28__device_stub__Z9host_onlyPfPf" in stub_symbols(planted.read_bytes())
+        assert kernels_under(worker.own_folder) == ["_Z6k_bodyPf"]
+    finally:
+        worker.close()
+    assert worker.own_folder is None  # closed with the worker: the handle would keep its tmpfs alive
+
+
 # -- forged Triton launch records (the interpreter) ------------------------------------------------------------------
 # Each forgery adds a launch of the decoy kernel to whatever the tracer keeps (a counter or a list), so it passed
 # against the tracer before it was sealed. The names are spelled so that the source check cannot see them.
@@ -198,16 +309,10 @@ def _forger(forge: str) -> str:
     return variant(FORWARD, _DECOY_FORWARD.format(forge=forge), base=GOOD.replace("\nclass ModelNew", _FORGE, 1))
 
 
-@pytest.fixture(scope="module")
-def evaluator():
-    with Evaluator(EvalConfig(device="cpu", cache_dir=None, import_timeout_s=60, call_timeout_s=30)) as ev:
-        yield ev
-
-
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("forge", ["_through_the_closure", "_through_the_stack"])
-def test_a_forged_triton_launch_record_is_rejected_naming_the_forgery(evaluator, forge):
-    result = evaluator.evaluate(problem_from_source(PROBLEM, name="add_relu"), _forger(forge))
+def test_a_forged_triton_launch_record_is_rejected_naming_the_forgery(evaluator, problem, forge):
+    result = evaluator.evaluate(problem, _forger(forge))
     assert result.status is Status.REJECTED, f"{result.status}: {result.reason} {result.error[-1500:]}"
     assert result.reason.startswith("integrity: forged the record of Triton launches: launch records were added or "
                                     "changed outside Triton's launch entry"), result.reason
