@@ -145,12 +145,12 @@ class _Ctx:
     """What `checks.own_kernels` touches: the worker's and the reference process's Kernels replies."""
 
     def __init__(self, source: str, build: Build | None, profile: list, reference_profile: list,
-                 triton_own: list[str] | None = None):
+                 triton_own: list[str] | None = None, own_folder: int | None = None):
         self.report = analyze(source)
         self.build = build
         self.config = EvalConfig(device="cpu")
         self.result = EvalResult()
-        self.lease = SimpleNamespace(worker=SimpleNamespace(own_folder=None))  # nothing built at run time
+        self.lease = SimpleNamespace(worker=SimpleNamespace(own_folder=own_folder))  # what it built at run time
         self.session = type("Session", (), {"label": "ref7"})()
         self.replies = {None: p.KernelsReply(triton_own=triton_own or [], profile=profile),
                         self.session: p.KernelsReply(profile=reference_profile)}
@@ -204,6 +204,26 @@ def test_a_built_kernel_of_each_form_is_own_beside_the_librarys(forms_build, for
     checks.own_kernels(ctx)
     assert ctx.result.kernels.own_kernels_launched == [form]
     assert ctx.result.kernels.own_time_fraction == pytest.approx(0.75)
+
+
+@needs_gxx
+def test_a_kernel_built_at_run_time_counts_as_own_and_one_never_launched_does_not(tmp_path):
+    """No build at all (`load_inline` in `__init__`): the kernels come from the worker's own folder alone."""
+    _stub_library(tmp_path / "k_body.so", "k_body")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        ctx = _Ctx(_LIBRARY_ONLY, None, [("k_body(float*)", 3.0), (CUBLAS_GEMV, 1.0)], [(CUBLAS_GEMV, 1.0)],
+                   own_folder=fd)
+        checks.own_kernels(ctx)
+        assert ctx.result.kernels.own_kernels_launched == ["k_body"]
+        assert ctx.result.kernels.own_kernels_defined == ["k_body"]
+        assert ctx.result.kernels.own_time_fraction == pytest.approx(0.75)
+        decoy = _Ctx(_LIBRARY_ONLY, None, [(CUBLAS_GEMV, 1.0)], [(CUBLAS_GEMV, 1.0)], own_folder=fd)
+        with pytest.raises(checks.Verdict) as verdict:
+            checks.own_kernels(decoy)
+        assert "none of the candidate's own kernels ran during forward (defined: k_body)" in verdict.value.reason
+    finally:
+        os.close(fd)
 
 
 # -- what the evaluating worker built at run time ----------------------------------------------------------------------
