@@ -7,44 +7,44 @@
     code = extract_code(response.text)   # or ExtractionError -> a format_error turn
 """
 
-from agents.base import (
-    ABSTENTION_REASON,
-    Agent,
-    AgentError,
-    AgentResponse,
-    AuthError,
-    ConfigError,
-    Message,
-    Pricing,
-    RetryableError,
-    UnavailableError,
-    Usage,
-)
-from agents.extract import ExtractionError, extract_code
-from agents.factory import AGENT_KINDS, make_agent
-from agents.prompting import PromptBuilder, PromptError, TurnRecord
-from agents.retry import RateLimiter, RetryingAgent, RetryPolicy
+from __future__ import annotations
 
-__all__ = [
-    "ABSTENTION_REASON",
-    "AGENT_KINDS",
-    "Agent",
-    "AgentError",
-    "AgentResponse",
-    "AuthError",
-    "ConfigError",
-    "ExtractionError",
-    "Message",
-    "Pricing",
-    "PromptBuilder",
-    "PromptError",
-    "RateLimiter",
-    "RetryPolicy",
-    "RetryableError",
-    "RetryingAgent",
-    "TurnRecord",
-    "UnavailableError",
-    "Usage",
-    "extract_code",
-    "make_agent",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ABSTENTION_REASON": "agents.base",
+    "Agent": "agents.base",
+    "AgentError": "agents.base",
+    "AgentResponse": "agents.base",
+    "AuthError": "agents.base",
+    "CHARS_PER_TOKEN": "agents.base",
+    "ConfigError": "agents.base",
+    "Message": "agents.base",
+    "Pricing": "agents.base",
+    "RetryableError": "agents.base",
+    "UnavailableError": "agents.base",
+    "Usage": "agents.base",
+    "ExtractionError": "agents.extract",
+    "extract_code": "agents.extract",
+    "AGENT_KINDS": "agents.factory",
+    "make_agent": "agents.factory",
+    "EXAMPLES_DIR": "agents.prompting",
+    "PromptBuilder": "agents.prompting",
+    "PromptError": "agents.prompting",
+    "TurnRecord": "agents.prompting",
+    "fenced": "agents.prompting",
+    "visible_source": "agents.prompting",
+    "RateLimiter": "agents.retry",
+    "RetryPolicy": "agents.retry",
+    "RetryingAgent": "agents.retry",
+    "SETTINGS": "agents.settings",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Load an exported name on first use, so that importing the package loads none of its modules."""
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'agents' has no attribute {name!r}")

@@ -50,31 +50,31 @@ def make_agent(cfg: Mapping[str, Any]) -> Agent:
 
 
 def _openai(settings: OpenAISettings) -> Agent:
-    from agents.openai_chat import OpenAIChatAgent
+    from agents._openai_chat import OpenAIChatAgent
 
     return OpenAIChatAgent(settings)
 
 
 def _anthropic(settings: AnthropicSettings) -> Agent:
-    from agents.anthropic_messages import AnthropicAgent
+    from agents._anthropic_messages import AnthropicAgent
 
     return AnthropicAgent(settings)
 
 
 def _command(settings: CommandSettings) -> Agent:
-    from agents.command import CommandAgent
+    from agents._command import CommandAgent
 
     return CommandAgent(settings)
 
 
 def _replay(settings: ReplaySettings) -> Agent:
-    from agents.replay import ReplayAgent
+    from agents._replay import ReplayAgent
 
     return ReplayAgent(settings)
 
 
 def _reference(settings: ReferenceSettings) -> Agent:
-    from agents.reference import ReferenceAgent
+    from agents._reference import ReferenceAgent
 
     return ReferenceAgent(settings)
 

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from agents.base import Message
-from agents.hardware import hardware_facts
-from eval.backends import BACKENDS, DEFAULT_BACKEND
+from agents._hardware import hardware_facts
+from eval import BACKENDS, DEFAULT_BACKEND
 
 PROMPTS_DIR = Path(__file__).parent / "prompts"
 EXAMPLES_DIR = PROMPTS_DIR / "examples"

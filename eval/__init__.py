@@ -12,14 +12,46 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "EvalConfig": "eval.config", "Evaluator": "eval.evaluator", "Job": "eval.evaluator",
-    "EvalResult": "eval.result", "KernelShare": "eval.result", "Mismatch": "eval.result", "Status": "eval.result",
+    "BACKENDS": "eval.backends",
+    "DEFAULT_BACKEND": "eval.backends",
+    "Builder": "eval.builds",
+    "cache_key": "eval.cache",
+    "steps_left_out": "eval.checks",
+    "EvalConfig": "eval.config",
+    "Evaluator": "eval.evaluator",
+    "Job": "eval.evaluator",
+    "render_feedback": "eval.feedback",
+    "share_text": "eval.feedback",
+    "HOST_SHARE_AT": "eval.measure",
+    "Hello": "eval.protocol",
+    "EvalResult": "eval.result",
+    "KernelShare": "eval.result",
+    "Mismatch": "eval.result",
+    "Status": "eval.result",
     "Timing": "eval.result",
+    "Ceilings": "eval.roofline",
+    "cached_ceilings": "eval.roofline",
+    "probe_and_cache": "eval.roofline",
+    "WorkerProcess": "eval.sandbox",
+    "is_secret_name": "eval.sandbox",
+    "process_limit_plan": "eval.sandbox",
+    "sandbox_plan": "eval.sandbox",
+    "DEFAULT_PS": "eval.scoring",
+    "at_k_per_problem": "eval.scoring",
+    "bootstrap_ci": "eval.scoring",
+    "fast_p": "eval.scoring",
+    "score": "eval.scoring",
+    "analyze": "eval.static_checks",
+    "refusal": "eval.static_checks",
+    "Channel": "eval.wire",
+    "new_region_fd": "eval.wire",
+    "lightened": "eval.worker.light_build",
 }
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
+    """Load an exported name on first use, so that importing the package loads none of its modules."""
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'eval' has no attribute {name!r}")

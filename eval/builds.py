@@ -19,7 +19,7 @@ from pathlib import Path
 from eval import protocol
 from eval.cache import cache_key
 from eval.kernel_symbols import built_kernels
-from eval.reaper import owned_tempdir
+from eval._reaper import owned_tempdir
 from eval.sandbox import UNPRIVILEGED_UID, WorkerDied, WorkerProcess, WorkerTimeout, can_drop_privileges
 
 

@@ -22,25 +22,39 @@ import re
 import secrets
 import statistics
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, NoReturn
 
 import torch
 
 from eval import protocol as p
-from eval import affinity, measure, static_checks
+from eval import _affinity as affinity, _freeze as freeze, measure, static_checks
 from eval.builds import Build
 from eval.kernel_symbols import kernels_under
 from eval.config import EvalConfig
 from eval.pool import Lease
-from eval.reference_process import Session
-from eval.reference import Reference, encode_args, problem_size
+from eval._reference_process import Session
+from eval._reference import Reference, encode_args, problem_size
 from eval.result import EvalResult, KernelShare, Status, Timing
 from eval.roofline import IMPLAUSIBLE_BELOW_FLOOR, REJECT_BELOW_BYTE_FLOOR, Ceilings
-from problems import runtime
-from problems.compare import Mismatch, compare, compare_structure
-from problems.runtime import derive_seed
-from problems.problem import Problem
+from problems import (
+    DISTRIBUTIONS,
+    Mismatch,
+    Problem,
+    compare,
+    compare_structure,
+    derive_seed,
+    derived_workload,
+    draw_inputs,
+    input_fingerprint,
+    input_only_constants,
+    kernelbench_trial_seeds,
+    load_source,
+    make_inputs,
+    precision,
+)
 
 ERROR_CHARS = 3000
 # Hidden work, back-to-back: batches of calls (each ending in one device synchronisation), the candidate's
@@ -126,9 +140,10 @@ class Context:
 
     def sides(self) -> tuple[measure.Side, measure.Side]:
         """The two processes of a timing: the clean reference process (re-keyed to the candidate worker's capture
-        key) and the candidate's own worker."""
+        key; the candidate's worker is held stopped while it is timed) and the candidate's own worker."""
         assert self.session is not None
-        return (measure.Side("reference", self.session, self.session.label, key=self.lease.worker.capture_key),
+        return (measure.Side("reference", self.session, self.session.label, key=self.lease.worker.capture_key,
+                             hold=self.lease.worker),
                 measure.Side("candidate", self.lease.worker, "candidate"))
 
     def request(self, message: p.Request, tensors: list[torch.Tensor] | None = None,
@@ -171,14 +186,14 @@ class Context:
     def draw_timing_inputs(self, seed: int) -> list[Any]:
         """A timing input set as the worker draws it from `seed` (on the CPU and moved, under KernelBench's seeding)."""
         assert self.reference is not None
-        return runtime.draw_inputs(self.reference.module, seed, self.lease.device, None, on_cpu=self.kernelbench_seeding)
+        return draw_inputs(self.reference.module, seed, self.lease.device, None, on_cpu=self.kernelbench_seeding)
 
     def expected(self, inputs: list[Any]) -> list[torch.Tensor]:
         """Reference outputs under the preset's precision (the parent is strict unless told otherwise)."""
         assert self.reference is not None
         if self.config.precision == "strict":
             return self.reference.outputs(inputs)
-        with runtime.precision(self.config.precision):
+        with precision(self.config.precision):
             return self.reference.outputs(inputs)
 
 
@@ -240,14 +255,14 @@ def trials(ctx: Context) -> None:
     if ctx.config.hidden_shapes:
         plan += [(f"extra{j}", j, "") for j in range(ref.extra_count())]
     if ctx.config.distribution_trials and not ctx.kernelbench_seeding:
-        plan += [(f"dist-{name}", None, name) for name in runtime.DISTRIBUTIONS]
-    public = runtime.kernelbench_trial_seeds(ctx.config.public_seed, len(plan)) if ctx.kernelbench_seeding else []
+        plan += [(f"dist-{name}", None, name) for name in DISTRIBUTIONS]
+    public = kernelbench_trial_seeds(ctx.config.public_seed, len(plan)) if ctx.kernelbench_seeding else []
     for trial, (label, extra, distribution) in enumerate(plan):
         seed = public[trial] if public else derive_seed(ctx.secret, label)
         with ctx.lease.gate.hold("shared"):
-            inputs = runtime.draw_inputs(ref.module, seed, ctx.lease.device, extra, on_cpu=bool(public),
+            inputs = draw_inputs(ref.module, seed, ctx.lease.device, extra, on_cpu=bool(public),
                                          distribution=distribution)
-            fingerprint = runtime.input_fingerprint(inputs) if ctx.worker_draws else []
+            fingerprint = input_fingerprint(inputs) if ctx.worker_draws else []
             expected = ctx.expected(inputs)
             if distribution and not all(_finite(t) for t in expected):
                 ctx.result.distributions[distribution] = "skipped: the reference is not finite on these inputs"
@@ -263,7 +278,7 @@ def trials(ctx: Context) -> None:
         if mismatch is not None:
             note = f" on hidden input shapes #{extra}" if extra is not None else ""
             if distribution:
-                note += f", inputs off the published distribution: {runtime.DISTRIBUTIONS[distribution][0]}"
+                note += f", inputs off the published distribution: {DISTRIBUTIONS[distribution][0]}"
             _incorrect(ctx, mismatch, f"trial {trial}{note}")
         if reply.mutated_inputs:
             raise Verdict(Status.INCORRECT, f"the candidate modified input(s) {reply.mutated_inputs} in place; "
@@ -277,15 +292,15 @@ def derived_workload_trial(ctx: Context, trial: int) -> None:
     constants that only get_inputs() reads (batch, sequence...) roughly halved (`runtime.derived_workload`). The
     inputs are drawn here from that module and carried; skipped where the reference itself fails on them."""
     assert ctx.reference is not None
-    workload = runtime.derived_workload(ctx.reference.module, runtime.input_only_constants(ctx.problem.source))
+    workload = derived_workload(ctx.reference.module, input_only_constants(ctx.problem.source))
     if not workload:
         return
     name = ", ".join(f"{k}={v}" for k, v in workload.items())
     overrides = {**(ctx.problem.meta["small"] if ctx.small else {}), **workload}
     with ctx.lease.gate.hold("shared"):
         try:
-            module = runtime.load_source(ctx.problem.source, f"<{ctx.problem.id} derived>", overrides)
-            inputs = runtime.make_inputs(module, derive_seed(ctx.secret, "derived"), ctx.lease.device)
+            module = load_source(ctx.problem.source, f"<{ctx.problem.id} derived>", overrides)
+            inputs = make_inputs(module, derive_seed(ctx.secret, "derived"), ctx.lease.device)
             expected = ctx.expected(inputs)
         except Exception as exc:  # noqa: BLE001  the reference's own limits: not the candidate's fault
             ctx.result.workloads[name] = f"skipped: the reference fails on it ({trim(str(exc), 160)})"
@@ -364,9 +379,9 @@ def stage_timing_inputs(ctx: Context) -> None:
     reference, candidate = ctx.sides()
     timeout = ctx.config.call_timeout_s
     if ctx.worker_draws:
-        fingerprints = [runtime.input_fingerprint(first)]
+        fingerprints = [input_fingerprint(first)]
         del first, tensors
-        fingerprints += [runtime.input_fingerprint(draw(seed)) for seed in seeds[1:]]
+        fingerprints += [input_fingerprint(draw(seed)) for seed in seeds[1:]]
         replies = [ctx.request(p.Stage(subject=side.subject, args=spec, n_inputs=n_tensors, sets=count, seeds=seeds,
                                        on_cpu=kb), timeout=timeout, worker=side.worker)[0]
                    for side in (candidate, reference)]
@@ -615,6 +630,10 @@ def time_candidate(ctx: Context) -> None:
         finding, result.wall_bound = measure.wall_bound(meas)
         result.wall_bound["second_look"] = 1.0
     record_mode(ctx, meas)
+    if meas.unheld_blocks:
+        result.flags.append(f"the candidate's worker was not seen fully stopped ({result.freeze}) through "
+                            f"{meas.unheld_blocks} of the reference's blocks within {freeze.STOP_WAIT_S:g} s: its "
+                            "processes may have run beside them")
     if fresh and not meas.fresh_inputs:
         result.flags.append("timed inputs rotated among the staged sets: the problem's get_inputs() draws other "
                             "shapes each time, so fresh inputs per repetition could not be used")
@@ -651,8 +670,14 @@ def host_bound(ctx: Context) -> None:
     for side in ctx.sides():
         msg = p.Busy(subject=side.subject, calls=measure.BUSY_CALLS, flush=ctx.config.l2_flush,
                      profile_above_ms=measure.HOST_FLOOR_MS)
-        reply, _ = ctx.request(msg, timeout=ctx.config.timing_timeout_s, worker=side.worker)
-        if measure.record_host_time(result, side.name, reply.side):
+        with freeze.held(side.hold):
+            reply, _ = ctx.request(msg, timeout=ctx.config.timing_timeout_s, worker=side.worker)
+        measured = measure.host_time(reply.side)
+        for per_side, value in ((result.gpu_busy, measured.busy), (result.host_ms, measured.host_ms),
+                                (result.host_share, measured.share)):
+            if value is not None:
+                per_side[side.name] = value
+        if measured.bound:
             bound.append(side.name)
     result.host_bound = bound
     if bound:
@@ -738,6 +763,23 @@ PIPELINE: tuple[Step, ...] = (
     Step("speed_of_light", speed_of_light, "none", runs="gpu"),
     Step("in_order", in_order, "none"),
 )
+
+
+@contextmanager
+def steps_left_out(names: frozenset[str]) -> Iterator[None]:
+    """Run this process's pipeline without the named steps for a while: a diagnostic only, never a way to evaluate
+    (`harness bench eval --part steps` finds what bounds a GPU's rate by leaving steps out). A name that is no step
+    is refused: a renamed step would silently stay in."""
+    global PIPELINE
+    whole = PIPELINE
+    unknown = set(names) - {step.name for step in whole}
+    if unknown:
+        raise ValueError(f"no pipeline step named {sorted(unknown)}")
+    PIPELINE = tuple(step for step in whole if step.name not in names)
+    try:
+        yield
+    finally:
+        PIPELINE = whole
 
 
 def run_pipeline(ctx: Context) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from eval.measure import TimingRule
-from problems.compare import tolerance
+from problems import tolerance
 
 _UNSET: Any = object()
 SAME: Any = object()  # `unkeyed_at=SAME`: the field's own default
@@ -64,7 +64,7 @@ class EvalConfig:
       watchdog; over it the worker is killed and the verdict names the limit); 0 gives each worker an even
       share of the machine's memory among the workers and the parent (two shares), at least 4 GiB.
     max_worker_processes: the tasks (processes and threads) each worker may hold, counted per worker: its own
-      pids cgroup where the host allows one, else RLIMIT_NPROC in its own user namespace (`eval.pids`); a fork
+      pids cgroup where the host allows one, else RLIMIT_NPROC in its own user namespace (`eval._pids`); a fork
       bomb gets EAGAIN in its own worker only, and the verdict names the limit.
     allow_unconfined_workers: run candidate code even where no confinement keeps it from this harness's own
       identity and file access (no mount namespace; or root whose workers cannot become uid 65534). Off: the
@@ -86,7 +86,7 @@ class EvalConfig:
       shifted, negated), each skipped where the reference is not finite on them.
     hidden_work_check: reject work left running after forward returns (side streams, threads).
     timed_output_checks: capture every timed output and check it against the reference's output for the
-      same inputs (`eval.capture`).
+      same inputs (`eval._capture`).
     timing_method: "adaptive" (blocks alternating between the two processes, until the relative standard error is under
       `target_rel_stderr`) or "fixed" (KernelBench's timer: the candidate, then the reference, each
       `fixed_warmup_calls` warm-up calls, one dropped call, then `fixed_reps` calls, each bracketed by CUDA

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from eval import checks, measure, reaper, static_checks
+from eval import checks, measure, _reaper as reaper, static_checks
 from eval import protocol as p
 from eval.backends import DEFAULT_BACKEND, check_backend
 from eval.builds import Build, Builder
@@ -32,14 +32,12 @@ from eval.cache import JsonCache, cache_key
 from eval.checks import Context, RetryAlone, RetryEager, Verdict, trim
 from eval.config import EvalConfig
 from eval.pool import WorkerPool
-from eval.reference import Reference, encode_args, traced_cost, use_small_sizes
+from eval._reference import Reference, encode_args, traced_cost, use_small_sizes
 from eval.result import EvalResult, Status, Timing
 from eval.roofline import Ceilings, cached_ceilings, probe, probe_and_cache
 from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout, check_identity, protect_parent
-from eval.watchdog import GIB, default_limit_bytes
-from problems.cost import estimate_memory
-from problems.problem import Problem
-from problems.runtime import derive_seed, strict_precision
+from eval._watchdog import GIB, default_limit_bytes
+from problems import Problem, derive_seed, estimate_memory, strict_precision
 
 # How timings are taken; a cached result or baseline measured another way is not reused.
 MEASUREMENT = "two-process-native-v1"
@@ -218,6 +216,19 @@ class Evaluator:
             raise RuntimeError(f"evaluations {missing} ended without a result")
         return results  # type: ignore[return-value]
 
+    def prebuild(self, problem: Problem, source: str, backend: str = DEFAULT_BACKEND) -> None:
+        """Start building a candidate that needs a build, unless it is refused before one or its verdict is cached.
+        A caller that queues evaluations (`harness serve`) calls this as it queues one, so the build runs on the
+        CPU cores while the candidate waits, as `evaluate_many` starts every build at once; `evaluate` then joins
+        that build (an identical source is built once)."""
+        job = Job(problem, source, backend)
+        report = static_checks.analyze(source)
+        if not _needs_build(job, report) or static_checks.refusal(report, self.config.own_kernel_policy):
+            return
+        if self._cache is not None and self._cache.get(self._result_key(job)) is not None:
+            return
+        self._builder.submit(source)
+
     def baseline(self, problem: Problem) -> dict[str, Any]:
         """Eager and torch.compile timings of a problem (cached per device and versions)."""
         key = cache_key(problem=problem.source_hash, device=self.device_name, versions=self.versions,
@@ -235,9 +246,7 @@ class Evaluator:
     # -- one evaluation ----------------------------------------------------------------------
     def _evaluate(self, job: Job, report: static_checks.SourceReport, build: Future[Build] | None) -> EvalResult:
         t0 = time.perf_counter()
-        key = cache_key(problem=job.problem.source_hash, candidate=job.source, backend=job.backend,
-                        config=self.config.cache_fields(), device=self.device_name, versions=self.versions,
-                        measure=MEASUREMENT)
+        key = self._result_key(job)
         if self._cache is not None and (hit := self._cache.get(key)) is not None:
             return EvalResult.from_dict({**hit, "cached": True, "node": hit.get("node") or socket.gethostname()})
         result = self._new_result(job)
@@ -253,6 +262,12 @@ class Evaluator:
         if self._cache is not None and result.status is not Status.TIMEOUT:
             self._cache.put(key, result.to_dict())
         return result
+
+    def _result_key(self, job: Job) -> str:
+        """The result cache's key of a job's verdict."""
+        return cache_key(problem=job.problem.source_hash, candidate=job.source, backend=job.backend,
+                         config=self.config.cache_fields(), device=self.device_name, versions=self.versions,
+                         measure=MEASUREMENT)
 
     def _new_result(self, job: Job) -> EvalResult:
         return EvalResult(problem_id=job.problem.id, backend=job.backend, device=self.device_name,
@@ -306,6 +321,7 @@ class Evaluator:
         result.filesystem_isolated = lease.worker.info.get("filesystem_isolated")
         result.unprivileged = lease.worker.unprivileged
         result.process_limit = lease.worker.process_limit
+        result.freeze = lease.worker.freezer.mechanism
         result.gpu_index = host_gpu_index(self._host_gpu_ids, lease.gpu_index)
         result.device = lease.worker.info.get("device_name") or result.device
         small = use_small_sizes(job.problem, self.config.problem_scale, lease.device)

@@ -1,11 +1,11 @@
 """Timing, parent side: the plan, the statistics, the speedup and the bounds on what a worker claims.
 
-The reference is timed in its own clean process (`eval.reference_process`), never in one that has
+The reference is timed in its own clean process (`eval._reference_process`), never in one that has
 imported candidate code, and the candidate in its own fresh worker. Both run the same native loop
 (`eval.worker.timing`). This module alone decides how: it alternates blocks of repetitions between
 the two processes (A B B A at block level, which cancels drift), gives repetition r the same inputs
 on both sides, computes every statistic from the raw event times, compares every timed output's
-capture with the reference's for the same repetition (`eval.capture`), and bounds each side's
+capture with the reference's for the same repetition (`eval._capture`), and bounds each side's
 reported times by the wall time it observed itself:
 
   wall bound: a block's wall time, observed here, minus the sum of the event times the worker
@@ -28,10 +28,11 @@ from typing import Any
 
 import torch
 
-from eval import affinity
-from eval import capture as capture_math
+from eval import _affinity as affinity
+from eval import _capture as capture_math
+from eval import _freeze as freeze
 from eval import protocol as p
-from problems.runtime import derive_seed
+from problems import derive_seed
 
 BLOCK_MS = 25.0  # a block of repetitions lasts about this long (more repetitions for short calls)
 MAX_BLOCK_REPS = 64
@@ -40,7 +41,7 @@ MAX_BLOCK_REPS = 64
 # reference's excess. Why: both processes run the same loop (input draws, copies, flush, GPU lead, capture, the
 # round trip), so their excess differs by noise, which only ever adds time to some blocks. On the H100 the loop's
 # GPU part agreed between processes within about 20 us a repetition; the host part (draws, request and reply) did
-# not, by 100-300 us, until both processes ran on one core (`eval.affinity`). `harness bench trusted` prints each
+# not, by 100-300 us, until both processes ran on one core (`eval._affinity`). `harness bench trusted` prints each
 # honest solution's figures against this limit.
 WALL_SHARE = 0.25
 OVERHEAD_SHARE = 0.05
@@ -83,12 +84,14 @@ class TimingRule:
 @dataclass
 class Side:
     """One side of a timing: a process and the subject it calls there. `key` re-keys the process's captures (sent
-    to the trusted reference process only; a candidate's worker got its key before its code was imported)."""
+    to the trusted reference process only; a candidate's worker got its key before its code was imported). `hold`
+    is a worker kept stopped while this side is timed (`eval._freeze`): the candidate's, for the reference's side."""
 
     name: str
     worker: Any  # WorkerProcess, or the reference process (same `request`)
     subject: str
     key: int = 0
+    hold: Any = None
 
 
 @dataclass
@@ -117,7 +120,8 @@ class Measurement:
     fresh_inputs: bool = False
     timing_mode: str = "eager"
     graph_note: str = ""
-    pinned_threads: int = 0  # the most threads of one side run on the timing core in a block (`eval.affinity`)
+    pinned_threads: int = 0  # the most threads of one side run on the timing core in a block (`eval._affinity`)
+    unheld_blocks: int = 0  # blocks a side's `hold` was not seen fully stopped through (`eval._freeze`)
 
     def summary(self, name: str) -> dict[str, float]:
         return summarize(self.samples[name])
@@ -180,11 +184,13 @@ def _block(side: Side, meas: Measurement, reps: int, first_rep: int, *, nonce: i
     msg = p.TimeBlock(subject=side.subject, reps=reps, first_rep=first_rep, flush=flush, flush_bytes=flush_bytes,
                       lead=lead, grad=grad, sync_each=sync_each, capture=capture, graphs=graphs, key=side.key,
                       seeds=seeds)
-    with affinity.pinned([getattr(side.worker, "pid", None)], core) as pinned:  # moved outside the wall time
+    # the other side held still and this one pinned, both outside the wall time
+    with freeze.held(side.hold) as still, affinity.pinned([getattr(side.worker, "pid", None)], core) as pinned:
         t0 = time.perf_counter()
         reply, tensors = side.worker.request(msg, timeout=timeout, device=torch.device("cpu"))
         wall_ms = (time.perf_counter() - t0) * 1000.0
     meas.pinned_threads = max(meas.pinned_threads, pinned)
+    meas.unheld_blocks += not still
     if not reply.ok:
         raise BlockFailed(side.name, reply)
     if reply.timing_mode == "capture_failed":
@@ -223,7 +229,7 @@ def time_pair(reference: Side, candidate: Side, rule: TimingRule, *, nonce: int,
     """Time both sides by `rule`; raises `BlockFailed` (a side's forward failed), `CaptureFailed` or `Forged`.
 
     With a `nonce`, every timed repetition gets fresh inputs, drawn in its block (at most `max_block_reps`
-    repetitions' inputs fit the device at once). With a `core`, each side runs its blocks on it (`eval.affinity`)."""
+    repetitions' inputs fit the device at once). With a `core`, each side runs its blocks on it (`eval._affinity`)."""
     meas = Measurement()
     common = dict(nonce=nonce, flush=rule.flush, flush_bytes=rule.flush_bytes, graphs=graphs, timeout=timeout,
                   most=max(2, max_block_reps), min_pairs=min_pairs, core=core)
@@ -405,7 +411,8 @@ def back_to_back(candidate: Side, reference: Side, calls: int, batches: int, tim
         for side in order:
             msg = p.BackToBack(subject=side.subject, calls=calls, batches=1,
                                check_stream=side is candidate and first is None)
-            reply, _ = side.worker.request(msg, timeout=timeout)
+            with freeze.held(side.hold):
+                reply, _ = side.worker.request(msg, timeout=timeout)
             if not reply.ok:
                 raise BlockFailed(side.name, reply)
             if side is candidate and first is None:
@@ -433,21 +440,29 @@ BUSY_CALLS = 5  # event-timed and profiled eager calls per side
 _SHARE_CAP = 1000.0  # a side with (almost) no kernel time: its share is "huge", kept finite for JSON
 
 
-def record_host_time(result: Any, side: str, values: dict[str, float]) -> bool:
-    """Record one side's busy share, host time and host share on the result; True when the side is host-bound."""
+@dataclass(frozen=True)
+class HostTime:
+    """One side's busy share of the GPU, host time per call and host share (host time over GPU time), each None
+    where it was not measured; `bound` when the side is host-bound."""
+
+    busy: float | None = None
+    host_ms: float | None = None
+    share: float | None = None
+    bound: bool = False
+
+
+def host_time(values: dict[str, float]) -> HostTime:
+    """A side's `Busy` reply read into a `HostTime`: out-of-range or non-finite values clamped or dropped."""
     busy, host_ms, kernel_ms = (_finite(values.get(key)) for key in ("busy", "host_ms", "kernel_ms"))
-    if busy is not None:
-        result.gpu_busy[side] = round(min(max(busy, 0.0), 1.0), 4)
+    busy = None if busy is None else round(min(max(busy, 0.0), 1.0), 4)
     if host_ms is None:
-        return False
+        return HostTime(busy)
     host_ms = max(host_ms, 0.0)
-    result.host_ms[side] = round(host_ms, 4)
     if kernel_ms is None:  # not profiled: its host time is under the floor
-        return False
+        return HostTime(busy, round(host_ms, 4))
     kernel_ms = max(kernel_ms, 0.0)
     share = min(host_ms / kernel_ms, _SHARE_CAP) if kernel_ms > 0 else _SHARE_CAP
-    result.host_share[side] = round(share, 4)
-    return host_ms > HOST_FLOOR_MS and share >= HOST_SHARE_AT
+    return HostTime(busy, round(host_ms, 4), round(share, 4), host_ms > HOST_FLOOR_MS and share >= HOST_SHARE_AT)
 
 
 def _finite(value: object) -> float | None:

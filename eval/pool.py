@@ -5,7 +5,7 @@ context, the profiler and the native timing loop initialised. An evaluation leas
 worker (so work spreads over all GPUs), and a replacement starts at once in the background,
 never on a candidate's path. A worker serves one candidate and is killed when it is given
 back: nothing of one candidate (modules, patches, modes, threads, files, CUDA state) can reach
-the next. Each GPU also has its clean reference process (`eval.reference_process`), where the
+the next. Each GPU also has its clean reference process (`eval._reference_process`), where the
 references are timed.
 
 Several evaluations run on one GPU at once (imports, JIT, correctness trials), but timing
@@ -26,8 +26,8 @@ from typing import Callable, Iterator
 
 import torch
 
-from eval import affinity
-from eval.reference_process import ReferenceProcess
+from eval import _affinity as affinity
+from eval._reference_process import ReferenceProcess
 from eval.sandbox import WorkerProcess
 
 

@@ -178,7 +178,7 @@ class TimeBlockReply(Reply):
 @dataclass
 class TimeBlock(Request):
     """Time `reps` repetitions of `subject` in the worker's native loop; replies with the raw event times and, with
-    `capture`, one capture per repetition and output (`eval.capture`) as a float64 tensor.
+    `capture`, one capture per repetition and output (`eval._capture`) as a float64 tensor.
 
     With `seeds` (one per repetition, chosen by the parent for this block alone), repetition `first_rep + i` gets
     fresh inputs drawn from `seeds[i]`, drawn in this request, so inside the wall time the parent observes: a

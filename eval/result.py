@@ -11,7 +11,7 @@ from enum import Enum
 from typing import Any
 
 from eval.backends import DEFAULT_BACKEND
-from problems.compare import Mismatch
+from problems import Mismatch
 
 
 class Status(str, Enum):
@@ -91,7 +91,8 @@ class EvalResult:
     gpu_index: int | None = None  # which GPU of the host evaluated it
     node: str = ""  # hostname of the machine that evaluated it (executor=local or ray alike)
     unprivileged: bool | None = None  # worker ran as an unprivileged user (only possible when the harness is root)
-    process_limit: str = ""  # how eval.max_worker_processes held the worker: cgroup, userns, uid or none (`eval.pids`)
+    process_limit: str = ""  # how eval.max_worker_processes held the worker: cgroup, userns, uid or none (`eval._pids`)
+    freeze: str = ""  # how the worker was stopped while the reference was timed: cgroup, signals or signals-tree (`eval._freeze`)
     device: str = ""
     versions: dict[str, str] = field(default_factory=dict)
     eval_seconds: float = 0.0

@@ -17,9 +17,9 @@ a fresh user namespace without a uid mapping, so the worker holds no capability 
 neither remount nor unmount anything. Where no confinement keeps candidate code from the harness's own
 identity, `check_identity` refuses to start (unless `eval.allow_unconfined_workers`). Which plan
 applied is probed once (`sandbox_plan`) and reported per worker; the worker also probes for itself
-(`filesystem_isolated`). The parent watches each worker tree's memory (`eval.watchdog`).
+(`filesystem_isolated`). The parent watches each worker tree's memory (`eval._watchdog`).
 
-Every temporary folder the evaluator makes is named `kh-<kind>-<owner pid>.<start time>-...` (`eval.reaper`), so
+Every temporary folder the evaluator makes is named `kh-<kind>-<owner pid>.<start time>-...` (`eval._reaper`), so
 that the owner's reaper, or the next start-up's sweep, removes it (and stops the processes in it)
 however the owner ended, `kill -9` included.
 """
@@ -42,10 +42,10 @@ from typing import Any
 
 import torch
 
-from eval import pids, protocol
+from eval import _freeze as freeze, _pids as pids, protocol
 from eval.kernel_symbols import pin_folder
-from eval.reaper import owned_tempdir, owner_token
-from eval.watchdog import GIB, WATCH
+from eval._reaper import owned_tempdir, owner_token
+from eval._watchdog import GIB, WATCH
 from eval.wire import Channel, ChannelClosed, ChannelTimeout, PayloadTooLarge, ProtocolError, new_region_fd
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -63,8 +63,9 @@ UNPRIVILEGED_UID = 65534
 # (the interpreter, its packages, the project's packages, prebuilt extensions), the worker's writable folders, a
 # private capped /tmp and /dev/shm; hides SPEC's `hide` folders; pivots into it and lets go of the host's root;
 # remounts all but the writable folders read-only; drops privileges; then execs CMD. Its first act is to join the
-# worker's pids cgroup (SPEC's `join`), else its last is to set RLIMIT_NPROC (in a user namespace of its own when
-# SPEC's `userns` or without a uid to become): the per-worker process limit (`eval.pids`).
+# worker's cgroups (SPEC's `join`: its pids cgroup, `eval._pids`, and its freezer cgroup, `eval._freeze`); without a pids
+# cgroup its last is to set RLIMIT_NPROC (in a user namespace of its own when SPEC's `userns` or without a uid to
+# become): the per-worker process limit.
 _CONFINE = r"""
 import ctypes, json, os, sys
 spec = json.loads(sys.argv[1]); cmd = sys.argv[2:]
@@ -81,8 +82,8 @@ mount(None, "/", None, REC | PRIVATE)
 cwd = os.getcwd()
 writable = [os.path.realpath(p) for p in spec["writable"]]
 keep = {p: os.open(p, os.O_PATH) for p in dict.fromkeys(spec["bind"] + writable) if os.path.exists(p)}
-if spec["join"]:  # the worker's own pids cgroup, joined before anything of it can fork
-    with open(spec["join"], "w") as fh:
+for procs in spec["join"]:  # the worker's own cgroups, joined before anything of it can fork
+    with open(procs, "w") as fh:
         fh.write("0")
 R = spec["build_at"]
 mount("tmpfs", R, "tmpfs", NOSUID | NODEV, "mode=0755,size=16m")
@@ -144,7 +145,7 @@ if uid is not None:
     os.setgroups([]); os.setgid(uid); os.setuid(uid)
 if (uid is None or spec["userns"]) and libc.unshare(0x10000000) != 0:
     raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER) failed")
-if not spec["join"]:  # set inside the worker's own user namespace, the kernel counts it per worker
+if not spec["pids_cgroup"]:  # set inside the worker's own user namespace, the kernel counts it per worker
     resource.setrlimit(resource.RLIMIT_NPROC, (spec["nproc"], spec["nproc"]))
 os.execv(cmd[0], cmd)
 """
@@ -245,7 +246,7 @@ PRIVATE_SHM = "size=1g,nr_inodes=10000"
 # tmpfs too, mounted over the host folder's path: the host folder stays empty, and a candidate that fills it hits
 # these caps, not the host's disk. A build of a torch extension takes a few hundred MB.
 PRIVATE_OWN = "size=4g,nr_inodes=100000"
-# The tasks (processes and threads) one worker may hold (`eval.pids` says how it is kept per worker). A GPU worker
+# The tasks (processes and threads) one worker may hold (`eval._pids` says how it is kept per worker). A GPU worker
 # holds ~40 threads, a build worker's compilers a few dozen processes; the cap stops a fork bomb.
 MAX_PROCESSES = 4096
 # The host's folders a worker sees whole (read-only): the system, never a home, /tmp, /run, /var, /opt or /srv.
@@ -328,13 +329,15 @@ def _layout(writable: list[str]) -> dict[str, Any]:
 
 def confine_command(plan: SandboxPlan, writable: list[str], cmd: list[str], network: bool,
                     max_processes: int = MAX_PROCESSES, pids_group: Path | None = None,
-                    userns: bool = False) -> list[str]:
+                    freeze_group: Path | None = None, userns: bool = False) -> list[str]:
     """`cmd` wrapped so that it runs confined as `plan` says (unchanged when the plan has no prefix): in
-    `pids_group` if given, else under RLIMIT_NPROC `max_processes` (in a user namespace of its own if `userns`)."""
+    `pids_group` if given, else under RLIMIT_NPROC `max_processes` (in a user namespace of its own if `userns`); in
+    `freeze_group` too if given."""
     if not plan.prefix:
         return cmd
-    join = str(pids_group / "cgroup.procs") if pids_group else None
-    spec = json.dumps({"uid": plan.uid, "nproc": max_processes, "join": join, "userns": userns,
+    join = [str(g / "cgroup.procs") for g in dict.fromkeys((pids_group, freeze_group)) if g is not None]
+    spec = json.dumps({"uid": plan.uid, "nproc": max_processes, "join": join, "pids_cgroup": pids_group is not None,
+                       "userns": userns,
                        **_layout([os.path.realpath(w) for w in writable])})
     prefix = [a for a in plan.prefix if network or a != "-n"]
     return [*prefix, sys.executable, "-I", "-S", "-c", _CONFINE, spec, *cmd]
@@ -362,7 +365,7 @@ def sandbox_plan() -> SandboxPlan:
 
 
 def process_limit_plan(plan: SandboxPlan) -> str:
-    """How a worker confined by `plan` is held to its process limit (`eval.pids`): "cgroup", "userns" (RLIMIT_NPROC
+    """How a worker confined by `plan` is held to its process limit (`eval._pids`): "cgroup", "userns" (RLIMIT_NPROC
     in a user namespace of its own: always so for a non-root harness), "uid" (RLIMIT_NPROC shared by the uid) or
     "none" (no confinement, so no limit)."""
     if not plan.filesystem:
@@ -582,10 +585,11 @@ class WorkerProcess:
                 self.pids_group = pids.create(self.workdir.name, max_processes)
             except OSError:  # the probed hierarchy refuses this one: the limit in a user namespace of its own
                 self.process_limit = "userns" if plan.uid is None or _nobody_userns() else "uid"
+        self.freeze_group = self._freeze_group(plan)
         if plan.filesystem:
             cmd = confine_command(plan, self._writable(env_extra), cmd, network=isolate_network,
                                   max_processes=max_processes, pids_group=self.pids_group,
-                                  userns=self.process_limit == "userns")
+                                  freeze_group=self.freeze_group, userns=self.process_limit == "userns")
         cmd = [*prefix, *cmd]
         try:
             self.proc = subprocess.Popen(
@@ -595,6 +599,9 @@ class WorkerProcess:
         finally:
             for fd in (p2c_r, c2p_w, out_w, *child_fds):
                 os.close(fd)
+        # stops all of it while the reference is timed; `freezer.mechanism` is recorded in every result
+        self.freezer = freeze.Freezer(self.proc.pid, group=self.freeze_group, members=self.pids_group,
+                                      pid_namespace=plan.processes)
         self.killed_for = ""  # why the parent killed it, when it did (a limit), for the verdict
         if memory_limit_bytes:
             WATCH.watch(self.proc.pid, memory_limit_bytes, functools.partial(self._over_memory, memory_limit_bytes))
@@ -613,6 +620,18 @@ class WorkerProcess:
         tmpfs, whatever the candidate mounts or links afterwards."""
         if self.own_folder is None:
             self.own_folder = pin_folder(self.proc.pid, os.path.realpath(self.workdir))
+
+    def _freeze_group(self, plan: SandboxPlan) -> Path | None:
+        """The cgroup v2 the worker is frozen in (`eval._freeze`): its pids cgroup where that is one, else a cgroup of
+        its own where one can be made; None without confinement (nothing joins it then) or a cgroup v2."""
+        if freeze.can_freeze(self.pids_group):
+            return self.pids_group
+        if not plan.filesystem or freeze.cgroup_base() is None:
+            return None
+        try:
+            return freeze.create(self.workdir.name)
+        except OSError:
+            return None
 
     def _writable(self, env: dict[str, str]) -> list[str]:
         """The worker's own folder and its build folder, nothing else: a build worker builds into its candidate's
@@ -734,8 +753,9 @@ class WorkerProcess:
         if self.own_folder is not None:  # the handle would keep the worker's tmpfs alive
             os.close(self.own_folder)
             self.own_folder = None
-        if self.pids_group is not None:
-            pids.remove(self.pids_group)
+        for group in dict.fromkeys((self.pids_group, self.freeze_group)):
+            if group is not None:
+                pids.remove(group)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def close(self) -> None:

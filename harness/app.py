@@ -31,8 +31,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 
 from agents import ConfigError, PromptBuilder, PromptError, make_agent
-from eval import EvalConfig
-from eval.backends import DEFAULT_BACKEND
+from eval import DEFAULT_BACKEND, EvalConfig
 from harness import overrides as ov
 from harness.cli import VERSION, stdout_closed
 from harness.executors import make_evaluator
@@ -44,8 +43,7 @@ from harness.signals import install as install_signal_handlers, stop_reason
 from harness.store import CONFIG_NAME, DB_NAME, VOLATILE_KEYS, RunStore, StoreError, safe_name
 from harness.summary import print_summary
 from harness.sweep import print_sweep, record_job
-from problems.problem import Problem, ProblemError
-from problems.select import select_problems
+from problems import Problem, ProblemError, select_problems
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_STOPPED, EXIT_AUTH, EXIT_UNREACHABLE, EXIT_REFUSED = 0, 1, 2, 3, 4, 5, 6
 _SWEEP_ENV = "HARNESS_SWEEP_KEYS"  # swept keys, passed from `main` to every job (also in launcher subprocesses)

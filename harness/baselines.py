@@ -8,9 +8,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from eval import Evaluator
-from eval.roofline import Ceilings
-from problems.problem import Problem
+from eval import Ceilings, Evaluator
+from problems import Problem
 
 
 def baseline_row(ev: Evaluator, problem: Problem, ceilings: Ceilings | None) -> dict[str, Any]:

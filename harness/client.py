@@ -20,8 +20,8 @@ from typing import Any
 
 import httpx
 
-from agents.retry import RetryPolicy
-from eval.backends import DEFAULT_BACKEND
+from agents import RetryPolicy
+from eval import DEFAULT_BACKEND
 
 TOKEN_ENV = "HARNESS_SERVE_TOKEN"
 RETRY_STATUSES = frozenset({429, 502, 503, 504})

@@ -15,9 +15,18 @@ from __future__ import annotations
 from typing import Any
 
 from agents import TurnRecord
-from eval.backends import DEFAULT_BACKEND
-from eval.result import Status
-from harness.serve import rewards
+from eval import DEFAULT_BACKEND, Status
+
+KEVIN_GAMMA = 0.4  # Kevin-32B's discount of later turns' scores
+
+
+def discounted_returns(scores: list[float], gamma: float = KEVIN_GAMMA) -> list[float]:
+    """Kevin's per-turn rewards: each turn's score plus the discounted scores of the turns after it."""
+    out, running = [0.0] * len(scores), 0.0
+    for i in range(len(scores) - 1, -1, -1):
+        running = scores[i] + gamma * running
+        out[i] = running
+    return out
 
 
 class KernelEnv:
@@ -71,5 +80,5 @@ class KernelEnv:
         self.done = turn >= self.max_turns or (self.stop_when_correct and correct)
         info: dict[str, Any] = {"turn": turn, "answer": answer, "status": answer["status"], "scores": list(self.scores)}
         if self.done and (self.reward or "") == "kevin":
-            info["returns"] = rewards.discounted_returns(self.scores)
+            info["returns"] = discounted_returns(self.scores)
         return self._messages(), float(answer["reward"]), self.done, info

@@ -33,12 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
-from eval.backends import DEFAULT_BACKEND
-from eval.cache import cache_key
-from eval.config import EvalConfig
-from eval.evaluator import Evaluator
-from eval.result import EvalResult, Status
-from problems.problem import Problem
+from eval import DEFAULT_BACKEND, EvalConfig, EvalResult, Evaluator, Status, cache_key
+from problems import Problem
 
 _CPU_ACTORS_MAX = 4
 _MEMO_MAX = 4096  # finished results the driver keeps for dedupe (a few KB each)
@@ -193,7 +189,7 @@ def _secrets_hidden() -> Iterator[None]:
 
     Ray's own settings (`RAY_*`, such as its cluster token) stay: Ray's processes need them anyway.
     """
-    from eval.sandbox import is_secret_name
+    from eval import is_secret_name
 
     hidden = {k: os.environ.pop(k) for k in [k for k in os.environ if is_secret_name(k) and not k.startswith("RAY_")]}
     try:

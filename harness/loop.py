@@ -39,9 +39,11 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from agents import (
     ABSTENTION_REASON,
+    CHARS_PER_TOKEN,
     AgentError,
     AgentResponse,
     AuthError,
+    ExtractionError,
     Message,
     Pricing,
     PromptBuilder,
@@ -50,16 +52,12 @@ from agents import (
     Usage,
     extract_code,
 )
-from agents.base import CHARS_PER_TOKEN
-from agents.extract import ExtractionError
-from eval.backends import BACKENDS, DEFAULT_BACKEND
-from eval.feedback import render_feedback
-from eval.result import EvalResult, Status
+from eval import BACKENDS, DEFAULT_BACKEND, EvalResult, Status, render_feedback
 from harness.progress import Display, RunStats
 from harness.response_cache import ResponseCache, request_key
 from harness.signals import stop_reason
 from harness.store import Attempt, Outline, RunStore, StoreWriteError
-from problems.problem import Problem
+from problems import Problem
 
 
 class Evaluates(Protocol):

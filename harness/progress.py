@@ -15,10 +15,11 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from eval.result import Status
+from eval import Status
 from harness.store import Attempt, Outline
 
 MAX_FLIGHT_LINES = 12  # in-flight trajectories shown on a terminal; more are counted on one line
+NOT_TIMED = "n/t"  # in place of a speed that was not measured (CPU), in the run summary and the reports
 
 
 def duration_text(seconds: float) -> str:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from agents.base import AgentResponse, Message, Usage
+from agents import AgentResponse, Message, Usage
 
 # Agent config keys that do not change what the model answers (transport, limits, prices, secrets).
 _NOT_IN_KEY = frozenset({"api_key_env", "timeout_s", "retry", "rate_limit", "pricing", "path", "cache"})

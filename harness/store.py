@@ -35,7 +35,7 @@ from typing import Any, Iterable, Iterator, NamedTuple
 
 import yaml
 
-from eval.result import EvalResult, Status
+from eval import EvalResult, Status
 
 SCHEMA_VERSION = 2  # 2: samples count from 1, like turns (version 1 counted samples from 0)
 READABLE_VERSIONS = (1, 2)  # reports and exports read these; runs resume only at SCHEMA_VERSION

@@ -8,10 +8,9 @@ from typing import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from eval.result import EvalResult, Status
-from eval.scoring import DEFAULT_PS, fast_p
-from harness.report.tables import NOT_TIMED
+from eval import DEFAULT_PS, EvalResult, Status, fast_p
 from harness.loop import LoopOutcome, best_key
+from harness.progress import NOT_TIMED
 from harness.store import Outline, RunStore
 
 _MAX_PROBLEM_ROWS = 40

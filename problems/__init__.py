@@ -5,16 +5,60 @@ Configs and other packages select problems with `select_problems("level1,LLM/*")
 solution of a suite problem.
 """
 
-from problems.problem import Problem, ProblemError, load_problem_file, problem_from_source
-from problems.select import select_entries, select_problems
-from problems.suite import solution_path
+from __future__ import annotations
 
-__all__ = [
-    "Problem",
-    "ProblemError",
-    "load_problem_file",
-    "problem_from_source",
-    "select_entries",
-    "select_problems",
-    "solution_path",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Mismatch": "problems._compare",
+    "compare": "problems._compare",
+    "compare_structure": "problems._compare",
+    "tolerance": "problems._compare",
+    "Cost": "problems.cost",
+    "describe_bytes": "problems.cost",
+    "describe_flops": "problems.cost",
+    "estimate_memory": "problems.cost",
+    "measure_cost": "problems.cost",
+    "LoadFailure": "problems.kernelbench",
+    "DEFAULT_BUDGET_BYTES": "problems.lint",
+    "LintReport": "problems.lint",
+    "lint_entries": "problems.lint",
+    "Problem": "problems.problem",
+    "ProblemError": "problems.problem",
+    "load_problem_file": "problems.problem",
+    "problem_from_source": "problems.problem",
+    "DISTRIBUTIONS": "problems.runtime",
+    "build_model": "problems.runtime",
+    "derive_seed": "problems.runtime",
+    "derived_workload": "problems.runtime",
+    "draw_inputs": "problems.runtime",
+    "extra_input_count": "problems.runtime",
+    "flatten_outputs": "problems.runtime",
+    "has_small_sizes": "problems.runtime",
+    "input_fingerprint": "problems.runtime",
+    "input_only_constants": "problems.runtime",
+    "kernelbench_trial_seeds": "problems.runtime",
+    "load_module": "problems.runtime",
+    "load_source": "problems.runtime",
+    "make_inputs": "problems.runtime",
+    "output_structure": "problems.runtime",
+    "output_tensors": "problems.runtime",
+    "precision": "problems.runtime",
+    "run_forward": "problems.runtime",
+    "set_precision": "problems.runtime",
+    "strict_precision": "problems.runtime",
+    "select_entries": "problems.select",
+    "select_problems": "problems.select",
+    "LEVELS": "problems.suite",
+    "solution_path": "problems.suite",
+    "suite_problem": "problems.suite",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Load an exported name on first use, so that importing the package loads none of its modules."""
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'problems' has no attribute {name!r}")

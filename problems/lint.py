@@ -28,7 +28,7 @@ Per problem, in a subprocess of its own (so one that hangs or crashes cannot sta
                  so while one output is not, they may all be that output's.
 - extra-inputs:  every `get_extra_inputs()` set runs and gives finite outputs
 
-Every comparison walks outputs in bounded pieces (`problems.compare.flat_chunks`): its scratch memory
+Every comparison walks outputs in bounded pieces (`problems._compare.flat_chunks`): its scratch memory
 does not grow with the output. It needs nothing but the KernelBench format, so it runs unchanged on
 KernelBench itself.
 On the CPU, problems that declare `META["small"]` run at those reduced sizes (`--scale auto`);
@@ -52,7 +52,7 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from problems.compare import Mismatch, compare, compare_scratch_bytes, flat_chunks, take_flat, tolerance
+from problems._compare import Mismatch, compare, compare_scratch_bytes, flat_chunks, take_flat, tolerance
 from problems.cost import Cost, describe_bytes, describe_flops, estimate_memory, measure_cost, static_bytes
 from problems.kernelbench import Entry, LoadFailure
 from problems.problem import Problem, ProblemError, problem_from_source

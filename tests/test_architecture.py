@@ -25,9 +25,11 @@ BENCH_DOOR = "harness.commands.bench_cmd"  # the bench command: the one module o
 # tests. Every other test takes its candidates from `harness.corpus`.
 BENCH_TESTS: dict[str, set[str]] = {
     "tests.harness.test_bench_suite": {"harness.bench.suite_bench"},
+    "tests.harness.test_bench_serve": {"harness.bench.serve_bench"},
     "tests.eval.test_launch_units": {"harness.bench.eval_bench", "harness.bench.launch_bound"},
     "tests.eval.test_pool": {"harness.bench.parents", "harness.bench.pools"},
     "tests.harness.test_run_loop": {"harness.bench.loop_bench"},
+    "tests.harness.test_bench_confinement": {"harness.bench.confinement"},
 }
 
 
@@ -186,3 +188,118 @@ def test_the_worker_reaches_only_the_packages_its_sandbox_shows_it() -> None:
     packages = {m.split(".")[0] for m in reached}
     assert not packages & {"harness", "agents", "tests"}, sorted(m for m in reached if not _in(m, "eval"))
     assert packages <= set(_PROJECT_PACKAGES), (packages, _PROJECT_PACKAGES)
+
+
+DOORS = ("eval", "agents", "problems")
+
+
+def _statements(module: str, tree: ast.Module) -> Iterator[tuple[str, str | None]]:
+    """Every import of `module` as written: (`from` part or imported module, imported name or None)."""
+    is_package = (ROOT / module.replace(".", "/") / "__init__.py").exists()
+    for node in _nodes(tree):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, None) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                here = module.split(".") if is_package else module.split(".")[:-1]
+                base = ".".join(here[:len(here) - node.level + 1] + ([base] if base else []))
+            yield from ((base, alias.name) for alias in node.names)
+        elif (isinstance(node, ast.Call) and ast.unparse(node.func) in ("importlib.import_module", "import_module")
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            yield node.args[0].value, None
+
+
+def _module_named(base: str, name: str | None) -> str:
+    """The module an import statement names: `from eval import _pool` names `eval._pool`, `from eval.pool import
+    Lease` names `eval.pool`."""
+    return f"{base}.{name}" if name and f"{base}.{name}" in modules() else base
+
+
+def _is_private(module: str) -> bool:
+    return any(part.startswith("_") and not part.startswith("__") for part in module.split(".")[1:])
+
+
+def _home(module: str) -> str:
+    """The package whose private modules `module` may import: its own, or for a test the package it tests."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "tests" and len(parts) > 2 and parts[1] in DOORS else parts[0]
+
+
+def test_no_module_imports_another_packages_private_modules() -> None:
+    """A module whose name starts with `_` is used only inside its package (and by that package's own tests)."""
+    wrong = []
+    for module, tree in modules().items():
+        for base, name in _statements(module, tree):
+            target = _module_named(base, name)
+            if target.split(".")[0] in DOORS and _is_private(target) and _home(module) != target.split(".")[0]:
+                wrong.append(f"{module} imports {target}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_other_packages_import_eval_agents_and_problems_only_through_their_doors() -> None:
+    """Outside a package (tests aside), code imports it only as `from package import Name`, where Name is in the
+    package's `__all__`: the door is its one public interface."""
+    wrong = []
+    for module, tree in modules().items():
+        if _in(module, "tests"):
+            continue
+        for base, name in _statements(module, tree):
+            package = base.split(".")[0]
+            if package not in DOORS or _in(module, package):
+                continue
+            if base != package or name is None or name not in _lazy_exports(package):
+                wrong.append(f"{module}: {'from ' + base + ' import ' + name if name else 'import ' + base}")
+    assert not wrong, "\n".join(wrong)
+
+
+def _defines(tree: ast.Module, name: str) -> bool:
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return True
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == name for a in node.names):
+            return True
+    return False
+
+
+def test_each_door_exports_what_its_modules_define_and_loads_nothing_by_itself() -> None:
+    """Each name of a door's `_EXPORTS` is defined at the top of its module, and is not the name of one of the
+    package's modules (importing a module `compare` of `problems` sets the package's attribute `compare` to that
+    module, so a function `compare` could never be exported). The door imports no project module itself: importing
+    `eval.worker.serve` runs `eval/__init__.py` first, and the sandboxed worker must not load the parent with it."""
+    for package in DOORS:
+        exports = _lazy_exports(package)
+        assert exports, f"{package}/__init__.py has no _EXPORTS table"
+        assert imports()[package] == set(), (package, imports()[package])
+        for name, home in exports.items():
+            assert home in modules() and _in(home, package), (package, name, home)
+            assert _defines(modules()[home], name), f"{home} does not define {name}"
+            assert f"{package}.{name}" not in modules(), f"{package} exports {name}, the name of a module"
+
+
+def _harness_package(module: str) -> str:
+    """`harness` for a module directly in it, else the subpackage of `harness` it lies in."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 or (ROOT / "harness" / parts[-1] / "__init__.py").exists() \
+        else "harness"
+
+
+# Package pairs of the harness that still import each other both ways, and why: `harness.app` reads `harness.conf`,
+# whose schema takes its defaults from the loop and the executors; `harness.sweep` prints a report table.
+KNOWN_BOTH_WAYS = {("harness", "harness.conf"), ("harness", "harness.report")}
+
+
+def test_the_harness_and_its_subpackages_import_each_other_both_ways_only_where_known() -> None:
+    """Package by package (the harness's own modules as one), arrows point one way: `harness.serve` builds on the
+    harness (`harness.env` keeps its own returns), never the reverse; the known exceptions may only shrink."""
+    graph: dict[str, set[str]] = {}
+    for module, targets in imports().items():
+        if _in(module, "harness"):
+            graph.setdefault(_harness_package(module), set()).update(
+                _harness_package(t) for t in targets if _in(t, "harness") and _harness_package(t) != _harness_package(module))
+    both = {(a, b) for a in graph for b in graph[a] if a < b and a in graph.get(b, set())}
+    assert both <= KNOWN_BOTH_WAYS, sorted(both - KNOWN_BOTH_WAYS)

@@ -5,7 +5,7 @@ frame and patch its hooks, flush buffer or events: for instance return an unwrit
 timed and have the correct values written outside the events. Here one C call runs the whole
 block: per repetition the input copies (device copies enqueued in C), checks of the current stream and
 the persisting-L2 settings, the L2 flush, a spin kernel as lead, start event, forward, end
-event, and the launch of the kernels that capture the output (eval/capture.py defines them),
+event, and the launch of the kernels that capture the output (eval/_capture.py defines them),
 all on the device's default stream. The only Python frame between forward() and the caller is
 `block`'s, which holds no event, buffer or hook; the key lives only in C.
 """
@@ -18,7 +18,7 @@ import array
 
 import torch
 
-from eval.capture import CAPTURE_EXTRA, SUPPORTED_DTYPES
+from eval._capture import CAPTURE_EXTRA, SUPPORTED_DTYPES
 from eval.worker.native import build, kernels
 from eval.worker.timing import CAPTURE_SAMPLES, BlockResult, Copies, check_copies, span_bytes
 

@@ -27,7 +27,15 @@ from eval import protocol as p
 from eval.wire import Channel, ChannelClosed, ProtocolError
 from eval.worker import graphs, integrity, light_build, prebuilt, timing, tracing
 from eval.worker.compile_only import CompileOnlyDone, compile_only
-from problems import runtime
+from problems import (
+    build_model,
+    draw_inputs,
+    flatten_outputs,
+    input_fingerprint,
+    load_source,
+    output_structure,
+    set_precision,
+)
 
 _TRACEBACK_CHARS = 4000
 _torch_equal = torch.equal  # captured before any candidate can patch them
@@ -147,11 +155,11 @@ class Worker:
         return p.HelloReply(info=info), []
 
     def cmd_load(self, msg: p.Load, tensors: list[torch.Tensor]) -> Handled:
-        runtime.set_precision(msg.precision)  # before the snapshot, which then guards these switches
+        set_precision(msg.precision)  # before the snapshot, which then guards these switches
         torch.use_deterministic_algorithms(False)
         try:
-            problem = runtime.load_source(msg.problem_source, msg.problem_label or "<problem>", msg.size_overrides)
-            reference = runtime.build_model(problem, msg.weight_seed, self.device)
+            problem = load_source(msg.problem_source, msg.problem_label or "<problem>", msg.size_overrides)
+            reference = build_model(problem, msg.weight_seed, self.device)
         except BaseException as exc:  # noqa: BLE001  trusted code, but report rather than die
             return _failure("problem", exc, p.LoadReply), []
         if msg.candidate_source is None:  # the reference process (or a baseline): the reference itself
@@ -174,7 +182,7 @@ class Worker:
         if model_new is None:
             return p.LoadReply(ok=False, stage="format", error="the candidate module defines no ModelNew"), []
         try:
-            candidate = runtime.build_model(_Constructor(model_new, problem), msg.weight_seed)
+            candidate = build_model(_Constructor(model_new, problem), msg.weight_seed)
             if not isinstance(candidate, torch.nn.Module):
                 return p.LoadReply(ok=False, stage="format", error="ModelNew(...) is not a torch.nn.Module"), []
         except BaseException as exc:  # noqa: BLE001
@@ -234,7 +242,7 @@ class Worker:
         if msg.seed:
             extra = None if msg.extra < 0 else msg.extra
             inputs = self._draw(msg.seed, extra, msg.on_cpu, distribution=msg.distribution)
-            fingerprint = runtime.input_fingerprint(inputs)
+            fingerprint = input_fingerprint(inputs)
         else:
             inputs = _rebuild_args(msg.args, [t.to(self.device) for t in tensors])
         inputs = _at_stable_addresses(inputs, self.trial_buffers)
@@ -248,7 +256,7 @@ class Worker:
             return _failure("run", exc, p.RunReply), []
         # walking the output can run the candidate's code (container subclasses): before the tamper check
         outputs, problem = self._check_outputs(out, inputs)
-        structure = runtime.output_structure(out)
+        structure = output_structure(out)
         violations = self.snapshot.violations()
         if turned_off:
             violations.append("turned off the poisoning of new allocations during the call (" + ", ".join(turned_off) + ")")
@@ -266,7 +274,7 @@ class Worker:
         reply = p.StageReply()
         if msg.seeds:
             drawn = [self._draw(seed, None, msg.on_cpu, subject) for seed in msg.seeds]
-            reply.fingerprints = [runtime.input_fingerprint(d) for d in drawn]
+            reply.fingerprints = [input_fingerprint(d) for d in drawn]
             groups = [[x for x in d if isinstance(x, torch.Tensor)] for d in drawn]
         else:
             sets = [t.to(self.device) for t in tensors]
@@ -284,7 +292,7 @@ class Worker:
               distribution: str = "") -> list[Any]:
         """Inputs drawn here from a seed the parent chose (it draws the same ones for the reference)."""
         problem = (subject or self.subjects["candidate"]).problem
-        return runtime.draw_inputs(problem, seed, self.device, extra, on_cpu, distribution)
+        return draw_inputs(problem, seed, self.device, extra, on_cpu, distribution)
 
     def cmd_kernels(self, msg: p.Kernels, tensors: list[torch.Tensor]) -> Handled:
         """Own Triton launches so far and, on a GPU, a profile of calls on the subject's staged set (the reference
@@ -310,7 +318,7 @@ class Worker:
         collecting = gc.isenabled()
         with torch.no_grad():
             for _ in range(3 if msg.check_stream else 0):
-                out = runtime.flatten_outputs(subject.model(*subject.args))
+                out = flatten_outputs(subject.model(*subject.args))
                 snap = [o.clone() if isinstance(o, torch.Tensor) else o for o in out]  # same stream, right after return
                 torch.cuda.synchronize()
                 differs += any(isinstance(o, torch.Tensor) and not _same(o, s) for o, s in zip(out, snap))
@@ -410,7 +418,7 @@ class Worker:
             torch.cuda.synchronize()
 
     def _check_outputs(self, out: Any, inputs: list[Any]) -> tuple[list[torch.Tensor], str]:
-        outputs = runtime.flatten_outputs(out)
+        outputs = flatten_outputs(out)
         spans = [_storage_span(t) for t in inputs if isinstance(t, torch.Tensor)]
         for i, o in enumerate(outputs):
             if type(o) is not torch.Tensor:  # noqa: E721  subclasses (lazy or fake tensors) are refused

@@ -9,7 +9,7 @@ worker returns raw event times and captures; the parent computes every statistic
 capture against the reference process's (`eval.measure`).
 
 On the CPU (the Triton interpreter) `PythonLoop` has the same interface and computes the same
-captures with `eval.capture`; its times are host times and mean nothing, and being Python it is no
+captures with `eval._capture`; its times are host times and mean nothing, and being Python it is no
 wall against a hostile candidate. It exists so that the whole two-process pipeline runs in CI.
 """
 
@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from eval import capture as capture_math
+from eval import _capture as capture_math
 
 
 # Sampled elements per captured output (all of them in outputs up to this size). The captures travel to the parent

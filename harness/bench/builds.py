@@ -19,8 +19,7 @@ from typing import Any
 
 import torch
 
-from eval.builds import Builder
-from eval.worker.light_build import lightened
+from eval import Builder, lightened
 from harness.corpus import candidates
 
 _DIRECT = '''

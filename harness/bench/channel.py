@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from eval.wire import Channel, new_region_fd
+from eval import Channel, new_region_fd
 
 WAYS = {"pageable, copied on the CPU, then to the GPU": (False, "cpu"),
         "pageable, straight to the GPU": (False, "cuda"),

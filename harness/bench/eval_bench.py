@@ -132,6 +132,14 @@ def _build(o: Options) -> dict[str, Any]:
     return report
 
 
+def _confinement(o: Options) -> dict[str, Any]:
+    from harness.bench import confinement
+
+    report = confinement.run(starts=o.sessions)
+    confinement.print_table(report)
+    return report
+
+
 def _steps(o: Options) -> dict[str, Any]:
     from harness.bench import steps
 
@@ -152,6 +160,7 @@ PARTS: dict[str, Part] = {
     "channel": Part("channel", _channel, _TIMED),
     "build": Part("build", _build, _TIMED),
     "steps": Part("steps", _steps, _TIMED),
+    "confinement": Part("confinement", _confinement, None),
 }
 
 

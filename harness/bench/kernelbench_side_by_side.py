@@ -88,7 +88,7 @@ def kb_ref(problem_id: str) -> dict[str, Any]:
 
 def ours(problem_id: str) -> dict[str, Any]:
     from eval import Evaluator
-    from eval.evaluator import Job
+    from eval import Job
     from harness.presets import preset_config
 
     problem, _, cand_src, _ = _load(problem_id)

@@ -23,8 +23,7 @@ from typing import Any
 import torch
 
 from eval import EvalConfig, EvalResult, Evaluator, Job
-from problems.problem import Problem
-from problems.select import select_problems
+from problems import Problem, select_problems
 
 # recurrent references (a kernel or more per time step) and references of many small kernels, then a control
 LAUNCH_BOUND = ("L3/06_lstm", "L3/11_gru", "L3/07_moe_layer")

@@ -19,13 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agents import AgentResponse, Message, PromptBuilder, Usage
-from agents.prompting import EXAMPLES_DIR, fenced
+from agents import EXAMPLES_DIR, AgentResponse, Message, PromptBuilder, Usage, fenced
 from eval import EvalConfig, Evaluator
 from harness.loop import LoopSettings, RunLoop
 from harness.progress import LineDisplay
 from harness.store import RunStore
-from problems.problem import problem_from_source
+from problems import problem_from_source
 
 _TURNS = 10
 

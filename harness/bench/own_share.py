@@ -16,8 +16,7 @@ from typing import Any
 
 import torch
 
-from eval import EvalConfig, EvalResult, Evaluator, Job, Status
-from eval.feedback import share_text
+from eval import EvalConfig, EvalResult, Evaluator, Job, Status, share_text
 from harness.corpus.own_share import ShareCase, cases, problem
 
 

@@ -26,7 +26,7 @@ from eval import EvalResult, Evaluator, Job
 from harness.corpus import hostile
 from harness.corpus.solutions import solutions
 from harness.presets import preset_config
-from problems.problem import Problem, problem_from_source
+from problems import Problem, problem_from_source
 
 # hostile candidates are judged with short limits: several of them hang on purpose
 _HOSTILE_LIMITS = {"import_timeout_s": 20.0, "call_timeout_s": 10.0}

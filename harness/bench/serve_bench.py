@@ -4,8 +4,15 @@ GPU, 4096 on a CPU, where the Triton interpreter runs them), every source distin
 coalesced.
 
 Both sides run closed loops of the same number of concurrent callers (twice the evaluator's workers): each
-caller takes the next candidate, waits for its verdict, and takes the next. Latency is one call's wall time as
-its caller sees it (for the service: the HTTP round trip, queueing, evaluation, reward and the stored attempt).
+caller takes the next candidate, waits for its verdict, and takes the next. Both run as many evaluations at
+once as the evaluator has workers, first come, first served (the service's queue does; in-process, a thread
+pool, as `evaluate_many`'s runners), so the extra callers wait their turn on both sides and the difference is
+the service's own cost.
+Latency is one call's wall time as its caller sees it (for the service: the HTTP round trip, queueing,
+evaluation, reward and the stored attempt), and it is split into phases: `queue_s` (waiting for a slot),
+`eval_s` (the evaluator), `handoff_s` (from the evaluation's end to the answer being built), `store_s` (the
+attempt written to the audit trail) and `http_s` (the rest: HTTP, checks, JSON), from the answer's `timings`.
+Each completion prints its `[done/total, elapsed]` counter and status on stderr.
 The in-process side runs first, then a `harness serve` subprocess; both take their evaluator settings from the
 same Hydra overrides (`harness bench serve eval.workers_per_gpu=6`), and neither side's start-up is timed.
 """
@@ -14,9 +21,11 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,6 +36,7 @@ from harness.bench.pools import environment
 from harness.client import EvalClient
 from harness.corpus import candidates
 from harness.overrides import compose_config
+from harness.progress import Tally
 from harness.serve.process import ServerProcess
 
 GPU_N, CPU_N = 1 << 24, 1 << 12
@@ -38,12 +48,18 @@ def batch(n: int, elements: int, tag: str) -> list[str]:
     return [candidates.triton_candidate(*_VARIANTS[i % len(_VARIANTS)]) + f"\n# {tag} {i}\n" for i in range(n)]
 
 
-def closed_loop(call: Callable[[str], str], sources: list[str], callers: int) -> dict[str, Any]:
-    """`callers` threads take the next source and call it; per-call latency, statuses, wall time."""
+PHASES = ("queue_s", "eval_s", "handoff_s", "store_s", "http_s")
+
+
+def closed_loop(call: Callable[[str], dict[str, Any]], sources: list[str], callers: int,
+                label: str = "") -> dict[str, Any]:
+    """`callers` threads take the next source and call it; per-call latency, answers (status and server-side
+    `timings`), wall time. Each completion prints its counter and status on stderr."""
     lock = threading.Lock()
     todo = list(enumerate(sources))
     latencies: list[float] = [0.0] * len(sources)
-    statuses: list[str] = [""] * len(sources)
+    answers: list[dict[str, Any]] = [{} for _ in sources]
+    tally = Tally(len(sources))
 
     def caller() -> None:
         while True:
@@ -52,8 +68,9 @@ def closed_loop(call: Callable[[str], str], sources: list[str], callers: int) ->
                     return
                 i, source = todo.pop(0)
             t0 = time.perf_counter()
-            statuses[i] = call(source)
+            answers[i] = call(source)
             latencies[i] = time.perf_counter() - t0
+            print(f"{tally.step()} {label}: {answers[i]['status']}", file=sys.stderr, flush=True)
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=caller) for _ in range(callers)]
@@ -62,7 +79,30 @@ def closed_loop(call: Callable[[str], str], sources: list[str], callers: int) ->
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    return {"wall_s": round(wall, 2), "latencies": latencies, "statuses": statuses}
+    return {"wall_s": round(wall, 2), "latencies": latencies, "statuses": [a["status"] for a in answers],
+            "timings": [_phases(a.get("timings", {}), lat) for a, lat in zip(answers, latencies)]}
+
+
+def _phases(timings: dict[str, float], latency: float) -> dict[str, float]:
+    """A call's seconds per phase; `http_s` is what the caller waited beyond the server's own phases (HTTP, body
+    parsing and checks, JSON both ways)."""
+    known = {k: float(timings.get(k, 0.0)) for k in PHASES[:-1]}
+    return {**known, "http_s": max(0.0, latency - sum(known.values()))}
+
+
+def in_process_call(ev: Evaluator, problem: Any, runners: ThreadPoolExecutor) -> Callable[[str], dict[str, Any]]:
+    """An in-process evaluation on `runners` (first come, first served, `ev.workers` at once, as the service's
+    queue and `evaluate_many` run them: the pool keeps twice that many warm, so callers calling `evaluate`
+    directly would run more at once than either), timed like an answer."""
+    def call(source: str) -> dict[str, Any]:
+        asked = time.perf_counter()
+
+        def run() -> dict[str, Any]:
+            started = time.perf_counter()
+            status = ev.evaluate(problem, source, "triton").status.value
+            return {"status": status, "timings": {"queue_s": started - asked, "eval_s": time.perf_counter() - started}}
+        return runners.submit(run).result()
+    return call
 
 
 def _summary(name: str, run: dict[str, Any], gpus: int) -> dict[str, Any]:
@@ -71,6 +111,7 @@ def _summary(name: str, run: dict[str, Any], gpus: int) -> dict[str, Any]:
     return {"side": name, "evaluations": n, "wall_s": run["wall_s"],
             "evaluations_per_gpu_hour": round(n / run["wall_s"] * 3600 / max(1, gpus), 1),
             "p50_s": round(statistics.median(lat), 3), "p99_s": round(lat[min(n - 1, int(0.99 * n))], 3),
+            "phase_p50_s": {k: round(statistics.median(t[k] for t in run["timings"]), 4) for k in PHASES},
             "statuses": {s: run["statuses"].count(s) for s in sorted(set(run["statuses"]))}}
 
 
@@ -92,16 +133,17 @@ def main(n: int | None = None, callers: int | None = None, out: str | None = Non
         config = EvalConfig(**{**settings, "cache_dir": str(Path(tmp) / "cache-inprocess")})
         with Evaluator(config) as ev:
             ev.wait_warm(900)
-            width = callers or 2 * ev.workers
-            inproc = closed_loop(lambda s: ev.evaluate(problem, s, "triton").status.value,
-                                 batch(n, elements, "inprocess"), width)
+            width, at_once = callers or 2 * ev.workers, max(1, int(ev.workers))
+            with ThreadPoolExecutor(at_once, thread_name_prefix="kh-bench") as runners:
+                inproc = closed_loop(in_process_call(ev, problem, runners), batch(n, elements, "inprocess"), width,
+                                     "in-process")
         with ServerProcess([*overrides, f"eval.cache_dir={Path(tmp) / 'cache-served'}", "--name", "bench", "--max-queue", str(max(256, n))]) as server:
             client = EvalClient(server.url, timeout=3600)
             body = {"source": problem.source, "name": problem.name}
-            served = closed_loop(lambda s: client.evaluate(body, s)["status"], batch(n, elements, "served"), width)
+            served = closed_loop(lambda s: client.evaluate(body, s), batch(n, elements, "served"), width, "served")
             client.close()
     rows = [_summary("in-process", inproc, gpus), _summary("harness serve", served, gpus)]
-    report.update(callers=width, rows=rows,
+    report.update(callers=width, at_once=at_once, rows=rows,
                   overhead=round(rows[1]["wall_s"] / rows[0]["wall_s"] - 1, 4),
                   p50_overhead_s=round(rows[1]["p50_s"] - rows[0]["p50_s"], 3))
     print(f"{'side':<14} {'evals':>6} {'wall s':>8} {'evals/GPU-hour':>15} {'p50 s':>7} {'p99 s':>7}  statuses")
@@ -109,7 +151,12 @@ def main(n: int | None = None, callers: int | None = None, out: str | None = Non
         print(f"{r['side']:<14} {r['evaluations']:>6} {r['wall_s']:>8} {r['evaluations_per_gpu_hour']:>15} "
               f"{r['p50_s']:>7} {r['p99_s']:>7}  {r['statuses']}")
     print(f"overhead of the service: {report['overhead']:+.1%} wall, {report['p50_overhead_s']:+.3f} s at p50 "
-          f"({width} concurrent callers each side)" + ("" if gpu else "; CPU: a smoke test, not a figure"))
+          f"({width} concurrent callers, {at_once} evaluations at once, each side)"
+          + ("" if gpu else "; CPU: a smoke test, not a figure"))
+    print("median seconds per phase of a call (http_s: the caller's wait beyond the others)")
+    print(f"{'side':<14} " + " ".join(f"{k:>9}" for k in PHASES))
+    for r in rows:
+        print(f"{r['side']:<14} " + " ".join(f"{r['phase_p50_s'][k]:>9.4f}" for k in PHASES))
     if out:
         Path(out).write_text(json.dumps(report, indent=2))
     bad = [r for r in rows if set(r["statuses"]) != {"correct"}]

@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from agents import PromptBuilder, TurnRecord
-from eval.feedback import render_feedback
-from eval.result import EvalResult, KernelShare, Mismatch, Status, Timing
+from eval import EvalResult, KernelShare, Mismatch, Status, Timing, render_feedback
 from harness.loop import best_key
 from harness.store import Attempt, RunStore
-from problems.select import select_problems
+from problems import select_problems
 
 TURNS = 10
 TARGET_SPEEDUP = 3.0

@@ -17,13 +17,11 @@ from typing import Any
 
 import torch
 
-from eval import EvalConfig, EvalResult, Evaluator, Job, Status
-from eval.roofline import cached_ceilings, probe_and_cache
+from eval import EvalConfig, EvalResult, Evaluator, Job, Status, cached_ceilings, probe_and_cache
 from harness.baselines import baseline_row
 from harness.bench.pools import environment
 from harness.progress import Tally
-from problems import select_problems
-from problems.suite import solution_path
+from problems import select_problems, solution_path
 
 SMALL_EAGER_US = 50.0  # the suite's stated lower bound for an eager reference on an H100
 

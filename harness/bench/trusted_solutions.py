@@ -14,10 +14,9 @@ from typing import Any
 
 import torch
 
-from eval import EvalConfig, EvalResult, Evaluator, Status
-from eval.evaluator import Job
+from eval import EvalConfig, EvalResult, Evaluator, Job, Status
 from harness.progress import Tally
-from problems.suite import LEVELS, suite_problem
+from problems import LEVELS, suite_problem
 
 SOLUTIONS = Path(__file__).resolve().parents[2] / "problems" / "solutions"
 

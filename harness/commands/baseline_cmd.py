@@ -12,10 +12,9 @@ import json
 
 import torch
 
-from eval import EvalConfig, Evaluator
-from eval.roofline import cached_ceilings
+from eval import EvalConfig, Evaluator, cached_ceilings
 from harness.baselines import baseline_row
-from problems.problem import ProblemError
+from problems import ProblemError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

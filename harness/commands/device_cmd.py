@@ -8,8 +8,7 @@ from dataclasses import asdict
 
 import torch
 
-from eval.config import EvalConfig
-from eval.roofline import probe_and_cache
+from eval import EvalConfig, probe_and_cache
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

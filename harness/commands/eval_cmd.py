@@ -10,10 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from eval import EvalConfig, EvalResult, Evaluator, Status, static_checks
-from eval.backends import BACKENDS, DEFAULT_BACKEND
-from eval.feedback import render_feedback
-from problems.problem import ProblemError, load_problem_file
+from eval import BACKENDS, DEFAULT_BACKEND, EvalConfig, EvalResult, Evaluator, Status, analyze, refusal, render_feedback
+from problems import ProblemError, load_problem_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         result = EvalResult(status=Status.FORMAT_ERROR, problem_id=problem.id, backend=args.backend,
                             reason=f"the candidate is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})")
     else:
-        refused = static_checks.refusal(static_checks.analyze(source), args.own_kernel_policy)
+        refused = refusal(analyze(source), args.own_kernel_policy)
         if refused:  # judged from its source alone: no worker needs to start
             result = EvalResult(status=refused[0], reason=refused[1], problem_id=problem.id, backend=args.backend)
         else:

@@ -8,12 +8,19 @@ import sys
 from dataclasses import asdict
 
 from harness.progress import Tally
-from problems.cost import describe_bytes, describe_flops
-from problems.kernelbench import LoadFailure
-from problems.lint import DEFAULT_BUDGET_BYTES, LintReport, lint_entries
-from problems.problem import Problem, ProblemError
-from problems.select import select_entries
-from problems.suite import solution_path, suite_problem
+from problems import (
+    DEFAULT_BUDGET_BYTES,
+    LintReport,
+    LoadFailure,
+    Problem,
+    ProblemError,
+    describe_bytes,
+    describe_flops,
+    lint_entries,
+    select_entries,
+    solution_path,
+    suite_problem,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

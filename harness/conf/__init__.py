@@ -8,8 +8,8 @@ each agent kind (`agents.settings`), each executor (`harness.executors`) and the
 
 from hydra.core.config_store import ConfigStore
 
-from agents.settings import SETTINGS
-from eval.config import EvalConfig
+from agents import SETTINGS
+from eval import EvalConfig
 from harness.conf.schema import RunConfig
 from harness.executors import EXECUTORS
 

@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from eval.backends import DEFAULT_BACKEND
+from eval import DEFAULT_BACKEND
 from harness.loop import LoopSettings
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agents.prompting import EXAMPLES_DIR
-from problems.problem import Problem, problem_from_source
+from agents import EXAMPLES_DIR
+from problems import Problem, problem_from_source
 
 # the prompts' worked example: relu(a + b) and its Triton kernel `add_relu_kernel`
 EXAMPLE_PROBLEM = (EXAMPLES_DIR / "add_relu_reference.py").read_text()

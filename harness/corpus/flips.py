@@ -5,7 +5,7 @@ back-to-back hidden-work check: a call takes a few microseconds, so host noise i
 from __future__ import annotations
 
 from harness.corpus import candidates
-from problems.problem import Problem, problem_from_source
+from problems import Problem, problem_from_source
 
 _ROW_PROBLEM = '''
 import torch

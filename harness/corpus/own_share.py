@@ -14,8 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.corpus.solutions import solutions
-from problems import select_problems
-from problems.problem import Problem
+from problems import Problem, select_problems
 
 _EPILOGUE = '''
 import torch

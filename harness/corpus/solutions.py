@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from problems import select_problems
-from problems.problem import Problem
-from problems.suite import solution_path
+from problems import Problem, select_problems, solution_path
 
 
 def solutions(selection: str) -> list[tuple[Problem, str]]:

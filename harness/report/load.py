@@ -132,7 +132,7 @@ def _selection(config: dict[str, Any], attempts: list[Attempt]) -> tuple[list[Pr
 
 def _resolve(spec: str, limit: Any) -> list[Any]:
     """The problems `harness run` selected for this spec and limit (imported lazily: loaders are heavy)."""
-    from problems.select import select_problems
+    from problems import select_problems
 
     problems = select_problems(spec)
     return problems if limit is None else problems[: int(limit)]

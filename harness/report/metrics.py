@@ -21,8 +21,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
-from eval.result import EvalResult, Status
-from eval.scoring import DEFAULT_PS, at_k_per_problem, bootstrap_ci, fast_p, score
+from eval import DEFAULT_PS, EvalResult, Status, at_k_per_problem, bootstrap_ci, fast_p, score
 from harness.report.load import RunData
 from harness.store import Attempt
 

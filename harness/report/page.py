@@ -19,12 +19,13 @@ from html import escape
 from importlib import resources
 from typing import Any, Sequence
 
-from eval.scoring import DEFAULT_PS
+from eval import DEFAULT_PS
+from harness.progress import NOT_TIMED
 from harness.report import plots, transcripts
 from harness.report.compare import Comparison
 from harness.report.load import RunData
 from harness.report.metrics import RunMetrics
-from harness.report.tables import (NOT_TIMED, leaderboard_table, level_table, notes, samples_table, sweep_table,
+from harness.report.tables import (leaderboard_table, level_table, notes, samples_table, sweep_table,
                                    turn_table)
 
 _TEXT_COLUMNS = {"run", "agent", "model", "search", "backend", "device", "setting", "level"}

@@ -27,11 +27,11 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from eval.result import EvalResult, Status
-from eval.scoring import DEFAULT_PS
+from eval import DEFAULT_PS, EvalResult, Status
 from harness.report.load import RunData
 from harness.report.metrics import MISSING, RunMetrics, compute_metrics, config_value, rank
-from harness.report.tables import NOT_TIMED, speed_text
+from harness.progress import NOT_TIMED
+from harness.report.tables import speed_text
 
 Key = tuple[int, int]  # (sample, turn)
 

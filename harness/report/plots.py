@@ -9,9 +9,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from eval.scoring import DEFAULT_PS
+from eval import DEFAULT_PS, Status
 from harness.report import svg
-from eval.result import Status
 from harness.report.metrics import MISSING, RunMetrics
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")

@@ -12,13 +12,11 @@ import io
 import json
 from typing import Any, Sequence
 
-from eval.result import Status
-from eval.scoring import DEFAULT_PS
+from eval import DEFAULT_PS, Status
 from harness.report.compare import Comparison
-from harness.progress import duration_text
+from harness.progress import NOT_TIMED, duration_text
 from harness.report.metrics import RunMetrics, ks_for
 
-NOT_TIMED = "n/t"
 NOT_TIMED_NOTE = (
     f"{NOT_TIMED}: timings not measured (CPU: the Triton interpreter checks correctness only). fast_p is 0 by "
     "definition because no speedup was measured; it says nothing about how fast the kernels are. "
@@ -159,7 +157,7 @@ def notes(metrics: Sequence[RunMetrics], comparison: Comparison) -> list[str]:
 
 def host_bound_note(m: RunMetrics) -> str:
     """Which best results were timed with a host-bound side (their speedups depend on the host's speed)."""
-    from eval.measure import HOST_SHARE_AT
+    from eval import HOST_SHARE_AT
 
     items = "; ".join(f"{pid} ({', '.join(sides)})" for pid, sides in sorted(m.host_bound_problems.items()))
     return (f"{m.name}: host-bound timings (the host's time to make a call at least {HOST_SHARE_AT:.0%} of its GPU "

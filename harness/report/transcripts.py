@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from eval.result import Status
+from eval import Status
 from harness.report import plots
 from harness.report.load import RunData
 from harness.report.metrics import RunMetrics, rank

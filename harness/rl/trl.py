@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eval.backends import DEFAULT_BACKEND
+from eval import DEFAULT_BACKEND
 from harness.client import EvalClient, ServeError
 
 

@@ -13,7 +13,7 @@ import os
 import threading
 from typing import Any
 
-from eval.backends import DEFAULT_BACKEND
+from eval import DEFAULT_BACKEND
 from harness.client import EvalClient, ServeError
 
 URL_ENV = "HARNESS_SERVE_URL"

@@ -20,7 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from agents import TurnRecord
-from eval.backends import BACKENDS, DEFAULT_BACKEND
+from eval import BACKENDS, DEFAULT_BACKEND
 from harness.serve.queue import QueueFull
 from harness.serve.catalog import BadRequest, NotFound
 from harness.serve.service import Pending, Service

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eval.result import EvalResult, Status
+from eval import EvalResult, Status
 from harness.cli import VERSION
 from harness.store import VOLATILE_KEYS, Attempt, RunStore, safe_name
-from problems.problem import Problem
+from problems import Problem
 
 
 class AuditTrail:

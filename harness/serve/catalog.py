@@ -9,12 +9,10 @@ from __future__ import annotations
 import threading
 from typing import Any, Sequence
 
-from agents import PromptError, TurnRecord
-from agents.prompting import visible_source
+from agents import PromptError, TurnRecord, visible_source
 from harness.app import prompt_builder
 from harness.store import safe_name
-from problems.problem import Problem, ProblemError, problem_from_source
-from problems.select import select_problems
+from problems import Problem, ProblemError, problem_from_source, select_problems
 
 MAX_SOURCE_CHARS = 1 << 20  # one problem source
 

@@ -36,6 +36,8 @@ class Ticket:
     future: Future = field(default_factory=Future)
     waiters: int = 1
     state: str = "queued"  # queued | running | done | cancelled
+    started_at: float | None = None  # time.monotonic() when a worker thread took it
+    ended_at: float | None = None  # time.monotonic() when it finished
 
 
 class WorkQueue:
@@ -130,7 +132,7 @@ class WorkQueue:
                 ticket = self._queue.popleft()
                 ticket.state = "running"
                 self._running += 1
-            t0 = time.monotonic()
+            t0 = ticket.started_at = time.monotonic()
             try:
                 value = ticket.fn()
             except BaseException as exc:  # noqa: BLE001  reaches the waiters, never ends the thread
@@ -139,7 +141,8 @@ class WorkQueue:
                 outcome = ("ok", value)
             with self._cond:
                 self._running -= 1
-                self._mean_s = 0.8 * self._mean_s + 0.2 * (time.monotonic() - t0)
+                ticket.ended_at = time.monotonic()
+                self._mean_s = 0.8 * self._mean_s + 0.2 * (ticket.ended_at - t0)
                 ticket.state = "done"
                 self._live.pop(ticket.key, None)
             if outcome[0] == "ok":

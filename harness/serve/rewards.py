@@ -20,7 +20,7 @@ import math
 import re
 from typing import Callable
 
-from eval.result import EvalResult, Status
+from eval import EvalResult, Status
 
 RewardFn = Callable[[EvalResult, int], float]
 DEFAULT = "log_speedup"
@@ -35,7 +35,6 @@ PENALTIES: dict[Status, float] = {  # log_speedup's reward for each failure stat
     Status.FORMAT_ERROR: -1.0,
     Status.REJECTED: -1.0,
 }
-KEVIN_GAMMA = 0.4  # Kevin-32B's discount of later turns' scores
 
 
 class RewardError(ValueError):
@@ -71,15 +70,6 @@ def kevin(result: EvalResult, turn: int = 1) -> float:
         return 0.0
     timed = result.speedup is not None and result.timing_meaningful
     return 0.3 + (float(result.speedup) if timed else 0.0)
-
-
-def discounted_returns(scores: list[float], gamma: float = KEVIN_GAMMA) -> list[float]:
-    """Kevin's per-turn rewards: each turn's score plus the discounted scores of the turns after it."""
-    out, running = [0.0] * len(scores), 0.0
-    for i in range(len(scores) - 1, -1, -1):
-        running = scores[i] + gamma * running
-        out[i] = running
-    return out
 
 
 _REGISTRY: dict[str, RewardFn] = {}

@@ -20,11 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from eval.backends import BACKENDS, DEFAULT_BACKEND
-from eval.cache import cache_key
-from eval.config import EvalConfig
-from eval.feedback import render_feedback
-from eval.result import EvalResult
+from eval import BACKENDS, DEFAULT_BACKEND, EvalConfig, EvalResult, cache_key, render_feedback
 from harness import overrides as ov
 from harness.cli import VERSION
 from harness.executors import make_evaluator
@@ -34,7 +30,7 @@ from harness.serve.audit import AuditTrail
 from harness.serve.catalog import BadRequest, Catalog
 from harness.serve.metrics import Metrics
 from harness.serve.queue import QueueFull, Ticket, WorkQueue
-from problems.problem import Problem
+from problems import Problem
 
 MAX_CODE_CHARS = 1 << 20  # one reply or candidate
 _ANSWERS_KEPT = 16384  # answers kept by request id, so a retried request gets the same answer
@@ -65,6 +61,7 @@ class Pending:
     queue: WorkQueue | None = None
     coalesced: bool = False
     started: float = dataclasses.field(default_factory=time.time)
+    submitted: float = dataclasses.field(default_factory=time.monotonic)  # for the answer's `timings`
 
 
 @dataclass
@@ -102,6 +99,7 @@ class Service:
         self.catalog = Catalog(self.config, allow_problem_source=allow_problem_source)
         self._log = log
         self._lock = threading.Lock()
+        self._finish_lock = threading.Lock()  # held while an answer is stored (the store writes one at a time anyway)
         self._lane_lock = threading.Lock()  # held while a preset's evaluator starts (slow); requests go on meanwhile
         self._lanes: dict[str, Lane] = {}
         self._answers: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
@@ -219,6 +217,12 @@ class Service:
         except QueueFull:  # all or nothing: what another preset's queue took is given back
             self.release(pending)
             raise
+        for p in pending:  # builds start now, on the CPU cores, not when a queue slot takes the candidate
+            if p.ticket is None or p.code is None:
+                continue
+            prebuild = getattr(self.lane(p.request.preset or self.default_preset).evaluator, "prebuild", None)
+            if prebuild is not None:  # `executor=ray` has none: its actors build
+                prebuild(p.request.problem, p.code, p.request.backend)
         return pending
 
     def _job(self, lane: Lane, problem: Problem, code: str, backend: str) -> Callable[[], tuple[EvalResult, float]]:
@@ -242,9 +246,13 @@ class Service:
             queue.release(tickets)
 
     def finish(self, p: Pending) -> dict[str, Any]:
-        """The answer to a request whose result is known: reward, feedback, and the attempt stored."""
+        """The answer to a request whose result is known: reward, feedback, and the attempt stored.
+
+        One answer per id, recorded once, and on disk before anyone gets it: a retry of the id that arrives while
+        the first try is being stored waits for it (`_finish_lock`) and gets the same answer."""
         if p.answer is not None:
             return p.answer
+        handed = time.monotonic()
         if p.result is None:
             assert p.ticket is not None
             result, eval_s = p.ticket.future.result()
@@ -257,16 +265,22 @@ class Service:
         answer = {"id": req.id, "status": result.status.value, "speedup": speedup, "reward": reward,
                   "feedback": feedback, "code": p.code, "problem": req.problem.id, "reward_name": req.reward or self.default_reward,
                   "coalesced": p.coalesced, "result": result.to_dict()}
-        with self._lock:  # one answer per id, recorded once, even when two tries of it finish together
-            if req.id in self._answers:
-                return self._answers[req.id]
-            self._answers[req.id] = answer
-            while len(self._answers) > _ANSWERS_KEPT:
-                self._answers.popitem(last=False)
-        self.metrics.verdict(result.status.value, cached=result.cached)
-        if self.audit is not None:
-            self.audit.record(request_id=req.id, problem=req.problem, turn=req.turn, reply=req.reply, code=p.code,
-                              result=result, feedback=feedback, speedup=speedup, eval_s=eval_s, started=p.started)
+        with self._finish_lock:
+            with self._lock:
+                known = self._answers.get(req.id)
+            if known is not None:
+                return known
+            self.metrics.verdict(result.status.value, cached=result.cached)
+            stored = time.monotonic()
+            if self.audit is not None:
+                self.audit.record(request_id=req.id, problem=req.problem, turn=req.turn, reply=req.reply,
+                                  code=p.code, result=result, feedback=feedback, speedup=speedup, eval_s=eval_s,
+                                  started=p.started)
+            answer["timings"] = _timings(p, eval_s, handed, stored, time.monotonic())
+            with self._lock:
+                self._answers[req.id] = answer
+                while len(self._answers) > _ANSWERS_KEPT:
+                    self._answers.popitem(last=False)
         return answer
 
     def evaluate(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -302,3 +316,15 @@ class Service:
                 "presets": {l.preset: {"device": l.device, "workers": int(l.evaluator.workers)} for l in lanes},
                 "queued": self.queued(), "in_flight": self.in_flight(), "max_queue": self.max_queue,
                 "problems": len(self.catalog.ids()), "rewards": rewards.names(), "default_reward": self.default_reward}
+
+
+def _timings(p: Pending, eval_s: float, handed: float, stored: float, done: float) -> dict[str, float]:
+    """Where a request's time went on the server (seconds): waiting for a queue worker, evaluating, between the
+    evaluation's end and its answer being built (waking the waiting request), and storing the attempt. An answer
+    that needed no evaluation (a format error) spent none in the queue."""
+    queue_s = handoff_s = 0.0
+    t = p.ticket
+    if t is not None and t.started_at is not None and t.ended_at is not None:
+        queue_s, handoff_s = max(0.0, t.started_at - p.submitted), max(0.0, handed - t.ended_at)
+    return {"queue_s": round(queue_s, 4), "eval_s": round(eval_s, 4), "handoff_s": round(handoff_s, 4),
+            "store_s": round(done - stored, 4)}

@@ -20,7 +20,7 @@ from agents import (
     extract_code,
     make_agent,
 )
-from agents.command import render_conversation
+from agents._command import render_conversation
 from agents.extract import ExtractionError
 
 MSGS = [Message("system", "sys text"), Message("user", "task text"), Message("assistant", "old reply"), Message("user", "feedback text")]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agents.extract import extract_code
-from agents.hardware import HARDWARE_PRESETS, hardware_facts, preset_for_device_name
+from agents._hardware import HARDWARE_PRESETS, hardware_facts, preset_for_device_name
 from agents.prompting import EXAMPLES_DIR, PromptBuilder, PromptError, TurnRecord, available_templates, fenced
 
 PROBLEM = '''import torch

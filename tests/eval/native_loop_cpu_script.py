@@ -6,7 +6,7 @@ import sys
 
 import torch
 
-from eval.capture import SUPPORTED_DTYPES
+from eval._capture import SUPPORTED_DTYPES
 from eval.worker.native import build
 
 fake = ctypes.CDLL("libcuda.so.1")

@@ -1,4 +1,4 @@
-"""`eval.affinity`: both timed processes, every thread of their trees, on one core while a timing runs (CPU)."""
+"""`eval._affinity`: both timed processes, every thread of their trees, on one core while a timing runs (CPU)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from eval import affinity
+from eval import _affinity as affinity, _proctree as proctree
 from tests.paths import REPO
 
 CHILD = "import os, subprocess, sys, threading, time; threading.Thread(target=time.sleep, args=(60,), daemon=True).start(); " \
@@ -23,7 +23,7 @@ def test_every_thread_of_the_process_tree_is_pinned_then_given_back() -> None:
     try:
         grandchild = int(proc.stdout.readline())
         time.sleep(0.2)  # the child's thread has started
-        tids = affinity._threads(proc.pid)
+        tids = proctree.threads(proc.pid)
         assert grandchild in tids and len(tids) >= 3  # the launcher's main thread and its thread, the grandchild
         before = {tid: os.sched_getaffinity(tid) for tid in tids}
         core = max(os.sched_getaffinity(0))
@@ -47,7 +47,7 @@ def test_no_core_pins_nothing_and_gone_processes_are_skipped() -> None:
 
 RESERVE = """
 import json, os, subprocess, sys, threading
-from eval import affinity
+from eval import _affinity as affinity, _proctree as proctree
 cores = sorted(os.sched_getaffinity(0))
 got = affinity.reserve([int(g) for g in sys.argv[2].split(",")], cores_per_gpu=int(sys.argv[1]))
 seen = {}

@@ -99,3 +99,25 @@ def test_a_build_failure_the_candidate_catches_is_not_a_compile_error(tmp_path):
     assert "the candidate caught the error" in handled.reason and "add_relu_scale_caught" in handled.reason
     assert fatal.status is Status.COMPILE_ERROR, f"{fatal.status}: {fatal.reason}"
     assert "this is not C++" in fatal.error
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="the build runs only with nvcc")
+def test_prebuild_starts_the_build_that_evaluate_then_joins(tmp_path):
+    """`prebuild` (what `harness serve` calls as it queues a candidate) starts a CUDA candidate's build at once; the
+    later `evaluate` joins it (one build, the same verdict as without it). It builds nothing for a Triton
+    candidate, nor for a candidate whose verdict is cached."""
+    problem = candidates.problem(4096)
+    cuda = candidates.cuda_candidate("early", 256)
+    config = EvalConfig(device="cpu", cache_dir=str(tmp_path), import_timeout_s=BUILD_LIMIT_S)
+    with Evaluator(config) as ev:
+        ev.prebuild(problem, candidates.triton_candidate(512, 4), "triton")
+        assert ev._builder._futures == {}
+        ev.prebuild(problem, cuda, "cuda")
+        (build,) = ev._builder._futures.values()
+        r = ev.evaluate(problem, cuda, "cuda")
+        assert build.done() and list(ev._builder._futures.values()) == [build]
+        assert len(list(ev._builder.root.iterdir())) == 1
+    assert r.status is Status.SKIPPED and "compiled with nvcc" in r.reason, f"{r.status}: {r.reason}"
+    with Evaluator(config) as ev:  # the same cache: the verdict is known, nothing to build
+        ev.prebuild(problem, cuda, "cuda")
+        assert ev._builder._futures == {}

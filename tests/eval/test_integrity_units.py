@@ -18,7 +18,7 @@ from eval import protocol as p
 from eval.wire import ProtocolError
 from eval.worker import integrity
 from eval.worker.serve import _poisoned_memory
-from problems.compare import compare_structure, describe_structure
+from problems import compare_structure
 from problems.runtime import output_structure
 
 T = torch.zeros(2)
@@ -49,9 +49,6 @@ def test_structure_mismatch_says_what_each_side_returns():
     assert compare_structure("tensor", "(tensor,)") is not None  # strict: a 1-tuple is not the tensor
     assert compare_structure("(tensor, tensor)", "[tensor, tensor]") is not None
     assert compare_structure("{'a': tensor, 'b': tensor}", "{'b': tensor, 'a': tensor}") is not None  # flattened in order
-    assert describe_structure("<int>") == "a value of type int"
-    assert describe_structure("") == "nothing it described"
-    assert describe_structure("[" + "tensor, " * 100 + "]").endswith("...")
 
 
 def test_run_reply_carries_the_structure_as_text_only():

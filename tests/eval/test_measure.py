@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from eval import capture as capture_math
+from eval import _capture as capture_math
 from eval import measure
 from eval import protocol as p
 from eval.measure import Block, Measurement, Side, TimingRule
@@ -209,3 +209,14 @@ def test_an_honest_slow_call_now_and_then_is_not_concentration() -> None:
     blocks = [[1.0] * 20, [1.0] * 18 + [3.0, 9.0], [1.0] * 20]  # one block with two slow calls
     finding, ratio = measure.concentration(Measurement(blocks={"candidate": _timed_blocks(blocks)}))
     assert finding is None and ratio == pytest.approx(1.0)
+
+
+def test_a_busy_reply_is_read_into_host_time_with_bad_values_dropped():
+    floor, at = measure.HOST_FLOOR_MS, measure.HOST_SHARE_AT
+    bound = measure.host_time({"busy": 1.7, "host_ms": 2 * floor, "kernel_ms": 2 * floor / (at * 2)})
+    assert bound.busy == 1.0 and bound.share == round(2 * at, 4) and bound.bound
+    unprofiled = measure.host_time({"busy": float("nan"), "host_ms": floor / 2})
+    assert unprofiled == measure.HostTime(None, round(floor / 2, 4), None, False)
+    fast_host = measure.host_time({"host_ms": floor / 2, "kernel_ms": floor / 100})  # a high share under the floor
+    assert fast_host.share is not None and fast_host.share >= at and not fast_host.bound
+    assert measure.host_time({"busy": 0.5}) == measure.HostTime(0.5)

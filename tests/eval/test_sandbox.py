@@ -441,8 +441,8 @@ def _bomb(hold_s: float) -> str:
 
 
 def _expected_process_limit() -> str:
-    """The plan this machine gives (`eval.pids`): the test user's cgroup rights decide it."""
-    from eval import pids
+    """The plan this machine gives (`eval._pids`): the test user's cgroup rights decide it."""
+    from eval import _pids as pids
     from eval.sandbox import process_limit_plan
     return process_limit_plan(sandbox_plan()) if pids.cgroup_base() is None else "cgroup"
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from eval import EvalConfig, EvalResult, Evaluator, Status
-from problems.compare import compare
+from problems import compare
 from eval.scoring import fast_p, geomean_speedup, score
 from eval.sandbox import is_secret_name, scrubbed_env
 from eval.static_checks import analyze
@@ -197,7 +197,7 @@ def test_a_problem_without_meta_still_gets_a_floor_a_flag_and_a_rejection():
     assert problem.flops is None and problem.bytes_moved is None
     ceilings = Ceilings(device="test", copy_bytes_per_s=3e12, matmul_flops_per_s={"float32": 5e13})
     byte_floor = ceilings.byte_floor_s(problem_bytes(problem))
-    from eval.reference import problem_size
+    from eval._reference import problem_size
 
     flops, nbytes = problem_size(problem)
     assert flops and ceilings.floor_s(flops, nbytes, "float32") == byte_floor  # bytes bound this one, FLOPs traced
@@ -213,7 +213,7 @@ def test_a_problem_without_meta_still_gets_a_floor_a_flag_and_a_rejection():
 
 
 def problem_bytes(problem) -> float:
-    from eval.reference import problem_size
+    from eval._reference import problem_size
 
     return problem_size(problem)[1]
 
@@ -306,3 +306,16 @@ def test_a_result_names_the_hosts_gpu_where_ray_renumbered_them():
     assert host_gpu_index([], 1) == 1  # no renumbering (executor=local)
     assert host_gpu_index(["GPU-8c1f2e"], 0) == 0  # a UUID is no index: the visible one stays
     assert host_gpu_index(["2"], None) is None  # the CPU
+
+
+def test_steps_left_out_leaves_them_out_for_a_while_and_refuses_a_name_that_is_no_step() -> None:
+    from eval import checks, steps_left_out
+
+    whole = checks.PIPELINE
+    with steps_left_out(frozenset({"timing", "host_bound"})):
+        assert [s.name for s in checks.PIPELINE] == [s.name for s in whole if s.name not in ("timing", "host_bound")]
+    assert checks.PIPELINE is whole
+    with pytest.raises(ValueError, match=r"no pipeline step named \['tming'\]"):
+        with steps_left_out(frozenset({"tming"})):
+            pass
+    assert checks.PIPELINE is whole

@@ -32,14 +32,16 @@ def test_kernelbench_times_100_synchronised_calls_and_reports_the_mean(problem) 
     assert "L2 flushed (268435456 bytes written)" in note and "autograd on" in note
     ref_mean, cand_mean = (float(x) for x in re.findall(r"mean ([0-9.]+) ms", note))
     assert r.speedup == pytest.approx(ref_mean / cand_mean, rel=1e-3)
-    assert "hidden_work" not in r.phase_seconds and "timed_outputs" not in r.phase_seconds
+    assert "hidden_work" not in r.phase_seconds
 
 
-def test_side_stream_work_is_caught_only_by_the_strict_rules(problem) -> None:
+def test_side_stream_work_fails_the_integrity_check_only_under_the_strict_rules(problem) -> None:
     source = variant(FORWARD, side_stream(FORWARD))
     with Evaluator(preset_config("default", device="cuda", cache_dir=None)) as ev:
         strict = ev.evaluate(problem, source)
     with Evaluator(preset_config("kernelbench", device="cuda", cache_dir=None)) as ev:
         kb = ev.evaluate(problem, source)
-    assert strict.status is Status.REJECTED and "integrity" in strict.reason
-    assert kb.status is Status.CORRECT  # KernelBench's events see only the current stream
+    assert strict.status is Status.REJECTED and strict.reason.startswith("integrity"), strict.reason
+    # KernelBench's events see only the current stream, so its timer measures about 1 us of nothing here; on this
+    # memory-bound problem the byte floor, on under every preset (no correct kernel beats it), rejects that
+    assert kb.status is Status.REJECTED and kb.reason.startswith("implausible:"), kb.reason

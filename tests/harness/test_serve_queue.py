@@ -67,3 +67,34 @@ def test_full_queue_429_then_a_leaving_client_cancels_its_work(server):
     m = server.metrics()
     assert m["harness_serve_evaluations_total"] == 1  # b never ran
     assert m["harness_serve_in_flight"] == 0
+
+
+def test_answers_say_where_their_time_went(server):
+    """Each answer's `timings`: a request that waited behind another spent time in the queue, both spent their
+    import's sleep evaluating, and no phase adds up to more than the caller waited."""
+    answers: dict[str, tuple[dict, float]] = {}
+
+    def send(name: str, code: str) -> None:
+        with httpx.Client(base_url=server.url, timeout=300) as c:
+            t0 = time.perf_counter()
+            r = c.post("/v1/evaluate", json={"problem": CUSTOM, "code": code})
+            answers[name] = (r.json(), time.perf_counter() - t0)
+
+    first = threading.Thread(target=send, args=("first", slow("t-first", 5)))
+    first.start()
+    wait_for(lambda: server.metrics()["harness_serve_in_flight"] == 1)
+    second = threading.Thread(target=send, args=("second", slow("t-second", 5)))
+    second.start()
+    wait_for(lambda: server.metrics()["harness_serve_queue_depth"] == 1)  # it waits behind the first
+    first.join(300)
+    second.join(300)
+    send("prose", "no code")
+    for name, (answer, latency) in answers.items():
+        t = answer["timings"]
+        assert set(t) == {"queue_s", "eval_s", "handoff_s", "store_s"} and min(t.values()) >= 0, name
+        assert sum(t.values()) <= latency, name
+    assert answers["first"][0]["status"] == answers["second"][0]["status"] == "correct"
+    assert answers["first"][0]["timings"]["eval_s"] >= 5 and answers["second"][0]["timings"]["eval_s"] >= 5
+    assert answers["second"][0]["timings"]["queue_s"] > 0
+    prose = answers["prose"][0]
+    assert prose["status"] == "format_error" and prose["timings"]["queue_s"] == prose["timings"]["eval_s"] == 0

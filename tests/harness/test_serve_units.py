@@ -8,6 +8,7 @@ import time
 import pytest
 
 from eval.result import EvalResult, Status
+from harness.env import discounted_returns
 from harness.serve import rewards
 from harness.serve.queue import QueueFull, WorkQueue
 
@@ -31,7 +32,7 @@ def test_reward_values():
     assert rewards.score("fast_1.5", result(Status.CORRECT, 1.6, True)) == 1.0
     assert rewards.score("fast_1", result(Status.CORRECT, 5.0, False)) == 0.0  # a speedup not measured earns nothing
     assert rewards.score("kevin", result(Status.CORRECT, 2.0, True)) == pytest.approx(2.3)
-    assert rewards.discounted_returns([0.3, 0.0, 1.3]) == pytest.approx([0.3 + 0.16 * 1.3, 0.4 * 1.3, 1.3])
+    assert discounted_returns([0.3, 0.0, 1.3]) == pytest.approx([0.3 + 0.16 * 1.3, 0.4 * 1.3, 1.3])
     with pytest.raises(rewards.RewardError, match="unknown reward"):
         rewards.get("nonesuch")
 

@@ -12,9 +12,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-import problems.compare as compare_module
+import problems._compare as compare_module
 import problems.lint as lint
-from problems.compare import compare, compare_scratch_bytes
+from problems._compare import compare, compare_scratch_bytes, describe_structure
 
 _PIECE = 7  # tiny, so every case spans several pieces
 _WHOLE = 1 << 30  # larger than any tensor here: one piece, the unchunked result
@@ -165,3 +165,9 @@ def test_lint_comparisons_scratch_is_bounded(monkeypatch):
         lint._check_deterministic([a], [b], 1e-4, 1e-4)
     assert seen.peak <= compare_scratch_bytes(a.numel())
     assert not math.isnan(lint._finite_mean(b))
+
+
+def test_a_structure_is_described_in_words() -> None:
+    assert describe_structure("<int>") == "a value of type int"
+    assert describe_structure("") == "nothing it described"
+    assert describe_structure("[" + "tensor, " * 100 + "]").endswith("...")

@@ -67,7 +67,7 @@ def _interpret_worker() -> None:
 
     sys.path.insert(0, str(ROOT))
     from eval.config import EvalConfig
-    from problems.compare import compare
+    from problems._compare import compare
     from problems.runtime import build_model, load_module, make_extra_inputs, make_inputs, output_tensors, run_forward
     from problems.suite import suite_problem
 

@@ -1,6 +1,6 @@
 // Device kernels of the native timing loop, compiled at run time with NVRTC (no headers needed).
 // kh_spin keeps the GPU busy so the host enqueues a timed call before the GPU reaches it;
-// kh_capture_partial / kh_capture_final compute the capture of eval/capture.py (the
+// kh_capture_partial / kh_capture_final compute the capture of eval/_capture.py (the
 // specification) in float64, in a fixed order: a fixed grid of per-block partials, reduced by
 // one thread per quantity in block order. No atomics, so the result is deterministic.
 
@@ -17,7 +17,7 @@ struct kh_leaf {
     unsigned long long key_rl;      // key ^ rl
     unsigned long long sample_seed; // key ^ 0xD1B54A32D192ED03 ^ rl
     int ndim;
-    int dtype;  // index into SUPPORTED_DTYPES of eval/capture.py
+    int dtype;  // index into SUPPORTED_DTYPES of eval/_capture.py
     int samples;
     int pad;
 };

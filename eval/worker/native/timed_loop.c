@@ -7,7 +7,7 @@
  * through function pointers resolved here from libcuda.so.1 (no torch headers, no nvcc).
  *
  * The Python wrapper is eval/worker/native_loop.py; the capture layout is specified in
- * eval/capture.py and computed by the kernels of capture.cu.
+ * eval/_capture.py and computed by the kernels of capture.cu.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -38,7 +38,7 @@ typedef union { /* CUstreamAttrValue == CUlaunchAttributeValue: 64 bytes since C
 #define CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW 1
 #define CU_EVENT_DEFAULT 0
 
-/* ---- capture constants, shared with capture.cu and eval/capture.py ---- */
+/* ---- capture constants, shared with capture.cu and eval/_capture.py ---- */
 #define KH_MAX_DIMS 8
 #define KH_MAX_LEAVES 16
 #define KH_MAX_DEPTH 4
@@ -199,7 +199,7 @@ typedef struct {
     PyObject *device_descr, *layout_descr, *dtype_descr;  /* TensorBase getset descriptors */
     PyObject *device;       /* torch.device("cuda", index) */
     PyObject *strided;      /* torch.strided */
-    PyObject *dtypes;       /* tuple, in the order of eval/capture.py SUPPORTED_DTYPES */
+    PyObject *dtypes;       /* tuple, in the order of eval/_capture.py SUPPORTED_DTYPES */
     PyObject *dtype_names;  /* tuple of str, same order */
 } Loop;
 

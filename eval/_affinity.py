@@ -17,6 +17,8 @@ import contextlib
 import os
 from typing import Iterable, Iterator
 
+from eval._proctree import threads
+
 
 _reserved: dict[int, int] = {}  # GPU index -> its timing core, once `reserve` has set them aside
 
@@ -44,28 +46,6 @@ def timing_core(gpu_index: int | None) -> int | None:
     return _reserved.get(gpu_index or 0)
 
 
-def _threads(pid: int) -> list[int]:
-    """Every thread of `pid` and of its descendants (a sandboxed worker runs under a launcher)."""
-    threads, todo, seen = [], [pid], set()
-    while todo:
-        proc = todo.pop()
-        if proc in seen:
-            continue
-        seen.add(proc)
-        try:
-            tids = [int(t) for t in os.listdir(f"/proc/{proc}/task")]
-        except OSError:
-            continue
-        threads += tids
-        for tid in tids:
-            try:
-                with open(f"/proc/{proc}/task/{tid}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
-            except OSError:
-                pass
-    return threads
-
-
 @contextlib.contextmanager
 def pinned(pids: Iterable[int | None], core: int | None) -> Iterator[int]:
     """Run every thread of the process trees of `pids` on `core` inside the block; yields how many were pinned.
@@ -78,7 +58,7 @@ def pinned(pids: Iterable[int | None], core: int | None) -> Iterator[int]:
     live = [pid for pid in pids if pid is not None] if core is not None else []
     fallback = os.sched_getaffinity(0) if live else set()
     for pid in live:
-        for tid in _threads(pid):
+        for tid in threads(pid):
             try:
                 saved[tid] = os.sched_getaffinity(tid)
                 os.sched_setaffinity(tid, {core})
@@ -88,7 +68,7 @@ def pinned(pids: Iterable[int | None], core: int | None) -> Iterator[int]:
         yield len(saved)
     finally:
         for pid in live:
-            for tid in _threads(pid):
+            for tid in threads(pid):
                 try:
                     os.sched_setaffinity(tid, saved.get(tid, fallback))
                 except OSError:

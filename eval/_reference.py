@@ -14,9 +14,20 @@ from typing import Any
 
 import torch
 
-from problems import runtime
-from problems.cost import Cost, measure_cost
-from problems.problem import Problem, ProblemError
+from problems import (
+    Cost,
+    Problem,
+    ProblemError,
+    build_model,
+    extra_input_count,
+    has_small_sizes,
+    load_module,
+    make_inputs,
+    measure_cost,
+    output_structure,
+    output_tensors,
+    run_forward,
+)
 
 _modules: dict[tuple[str, bool], ModuleType] = {}
 _costs: dict[tuple[str, bool], Cost | None] = {}
@@ -52,7 +63,7 @@ def problem_size(problem: Problem) -> tuple[float | None, float | None]:
 
 def use_small_sizes(problem: Problem, scale: str, device: torch.device) -> bool:
     """Whether to evaluate at the problem's reduced sizes (`META["small"]`): asked for, or auto on a CPU."""
-    return runtime.has_small_sizes(problem) and (scale == "small" or (scale == "auto" and device.type == "cpu"))
+    return has_small_sizes(problem) and (scale == "small" or (scale == "auto" and device.type == "cpu"))
 
 
 def problem_module(problem: Problem, small: bool = False) -> ModuleType:
@@ -60,7 +71,7 @@ def problem_module(problem: Problem, small: bool = False) -> ModuleType:
     key = (problem.source_hash, small)
     with _modules_lock:
         if key not in _modules:
-            _modules[key] = runtime.load_module(problem, small=small)
+            _modules[key] = load_module(problem, small=small)
         return _modules[key]
 
 
@@ -71,22 +82,22 @@ class Reference:
         self.problem = problem
         self.module = problem_module(problem, small)
         self.device = device
-        self.model = runtime.build_model(self.module, weight_seed, device)
+        self.model = build_model(self.module, weight_seed, device)
         self.structure = ""  # the containers of the last output (`runtime.output_structure`), for the trials
 
     def inputs(self, seed: int, extra_index: int | None = None) -> list[Any]:
         """Fresh inputs from `seed`, drawn on the evaluation device; extra_index picks a hidden shape set."""
-        return runtime.make_inputs(self.module, seed, self.device, extra_index)
+        return make_inputs(self.module, seed, self.device, extra_index)
 
     def extra_count(self) -> int:
-        return runtime.extra_input_count(self.module)
+        return extra_input_count(self.module)
 
     def outputs(self, inputs: list[Any]) -> list[torch.Tensor]:
         """Reference outputs on pristine copies of the inputs, flattened as the worker flattens them; their
         containers are kept in `structure`."""
-        out = runtime.run_forward(self.model, inputs)
-        self.structure = runtime.output_structure(out)
-        return [o.detach() for o in runtime.output_tensors(out)]
+        out = run_forward(self.model, inputs)
+        self.structure = output_structure(out)
+        return [o.detach() for o in output_tensors(out)]
 
 
 def encode_args(inputs: list[Any]) -> tuple[list[Any], list[torch.Tensor]]:

@@ -24,36 +24,53 @@ import threading
 import time
 from pathlib import Path
 
-from eval.reaper import owner_of, owner_token
+from eval._reaper import owner_of, owner_token
 
 _PROBE_LOCK = threading.Lock()  # workers start on several threads; one probe answers them all
 
 
-def _candidate_bases() -> list[Path]:
-    """This process's own cgroup in each hierarchy that has a pids controller (v2 first, then v1)."""
+def _hierarchies() -> list[tuple[int, Path, list[str]]]:
+    """This process's own cgroup in each mounted hierarchy: (version, folder, controllers), v2 first."""
     own: dict[str, str] = {}
     try:
         for line in Path("/proc/self/cgroup").read_text().splitlines():
             _, controllers, path = line.split(":", 2)
             own[controllers] = path
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
     except (OSError, ValueError):
         return []
-    bases = []
-    try:
-        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return []
+    found = []
     for line in mounts:
         fields = line.split()
         sep = fields.index("-")
         point, fstype, options = fields[4], fields[sep + 1], fields[sep + 3].split(",")
         if fstype == "cgroup2" and "" in own:
-            bases.append((0, Path(point + own[""])))
-        elif fstype == "cgroup" and "pids" in options:
-            path = next((p for c, p in own.items() if "pids" in c.split(",")), None)
+            found.append((2, Path(point + own[""]), []))
+        elif fstype == "cgroup":
+            path = next((p for c, p in own.items() if set(c.split(",")) & set(options)), None)
             if path is not None:
-                bases.append((1, Path(point + path)))
-    return [b for _, b in sorted(bases, key=lambda x: x[0])]
+                found.append((1, Path(point + path), options))
+    return sorted(found, key=lambda h: -h[0])
+
+
+def _candidate_bases() -> list[Path]:
+    """This process's own cgroup in each hierarchy that has a pids controller (v2 first, then v1)."""
+    return [path for version, path, options in _hierarchies() if version == 2 or "pids" in options]
+
+
+def unified_base() -> Path | None:
+    """This process's own cgroup in the v2 hierarchy, where one is mounted."""
+    return next((path for version, path, _ in _hierarchies() if version == 2), None)
+
+
+def joinable(group: Path) -> bool:
+    """Can a child process of this one join `group`?"""
+    join = f"open({str(group / 'cgroup.procs')!r}, 'w').write('0')"
+    try:
+        return subprocess.run([sys.executable, "-I", "-S", "-c", join], capture_output=True,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def _works(base: Path) -> bool:
@@ -65,13 +82,19 @@ def _works(base: Path) -> bool:
         return False
     try:
         (probe / "pids.max").write_text("16")
-        join = f"open({str(probe / 'cgroup.procs')!r}, 'w').write('0')"
-        return subprocess.run([sys.executable, "-I", "-S", "-c", join], capture_output=True,
-                              timeout=30).returncode == 0
-    except (OSError, subprocess.SubprocessError):
+        return joinable(probe)
+    except OSError:
         return False
     finally:
         remove(probe)
+
+
+def sweep(base: Path) -> None:
+    """Remove the cgroups under `base` whose owners are gone (`eval._reaper`)."""
+    for stale in base.glob("kh-*-*-*"):
+        owner = owner_of(stale)
+        if owner is not None and owner_token(int(owner.split(".")[0])) != owner:
+            remove(stale)
 
 
 def cgroup_base() -> Path | None:
@@ -87,10 +110,7 @@ def _cgroup_base() -> Path | None:
         return None
     for base in _candidate_bases():
         if _works(base):
-            for stale in base.glob("kh-*-*-*"):
-                owner = owner_of(stale)
-                if owner is not None and owner_token(int(owner.split(".")[0])) != owner:
-                    remove(stale)
+            sweep(base)
             return base
     return None
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from agents.base import ABSTENTION_REASON, AgentError, AgentResponse, ConfigError, Message, Usage
-from eval.result import Status
+from eval import Status
 from agents.settings import ReplaySettings
 
 RESULTS_FILE = "results.jsonl"

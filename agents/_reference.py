@@ -14,8 +14,7 @@ from pathlib import Path
 from agents.base import AgentResponse, Message, Usage
 from agents.prompting import fenced
 from agents.settings import ReferenceSettings
-from problems.problem import ProblemError
-from problems.suite import solution_path, suite_problem
+from problems import ProblemError, solution_path, suite_problem
 
 
 class ReferenceAgent:

@@ -1,0 +1,182 @@
+"""Holding a candidate's worker still while the reference is timed (the parent's side).
+
+The timing core (`eval._affinity`) is set aside by affinity masks, which a candidate may change for its own threads,
+and a candidate may leave threads or processes (in sessions of their own) running between its requests. One that
+runs while the reference process runs a block shares the timing core or the host with it: that slows a host-bound
+reference, which inflates the candidate's speedup and loosens the wall bound. So while anything of the reference
+side is timed (`held`), every process of the candidate's worker is stopped; it is resumed before the parent sends
+the candidate its next request, so no request's timeout ever runs while its worker is stopped. Plans, the first that
+works here (probed once; every result records it as `freeze`):
+
+- "cgroup": the worker joins a cgroup v2 of its own (its pids cgroup where that is v2, else one made for this) when it
+  starts (`eval.sandbox`), and `cgroup.freeze` stops all of it at once. No signal is involved, a child is born in its
+  parent's cgroup, and a frozen task can still be killed.
+- "signals": SIGSTOP, which cannot be caught or ignored, to every process of the worker (the members of its pids
+  cgroup where it has one, and every process descended from its launcher, which in its PID namespace holds every
+  orphan too: they are re-parented to the worker itself), repeated until every thread of them shows stopped.
+- "signals-tree": the same without a PID namespace or a cgroup: a process that left the tree (a grandchild whose
+  parent exited) is not found.
+
+cgroup v1's freezer is not used: freezing one spinning process took 15 ms there (cgroup v2: 0.2 ms), and a task it
+froze cannot be killed until thawed.
+
+Stopping never waits on the worker: it polls the kernel's state for at most `STOP_WAIT_S`, and a block then runs with
+whatever did not stop (`Freezer.stop` says so; the timing counts such blocks). Nothing the candidate reports enters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from eval import _pids as pids, _proctree as proctree
+from eval._reaper import owner_token
+
+STOP_WAIT_S = 0.5  # a worker not stopped by then is timed beside (an honest one stops in well under a millisecond)
+POLL_S = 0.0001  # between looks at the kernel's state: the tasks to be stopped need the CPU to stop
+_PROBE_LOCK = threading.Lock()  # workers start on several threads; one probe answers them all
+
+
+def cgroup_base() -> Path | None:
+    """Where per-worker freezer cgroups go (this process's own cgroup v2), or None where none can be made and joined."""
+    with _PROBE_LOCK:
+        return _cgroup_base()
+
+
+@functools.lru_cache(maxsize=1)
+def _cgroup_base() -> Path | None:
+    """`cgroup_base`, probed once. Stale groups of owners that are gone are removed on the way."""
+    base = pids.unified_base()
+    if base is None or os.environ.get("KH_NO_FREEZE_CGROUP"):
+        return None
+    probe = base / f"kh-probe-{owner_token()}-freeze"
+    try:
+        probe.mkdir()
+    except OSError:
+        return None
+    try:
+        works = (probe / "cgroup.freeze").exists() and pids.joinable(probe)
+    finally:
+        pids.remove(probe)
+    if works:
+        pids.sweep(base)
+    return base if works else None
+
+
+def create(name: str) -> Path:
+    """A fresh cgroup v2 `name` for one worker to join and be frozen in."""
+    base = cgroup_base()
+    if base is None:
+        raise OSError("no cgroup v2 is usable here")
+    group = base / name
+    group.mkdir()
+    return group
+
+
+def can_freeze(group: Path | None) -> bool:
+    """Whether `group` is a cgroup v2 that `cgroup.freeze` can stop."""
+    return group is not None and (group / "cgroup.freeze").exists()
+
+
+class Freezer:
+    """Stops and resumes every process of one worker: its launcher `pid`'s tree, `members` (its pids cgroup) and,
+    with the "cgroup" plan, `group` as a whole."""
+
+    def __init__(self, pid: int, *, group: Path | None, members: Path | None, pid_namespace: bool):
+        self.pid, self.group, self.members = pid, group, members
+        if can_freeze(group):
+            self.mechanism = "cgroup"
+        else:
+            self.mechanism = "signals" if pid_namespace or members is not None else "signals-tree"
+
+    def stop(self) -> bool:
+        """Stop the worker; True when every thread of it was seen stopped within `STOP_WAIT_S`."""
+        deadline = time.monotonic() + STOP_WAIT_S
+        if self.mechanism == "cgroup":
+            return self._freeze_group(deadline)
+        while True:
+            running = [pid for pid in self._processes() if not _stopped(pid)]
+            if not running:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            for pid in running:
+                _signal(pid, signal.SIGSTOP)
+            time.sleep(POLL_S)
+
+    def resume(self) -> None:
+        """Let the worker run again (a worker that died meanwhile is left alone)."""
+        if self.mechanism == "cgroup":
+            try:
+                (self.group / "cgroup.freeze").write_text("0")
+            except OSError:
+                pass
+            return
+        for pid in self._processes():
+            _signal(pid, signal.SIGCONT)
+
+    def _freeze_group(self, deadline: float) -> bool:
+        """`cgroup.freeze`, then wait for the kernel's `frozen 1` in `cgroup.events`."""
+        try:
+            (self.group / "cgroup.freeze").write_text("1")
+            while "frozen 1" not in (self.group / "cgroup.events").read_text().splitlines():
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(POLL_S)
+        except OSError:  # the group is gone with its worker: nothing of it runs
+            pass
+        return True
+
+    def _processes(self) -> list[int]:
+        """Every process of the worker found now: its launcher's tree and its pids cgroup's members."""
+        found = set(proctree.processes(self.pid))
+        if self.members is not None:
+            try:
+                found.update(int(p) for p in (self.members / "cgroup.procs").read_text().split())
+            except (OSError, ValueError):
+                pass
+        return sorted(found)
+
+
+def _stopped(pid: int) -> bool:
+    """Whether no thread of `pid` can run: each is stopped, traced while stopped, a zombie or gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in (b"T", b"t", b"Z", b"X"):
+            return False
+    return True
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@contextlib.contextmanager
+def held(worker: Any) -> Iterator[bool]:
+    """Keep `worker` (a `WorkerProcess`, or None) stopped inside; yields whether it was fully stopped (True with
+    nothing to stop). It is resumed on the way out whatever happened inside, the block raising or timing out too."""
+    freezer: Freezer | None = getattr(worker, "freezer", None)
+    if freezer is None:
+        yield True
+        return
+    try:
+        yield freezer.stop()
+    finally:
+        freezer.resume()

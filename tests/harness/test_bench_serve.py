@@ -1,0 +1,60 @@
+"""`harness bench serve`: its closed loop (a counter per completion, latency split into phases), its in-process side
+(no more evaluations at once than the evaluator has workers, as the service), and a CPU run end to end."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
+
+import pytest
+
+from harness.bench import serve_bench
+
+
+def test_closed_loop_counts_each_completion_and_splits_latency(capsys) -> None:
+    def call(source: str) -> dict:
+        time.sleep(0.05)
+        return {"status": "correct", "timings": {"queue_s": 0.0, "eval_s": 0.01, "handoff_s": 0.0, "store_s": 0.0}}
+
+    run = serve_bench.closed_loop(call, [f"s{i}" for i in range(5)], 2, "served")
+    err = capsys.readouterr().err.splitlines()
+    assert [re.match(r"\[(\d)/5, \d+s\] served: correct$", line).group(1) for line in err] == list("12345")
+    assert run["statuses"] == ["correct"] * 5
+    for t, latency in zip(run["timings"], run["latencies"]):
+        assert t["eval_s"] == 0.01 and t["http_s"] >= 0.04 and sum(t.values()) == pytest.approx(latency)
+
+
+def test_in_process_side_runs_as_many_at_once_as_the_evaluator_has_workers() -> None:
+    lock, running, most = threading.Lock(), [0], [0]
+
+    def evaluate(problem, source, backend):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return SimpleNamespace(status=SimpleNamespace(value="correct"))
+
+    ev = SimpleNamespace(workers=2, evaluate=evaluate)
+    with ThreadPoolExecutor(ev.workers) as runners:
+        run = serve_bench.closed_loop(serve_bench.in_process_call(ev, None, runners), [str(i) for i in range(12)], 6)
+    assert most[0] == 2 and run["statuses"] == ["correct"] * 12
+    assert max(t["queue_s"] for t in run["timings"]) >= 0.05  # six callers, two at once: the others waited
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_cpu_run_end_to_end(capsys, tmp_path) -> None:
+    out = tmp_path / "serve.json"
+    assert serve_bench.main(2, out=str(out)) == 0
+    captured = capsys.readouterr()
+    assert "median seconds per phase" in captured.out
+    assert "[2/2," in captured.err and "served: correct" in captured.err and "in-process: correct" in captured.err
+    report = json.loads(out.read_text())
+    served = report["rows"][1]["phase_p50_s"]
+    assert set(served) == set(serve_bench.PHASES) and served["eval_s"] > 0
