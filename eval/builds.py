@@ -18,7 +18,7 @@ from pathlib import Path
 
 from eval import protocol
 from eval.cache import cache_key
-from eval.kernel_symbols import built_kernels
+from eval._kernel_symbols import built_kernels
 from eval._reaper import owned_tempdir
 from eval.sandbox import UNPRIVILEGED_UID, WorkerDied, WorkerProcess, WorkerTimeout, can_drop_privileges
 
@@ -26,7 +26,7 @@ from eval.sandbox import UNPRIVILEGED_UID, WorkerDied, WorkerProcess, WorkerTime
 @dataclass
 class Build:
     """Outcome of one build: `ok`, the compiler's error, the folder the extension is in, a note, and the kernels
-    the build's files define (`eval.kernel_symbols`, read by the parent)."""
+    the build's files define (`eval._kernel_symbols`, read by the parent)."""
 
     ok: bool
     error: str = ""

@@ -32,7 +32,7 @@ import torch
 from eval import protocol as p
 from eval import _affinity as affinity, _freeze as freeze, measure, static_checks
 from eval.builds import Build
-from eval.kernel_symbols import kernels_under
+from eval._kernel_symbols import kernels_under
 from eval.config import EvalConfig
 from eval.pool import Lease
 from eval._reference_process import Session
@@ -453,7 +453,7 @@ def own_kernels(ctx: Context) -> None:
     """The candidate's own kernels must have run; on a GPU, report their share of GPU time.
 
     Own means defined by the candidate's own code, never named in its text: CUDA kernels whose host stubs
-    the files it built hold (`eval.kernel_symbols`: the build folder, and the worker's own folder, read here
+    the files it built hold (`eval._kernel_symbols`: the build folder, and the worker's own folder, read here
     once forward has run) and Triton kernels whose launches the worker's tracer recorded from the candidate's
     module. A profiled kernel is own when its
     qualified name (namespaces and name) is one of those and it is no library's: not by its namespace or

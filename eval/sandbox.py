@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from eval import _freeze as freeze, _pids as pids, protocol
-from eval.kernel_symbols import pin_folder
+from eval._kernel_symbols import pin_folder
 from eval._reaper import owned_tempdir, owner_token
 from eval._watchdog import GIB, WATCH
 from eval.wire import Channel, ChannelClosed, ChannelTimeout, PayloadTooLarge, ProtocolError, new_region_fd
@@ -616,7 +616,7 @@ class WorkerProcess:
         """Hold a handle on the worker's own folder as its mount namespace shows it (there, a private tmpfs; the
         host's folder of that path stays empty). Called once the worker has started and before any candidate code
         runs in it, through the launcher's root (`unshare`, or the worker itself without a PID namespace), so that
-        what the parent reads there later (`eval.kernel_symbols`: the extensions it built at run time) is that
+        what the parent reads there later (`eval._kernel_symbols`: the extensions it built at run time) is that
         tmpfs, whatever the candidate mounts or links afterwards."""
         if self.own_folder is None:
             self.own_folder = pin_folder(self.proc.pid, os.path.realpath(self.workdir))

@@ -1,6 +1,6 @@
 """Own kernels are what the candidate's own code built and launched, never what its text names (CPU).
 
-- CUDA kernels come from the host stubs in the build's files (`eval.kernel_symbols`): every name form,
+- CUDA kernels come from the host stubs in the build's files (`eval._kernel_symbols`): every name form,
   and not a `__global__ NAME(` that sits in a string.
 - A never-launched kernel built under a library kernel's name (cuBLAS's `gemv2T_kernel_val`, which
   `torch.mv` launches) does not make the library's launches the candidate's: the reference launches it.
@@ -25,7 +25,7 @@ import torch
 from eval import EvalConfig, Evaluator, Status, checks
 from eval import protocol as p
 from eval.builds import Build
-from eval.kernel_symbols import built_kernels, kernels_under, pin_folder, stub_kernel, stub_symbols
+from eval._kernel_symbols import built_kernels, kernels_under, pin_folder, stub_kernel, stub_symbols
 from eval.result import EvalResult
 from eval.sandbox import WorkerProcess, sandbox_plan
 from eval.static_checks import analyze
