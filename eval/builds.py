@@ -13,24 +13,27 @@ import shutil
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from eval import protocol
 from eval.cache import cache_key
+from eval._kernel_symbols import built_kernels
 from eval._reaper import owned_tempdir
 from eval.sandbox import UNPRIVILEGED_UID, WorkerDied, WorkerProcess, WorkerTimeout, can_drop_privileges
 
 
 @dataclass
 class Build:
-    """Outcome of one build: `ok`, the compiler's error, the folder the extension is in, and a note."""
+    """Outcome of one build: `ok`, the compiler's error, the folder the extension is in, a note, and the kernels
+    the build's files define (`eval._kernel_symbols`, read by the parent)."""
 
     ok: bool
     error: str = ""
     extensions_dir: str | None = None
     note: str = ""
     seconds: float = 0.0
+    kernels: list[str] = field(default_factory=list)  # mangled names of the CUDA kernels the build defined
 
 
 class Builder:
@@ -88,5 +91,6 @@ class Builder:
             note = (f"a load_inline build failed and the candidate caught the error, so it runs its own fallback (as "
                     f"with torch's load_inline): {failed}" + ("; CUDA candidates cannot run without a GPU"
                                                               if compile_only else ""))
+        # read here, once the build worker is gone: what the build produced, never what the source says
         return Build(ok=reply.ok, error=reply.error, extensions_dir=str(ext_dir), note=note,
-                     seconds=round(time.perf_counter() - t0, 3))
+                     seconds=round(time.perf_counter() - t0, 3), kernels=built_kernels(ext_dir))

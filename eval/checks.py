@@ -32,6 +32,7 @@ import torch
 from eval import protocol as p
 from eval import _affinity as affinity, _freeze as freeze, measure, static_checks
 from eval.builds import Build
+from eval._kernel_symbols import kernels_under
 from eval.config import EvalConfig
 from eval.pool import Lease
 from eval._reference_process import Session
@@ -449,33 +450,72 @@ def holds_large_tensors(ctx: Context) -> bool:
 
 
 def own_kernels(ctx: Context) -> None:
-    """The candidate's own kernels must have run; on a GPU, report their share of GPU time."""
+    """The candidate's own kernels must have run; on a GPU, report their share of GPU time.
+
+    Own means defined by the candidate's own code, never named in its text: CUDA kernels whose host stubs
+    the files it built hold (`eval._kernel_symbols`: the build folder, and the worker's own folder, read here
+    once forward has run) and Triton kernels whose launches the worker's tracer recorded from the candidate's
+    module. A profiled kernel is own when its
+    qualified name (namespaces and name) is one of those and it is no library's: not by its namespace or
+    vendor pattern (`is_library_kernel`) and not one the problem's reference launches, profiled in the clean
+    reference process (so a kernel built under cuBLAS's `gemv2T_kernel_val` and never launched does not
+    make `torch.mv`'s launches its own)."""
     reply, _ = ctx.request(p.Kernels(), timeout=ctx.config.call_timeout_s)
-    report = ctx.report
-    own_names = set(reply.triton_own) | set(report.cuda_kernels)
+    built = _built_kernels(ctx)
+    own_paths = {qualified_name(n) for n in [*reply.triton_own, *built]}
     profile = [(str(n), float(ms)) for n, ms in reply.profile]
     launched = set(reply.triton_own)
     share = None
+    library_named: set[str] = set()
     if profile:
         total = sum(ms for _, ms in profile)
-        own = [(n, ms) for n, ms in profile if kernel_base_name(n) in own_names and not is_library_kernel(n)]
-        own_ms = sum(ms for _, ms in own)
+        own = [(n, ms) for n, ms in profile if qualified_name(n) in own_paths and not is_library_kernel(n)]
+        library_named = {kernel_base_name(n) for n, _ in profile if qualified_name(n) in own_paths} - {
+            kernel_base_name(n) for n, _ in own}
+        if own:
+            referenced = _reference_kernels(ctx)
+            library_named |= {kernel_base_name(n) for n, _ in own if qualified_name(n) in referenced}
+            own = [(n, ms) for n, ms in own if qualified_name(n) not in referenced]
         launched |= {kernel_base_name(n) for n, _ in own}
-        share = own_ms / total if total > 0 else None
-    ctx.result.kernels = KernelShare(own_kernels_launched=sorted(launched), own_kernels_defined=report.kernels,
+        share = sum(ms for _, ms in own) / total if total > 0 else None
+    defined = sorted({*ctx.report.triton_kernels, *(kernel_base_name(n) for n in built)})
+    ctx.result.kernels = KernelShare(own_kernels_launched=sorted(launched), own_kernels_defined=defined,
                                      own_time_fraction=share, top_kernels=profile[:8])
     if ctx.config.own_kernel_policy != "reject":
         return
-    library_named = sorted(n for n in own_names if is_library_kernel(n))
-    hint = (f" (kernels named like a library's, {', '.join(library_named)}, never count as the candidate's own: "
-            "rename them)") if library_named else ""
+    hint = (f" (kernels named like a library's, {', '.join(sorted(library_named))}, never count as the candidate's "
+            "own: rename them)") if library_named else ""
     if not launched:
+        built_note = "" if built or not ctx.report.cuda_kernels else (
+            "; no CUDA kernel was found in what its build or its run produced, and kernels named only in the source "
+            "text do not count")
         raise Verdict(Status.REJECTED, "none of the candidate's own kernels ran during forward (defined: "
-                                       f"{', '.join(report.kernels)}); the work was done by PyTorch or a fallback "
-                                       f"path{hint}")
+                                       f"{', '.join(defined) or 'none'}{built_note}); the work was done by PyTorch "
+                                       f"or a fallback path{hint}")
     shortfall = own_share_shortfall(share, ctx.config.min_own_time_fraction)
     if shortfall:
         raise Verdict(Status.REJECTED, shortfall + hint)
+
+
+def _built_kernels(ctx: Context) -> list[str]:
+    """Mangled names of the CUDA kernels the candidate's code built: at import, in the build worker (read from the
+    build folder once that worker was gone), and at run time in its evaluating worker (`load_inline` in `__init__`
+    or in a lazy first forward: read now, after forward ran, from the worker's own folder as the parent pinned it
+    before any candidate code ran; never from a list the worker sends)."""
+    at_build = ctx.build.kernels if ctx.build else []
+    folder = ctx.lease.worker.own_folder
+    at_run = kernels_under(folder) if folder is not None else []
+    return sorted({*at_build, *at_run})
+
+
+def _reference_kernels(ctx: Context) -> set[tuple[str, ...]]:
+    """Qualified names of the kernels the problem's reference launches, profiled in the clean reference process
+    on its staged timing inputs: library kernels by construction (no candidate code ever runs there)."""
+    if ctx.session is None:
+        return set()
+    reply, _ = ctx.request(p.Kernels(subject=ctx.session.label), timeout=ctx.config.call_timeout_s,
+                           worker=ctx.session)
+    return {qualified_name(str(n)) for n, _ in reply.profile}
 
 
 def own_share_shortfall(share: float | None, minimum: float) -> str | None:
@@ -803,6 +843,12 @@ def kernel_base_name(profiler_name: str) -> str:
     `extern "C"` names pass through.
     """
     return _qualified_name(profiler_name)[-1]
+
+
+def qualified_name(kernel: str) -> tuple[str, ...]:
+    """A kernel's namespaces and name, from a profiled name in any form or from a mangled symbol: `void
+    kh::inner::k<1>(float*)` and `_ZN2kh5inner1kILi1EEvPf` both give ("kh", "inner", "k")."""
+    return tuple(_qualified_name(kernel))
 
 
 def is_library_kernel(profiler_name: str) -> bool:

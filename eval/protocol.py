@@ -135,10 +135,11 @@ class KernelsReply(Reply):
 
 @dataclass
 class Kernels(Request):
-    """Own Triton launches so far and, on a GPU, a profile of calls on the staged candidate inputs."""
+    """Own Triton launches so far and, on a GPU, a profile of calls on the subject's staged inputs."""
 
     cmd: ClassVar[str] = "kernels"
     reply: ClassVar[type[Reply]] = KernelsReply
+    subject: str = "candidate"
 
 
 @dataclass

@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from eval import _freeze as freeze, _pids as pids, protocol
+from eval._kernel_symbols import pin_folder
 from eval._reaper import owned_tempdir, owner_token
 from eval._watchdog import GIB, WATCH
 from eval.wire import Channel, ChannelClosed, ChannelTimeout, PayloadTooLarge, ProtocolError, new_region_fd
@@ -609,6 +610,16 @@ class WorkerProcess:
         self.output = _CappedOutput(out_r, log_cap_bytes)
         self.info: dict[str, Any] = {}
         self.capture_key = 0  # keys the captures of its timed outputs (set by the evaluator when it says hello)
+        self.own_folder: int | None = None  # its own folder, as its mount namespace shows it (`pin_own_folder`)
+
+    def pin_own_folder(self) -> None:
+        """Hold a handle on the worker's own folder as its mount namespace shows it (there, a private tmpfs; the
+        host's folder of that path stays empty). Called once the worker has started and before any candidate code
+        runs in it, through the launcher's root (`unshare`, or the worker itself without a PID namespace), so that
+        what the parent reads there later (`eval._kernel_symbols`: the extensions it built at run time) is that
+        tmpfs, whatever the candidate mounts or links afterwards."""
+        if self.own_folder is None:
+            self.own_folder = pin_folder(self.proc.pid, os.path.realpath(self.workdir))
 
     def _freeze_group(self, plan: SandboxPlan) -> Path | None:
         """The cgroup v2 the worker is frozen in (`eval._freeze`): its pids cgroup where that is one, else a cgroup of
@@ -739,6 +750,9 @@ class WorkerProcess:
             except (ProcessLookupError, PermissionError):
                 pass
         self.channel.close()
+        if self.own_folder is not None:  # the handle would keep the worker's tmpfs alive
+            os.close(self.own_folder)
+            self.own_folder = None
         for group in dict.fromkeys((self.pids_group, self.freeze_group)):
             if group is not None:
                 pids.remove(group)

@@ -32,8 +32,10 @@ _LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")  # between __globa
 _CUDA_KERNEL = re.compile(r"__global__\s+(?:[\w:<>,\s\*&]+?\s+)?\**\s*(\w+)\s*\(")
 _FORBIDDEN: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bgc\s*\.\s*get_(objects|referrers|referents)\b"), "scans the garbage collector's objects"),
-    (re.compile(r"\bsys\s*\.\s*_getframe\b|\binspect\s*\.\s*(stack|currentframe|getouterframes)\b|\bf_back\b|\bf_locals\b|\bf_globals\b"),
+    (re.compile(r"\bsys\s*\.\s*_getframe\b|\binspect\s*\.\s*(stack|currentframe|getouterframes)\b|\bf_back\b|\bf_locals\b|\bf_globals\b"
+                r"|\b(tb|gi|cr|ag)_frame\b"),
      "inspects the caller's stack frames"),
+    (re.compile(r"\b__closure__\b|\bcell_contents\b"), "reads the state inside another function's closure"),
     (re.compile(r"\btriton\s*\.\s*knobs\b"), "touches Triton's runtime hooks"),
     (re.compile(r"/proc/\w+/(mem|environ)|\bptrace\b"), "reads another process's memory or environment"),
 )

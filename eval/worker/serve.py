@@ -41,6 +41,7 @@ _TRACEBACK_CHARS = 4000
 _torch_equal = torch.equal  # captured before any candidate can patch them
 _torch_allclose = torch.allclose
 _load_inline = cpp_extension.load_inline
+CANDIDATE_MODULE = "kh_candidate"  # the candidate's module name: its Triton kernels' launches are its own
 Handled = tuple[p.Reply, list[torch.Tensor]]
 
 
@@ -116,7 +117,6 @@ class Worker:
         self.tracer = tracing.TritonLaunchTracer()
         self.tracer.install()
         self.subjects: dict[str, Subject] = {}
-        self.candidate_module_name = ""
         self.snapshot: integrity.Snapshot | None = None
         self.flusher: timing.L2Flusher | None = None
         self.loop: Any = None
@@ -170,12 +170,11 @@ class Worker:
         cpp_extension.load_inline = light_build.wrap(loader)
         self.tracer.reset()
         self.snapshot = integrity.Snapshot()
-        self.candidate_module_name = "kh_candidate"
         candidate_path = Path.cwd() / "candidate.py"
         candidate_path.write_text(msg.candidate_source)
         t0 = time.perf_counter()
         try:
-            module = _import_file(candidate_path, self.candidate_module_name)
+            module = _import_file(candidate_path, CANDIDATE_MODULE)
         except BaseException as exc:  # noqa: BLE001  candidate code: anything can come out
             return _failure("import", exc, p.LoadReply), []
         import_s = time.perf_counter() - t0
@@ -296,14 +295,18 @@ class Worker:
         return draw_inputs(problem, seed, self.device, extra, on_cpu, distribution)
 
     def cmd_kernels(self, msg: p.Kernels, tensors: list[torch.Tensor]) -> Handled:
-        """Own Triton launches so far and, on a GPU, a profile of calls on the staged candidate set."""
-        subject = self.subjects["candidate"]
-        reply = p.KernelsReply(triton_own=self.tracer.own_launches(self.candidate_module_name))
-        if self.device.type == "cuda" and subject.sets:
-            with torch.no_grad():
-                reply.profile = [[name, ms] for name, ms in
-                                 tracing.profile_kernels(lambda: subject.model(*subject.args))]
-            reply.triton_own = self.tracer.own_launches(self.candidate_module_name)
+        """Own Triton launches so far and, on a GPU, a profile of calls on the subject's staged set (the reference
+        process profiles its reference this way: the library kernels the problem's own code launches)."""
+        subject = self.subjects[msg.subject]
+        try:
+            reply = p.KernelsReply(triton_own=self.tracer.own_launches(CANDIDATE_MODULE))
+            if self.device.type == "cuda" and subject.sets:
+                with torch.no_grad():
+                    reply.profile = [[name, ms] for name, ms in
+                                     tracing.profile_kernels(lambda: subject.model(*subject.args))]
+                reply.triton_own = self.tracer.own_launches(CANDIDATE_MODULE)
+        except tracing.TracerTampered as exc:
+            return p.KernelsReply(ok=False, stage="integrity", error=f"forged the record of Triton launches: {exc}"), []
         return reply, []
 
     def cmd_back_to_back(self, msg: p.BackToBack, tensors: list[torch.Tensor]) -> Handled:
