@@ -360,6 +360,24 @@ def _stop_worker_draws(ctx: Context) -> None:
 
 
 def stage_timing_inputs(ctx: Context) -> None:
+    """`_stage` with the parent's cached device memory handed back before and after, when an evaluation's tensors
+    are past a worker's budget: the trials' outputs compared here, and the sets drawn here to check fingerprints,
+    stay cached in this process otherwise (20 GiB for a 6 GiB problem on the H100, which ran the candidate's
+    staging out of memory)."""
+    _release_if_large(ctx, holds_large_tensors(ctx))
+    try:
+        _stage(ctx)
+    finally:
+        budget = device_budget(ctx.lease.device)
+        _release_if_large(ctx, holds_large_tensors(ctx) or (budget is not None and ctx.input_bytes > budget))
+
+
+def _release_if_large(ctx: Context, large: bool) -> None:
+    if large and ctx.lease.device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _stage(ctx: Context) -> None:
     """Send the timing input sets ahead to both processes, so the exclusive window holds only GPU work.
 
     Both get the same sets: repetition r runs on the same inputs on both sides. Where the worker
@@ -500,11 +518,10 @@ def own_kernels(ctx: Context) -> None:
 def _built_kernels(ctx: Context) -> list[str]:
     """Mangled names of the CUDA kernels the candidate's code built: at import, in the build worker (read from the
     build folder once that worker was gone), and at run time in its evaluating worker (`load_inline` in `__init__`
-    or in a lazy first forward: read now, after forward ran, from the worker's own folder as the parent pinned it
-    before any candidate code ran; never from a list the worker sends)."""
+    or in a lazy first forward: read now, after forward ran, from the worker's own folder and its private /tmp and
+    /dev/shm, as the parent pinned them before any candidate code ran; never from a list the worker sends)."""
     at_build = ctx.build.kernels if ctx.build else []
-    folder = ctx.lease.worker.own_folder
-    at_run = kernels_under(folder) if folder is not None else []
+    at_run = [k for folder in ctx.lease.worker.own_folders for k in kernels_under(folder)]
     return sorted({*at_build, *at_run})
 
 

@@ -419,7 +419,7 @@ class Evaluator:
             worker.kill()
             raise RuntimeError(f"the evaluation worker failed to start: {reply.error}")
         worker.info = reply.info
-        worker.pin_own_folder()  # before any candidate code: where the parent reads what it builds at run time
+        worker.pin_own_folders()  # before any candidate code: where the parent reads what it builds at run time
         expected = _device_uuid(gpu_index)
         if expected and reply.info.get("device_uuid") != expected:
             worker.kill()

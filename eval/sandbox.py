@@ -610,16 +610,21 @@ class WorkerProcess:
         self.output = _CappedOutput(out_r, log_cap_bytes)
         self.info: dict[str, Any] = {}
         self.capture_key = 0  # keys the captures of its timed outputs (set by the evaluator when it says hello)
-        self.own_folder: int | None = None  # its own folder, as its mount namespace shows it (`pin_own_folder`)
+        self.own_folders: list[int] = []  # where it may write, as its mount namespace shows them (`pin_own_folders`)
+        self._private_tmp = plan.filesystem  # its /tmp and /dev/shm are tmpfs of its own, not the host's
 
-    def pin_own_folder(self) -> None:
-        """Hold a handle on the worker's own folder as its mount namespace shows it (there, a private tmpfs; the
-        host's folder of that path stays empty). Called once the worker has started and before any candidate code
-        runs in it, through the launcher's root (`unshare`, or the worker itself without a PID namespace), so that
-        what the parent reads there later (`eval._kernel_symbols`: the extensions it built at run time) is that
-        tmpfs, whatever the candidate mounts or links afterwards."""
-        if self.own_folder is None:
-            self.own_folder = pin_folder(self.proc.pid, os.path.realpath(self.workdir))
+    def pin_own_folders(self) -> None:
+        """Hold a handle on each folder the worker may write, as its mount namespace shows it: its own folder and,
+        when the plan gave it private ones, its `/tmp` and `/dev/shm` (each a tmpfs of its own; the host's folders of
+        those paths are not what it sees). Called once the worker has started and before any candidate code runs
+        in it, through the launcher's root (`unshare`, or the worker itself without a PID namespace), so that what
+        the parent reads there later (`eval._kernel_symbols`: the extensions it built at run time, wherever
+        `load_inline`'s `build_directory` put them) is those tmpfs, whatever the candidate mounts or links
+        afterwards. Without private ones, `/tmp` is the host's, shared with others, and is never read."""
+        if self.own_folders:
+            return
+        paths = [os.path.realpath(self.workdir)] + (["/tmp", "/dev/shm"] if self._private_tmp else [])
+        self.own_folders = [fd for fd in (pin_folder(self.proc.pid, path) for path in paths) if fd is not None]
 
     def _freeze_group(self, plan: SandboxPlan) -> Path | None:
         """The cgroup v2 the worker is frozen in (`eval._freeze`): its pids cgroup where that is one, else a cgroup of
@@ -750,9 +755,9 @@ class WorkerProcess:
             except (ProcessLookupError, PermissionError):
                 pass
         self.channel.close()
-        if self.own_folder is not None:  # the handle would keep the worker's tmpfs alive
-            os.close(self.own_folder)
-            self.own_folder = None
+        for fd in self.own_folders:  # a handle would keep the worker's tmpfs alive
+            os.close(fd)
+        self.own_folders = []
         for group in dict.fromkeys((self.pids_group, self.freeze_group)):
             if group is not None:
                 pids.remove(group)

@@ -145,12 +145,12 @@ class _Ctx:
     """What `checks.own_kernels` touches: the worker's and the reference process's Kernels replies."""
 
     def __init__(self, source: str, build: Build | None, profile: list, reference_profile: list,
-                 triton_own: list[str] | None = None, own_folder: int | None = None):
+                 triton_own: list[str] | None = None, own_folders: list[int] | None = None):
         self.report = analyze(source)
         self.build = build
         self.config = EvalConfig(device="cpu")
         self.result = EvalResult()
-        self.lease = SimpleNamespace(worker=SimpleNamespace(own_folder=own_folder))  # what it built at run time
+        self.lease = SimpleNamespace(worker=SimpleNamespace(own_folders=own_folders or []))  # what it built at run time
         self.session = type("Session", (), {"label": "ref7"})()
         self.replies = {None: p.KernelsReply(triton_own=triton_own or [], profile=profile),
                         self.session: p.KernelsReply(profile=reference_profile)}
@@ -213,12 +213,12 @@ def test_a_kernel_built_at_run_time_counts_as_own_and_one_never_launched_does_no
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         ctx = _Ctx(_LIBRARY_ONLY, None, [("k_body(float*)", 3.0), (CUBLAS_GEMV, 1.0)], [(CUBLAS_GEMV, 1.0)],
-                   own_folder=fd)
+                   own_folders=[fd])
         checks.own_kernels(ctx)
         assert ctx.result.kernels.own_kernels_launched == ["k_body"]
         assert ctx.result.kernels.own_kernels_defined == ["k_body"]
         assert ctx.result.kernels.own_time_fraction == pytest.approx(0.75)
-        decoy = _Ctx(_LIBRARY_ONLY, None, [(CUBLAS_GEMV, 1.0)], [(CUBLAS_GEMV, 1.0)], own_folder=fd)
+        decoy = _Ctx(_LIBRARY_ONLY, None, [(CUBLAS_GEMV, 1.0)], [(CUBLAS_GEMV, 1.0)], own_folders=[fd])
         with pytest.raises(checks.Verdict) as verdict:
             checks.own_kernels(decoy)
         assert "none of the candidate's own kernels ran during forward (defined: k_body)" in verdict.value.reason
@@ -228,7 +228,7 @@ def test_a_kernel_built_at_run_time_counts_as_own_and_one_never_launched_does_no
 
 # -- what the evaluating worker built at run time ----------------------------------------------------------------------
 # `load_inline` in `__init__`: the build worker only imports the candidate, so this extension is built in the
-# evaluating worker, into its own folder. Its C++ defines what nvcc writes for `__global__ void k_body(float*)`: the
+# evaluating worker, into its private /tmp (a `build_directory` there, as many of CUDA-L1's kernels give). Its C++ defines what nvcc writes for `__global__ void k_body(float*)`: the
 # host stub (a CPU has no CUDA build to run). It also plants links to host files, which the worker's view does not
 # show but which a parent following them through /proc/PID/root would read (they resolve in the parent's root).
 RUN_TIME = '''
@@ -246,11 +246,13 @@ torch::Tensor f(torch::Tensor a, torch::Tensor b) { return torch::relu(a + b); }
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
-        self.ext = load_inline("kh_run_time", cpp_sources=CPP, functions=["f"])
+        os.makedirs("/tmp/kh_build")  # where CUDA-L1's kernels build: the worker's private /tmp
+        self.ext = load_inline("kh_run_time", cpp_sources=CPP, functions=["f"], build_directory="/tmp/kh_build")
         folder = pathlib.Path(os.environ["TORCH_EXTENSIONS_DIR"])
+        folder.mkdir(parents=True, exist_ok=True)
         (folder / "planted.so").symlink_to(HOST_FILE)
         (folder / "planted_folder").symlink_to(HOST_FOLDER)
-        (folder / "kh_run_time" / "replaced.so").symlink_to(HOST_FILE)
+        pathlib.Path("/tmp/kh_build/replaced.so").symlink_to(HOST_FILE)
 
     def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return self.ext.f(a, b)
@@ -272,8 +274,9 @@ def test_kernels_built_at_run_time_are_read_from_the_workers_folder_and_planted_
     try:
         hello, _ = worker.request(p.Hello(device="cpu"), timeout=300)
         assert hello.ok and hello.info["filesystem_isolated"] is True, hello.error
-        worker.pin_own_folder()
-        assert worker.own_folder is not None and kernels_under(worker.own_folder) == []
+        worker.pin_own_folders()
+        own, tmp, shm = worker.own_folders  # its own folder, its private /tmp and /dev/shm
+        assert [kernels_under(fd) for fd in (own, tmp, shm)] == [[], [], []]
         load, _ = worker.request(p.Load(problem_source=PROBLEM, candidate_source=source, weight_seed=1),
                                  timeout=1500)
         assert load.ok, load.error
@@ -284,10 +287,11 @@ def test_kernels_built_at_run_time_are_read_from_the_workers_folder_and_planted_
         # the trap: through the worker's root, the planted link leads to the host's file
         planted = Path(f"/proc/{worker.proc.pid}/root{os.path.realpath(worker.workdir)}/torch-extensions/planted.so")
         assert "_Z28__device_stub__Z9host_onlyPfPf" in stub_symbols(planted.read_bytes())
-        assert kernels_under(worker.own_folder) == ["_Z6k_bodyPf"]
+        assert [kernels_under(fd) for fd in (own, tmp, shm)] == [[], ["_Z6k_bodyPf"], []]
+        assert not Path("/tmp/kh_build").exists()  # the host's /tmp shows none of it
     finally:
         worker.close()
-    assert worker.own_folder is None  # closed with the worker: the handle would keep its tmpfs alive
+    assert worker.own_folders == []  # closed with the worker: a handle would keep its tmpfs alive
 
 
 # -- forged Triton launch records (the interpreter) ------------------------------------------------------------------
