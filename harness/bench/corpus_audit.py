@@ -7,7 +7,7 @@ of a few minutes does a part, `--time-budget` ending it cleanly.
   kb    KernelBench's `eval_kernel_against_ref`, correctness only (a false-reject audit needs only its accept or
         reject), every entry in a fresh process, `--jobs` at once;
   ours  the default (strict) evaluator; the reference is the entry's `ref_code`; chunks of entries go through
-        `Evaluator.evaluate_many`, the next chunk's builds started ahead.
+        `Evaluator.evaluate_many`, every build queued ahead (`prebuild`), in order.
 `--table` prints, per level, the counts and every entry KernelBench accepts and we reject, with a class taken from
 our result's status, step and reason alone (`reject_class`). The target: no `harness` rejects.
 """
@@ -27,10 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.bench.kernelbench_side_by_side import stand_ins, kernelbench_missing, run_child
+from harness.bench.kernelbench_side_by_side import kernelbench_missing, run_child, stand_ins
 from harness.progress import Tally
 
-SIDES = ("kb", "ours")
 KB_ENTRY_TIMEOUT_S = 240.0  # one KernelBench entry, its build included (our own build limit is 180 s)
 KB_TRIALS = 5  # KernelBench's correctness trials, as its own scripts run them
 CLASSES = ("by design", "integrity", "correctness", "harness")
@@ -117,9 +116,11 @@ class Results:
 
     def append(self, record: dict[str, Any]) -> None:
         with self._lock, open(self.path, "a+b") as fh:
-            fh.seek(0, os.SEEK_END)
-            cut = fh.tell() > 0 and (fh.seek(-1, os.SEEK_END), fh.read(1))[1] != b"\n"
-            fh.write((b"\n" if cut else b"") + json.dumps(record).encode() + b"\n")  # never glued to a cut line
+            cut = False  # a line a killed run left unfinished: the new one starts on a line of its own
+            if fh.seek(0, os.SEEK_END) > 0:
+                fh.seek(-1, os.SEEK_END)
+                cut = fh.read(1) != b"\n"
+            fh.write((b"\n" if cut else b"") + json.dumps(record).encode() + b"\n")
             fh.flush()
             os.fsync(fh.fileno())
 
@@ -173,7 +174,8 @@ def _kb_one(entry: Entry, corpus: str, kernelbench_src: str, jobs: int) -> dict[
     if "verdict" in got:
         return kb_record(entry, got["verdict"], got["reason"], time.monotonic() - t0)
     verdict = "timeout" if got.get("timeout") else "error"
-    return kb_record(entry, verdict, f"KernelBench's process: {got['error']}", time.monotonic() - t0)
+    last = (got["error"].strip().splitlines() or [""])[-1]  # a traceback's last line names the exception
+    return kb_record(entry, verdict, f"KernelBench's process: {last}", time.monotonic() - t0)
 
 
 def run_kb(entries: list[Entry], out: Path, corpus: str, kernelbench_src: str, jobs: int,
@@ -269,13 +271,12 @@ def run_ours(entries: list[Entry], out: Path, device: str, backend: str, deadlin
         return 2
     started = 0
     with evaluator as ev:
+        for _, job in jobs:  # every build queued now, in order; closing cancels those not started
+            ev.prebuild(job.problem, job.source, job.backend)
         size = 2 * ev.workers  # a chunk keeps every worker busy; the budget is checked between chunks
-        chunks = [jobs[i:i + size] for i in range(0, len(jobs), size)]
-        for k, chunk in enumerate(chunks):
+        for chunk in (jobs[i:i + size] for i in range(0, len(jobs), size)):
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            for _, job in chunk + (chunks[k + 1] if k + 1 < len(chunks) else []):  # in order: this chunk's first
-                ev.prebuild(job.problem, job.source, job.backend)
 
             def on_result(i: int, result: Any, chunk: list[tuple[Entry, Any]] = chunk) -> None:
                 results.append(ours_record(chunk[i][0], result))
@@ -363,6 +364,9 @@ def main(corpus: str, levels: str = "1,2,3", kernelbench_src: str = ".kb/src", o
          jobs: int = 4, side: str = "both", limit: int | None = None, time_budget: float | None = None,
          show_table: bool = False, device: str = "cuda", backend: str = "cuda") -> int:
     t0 = time.monotonic()
+    if jobs < 1 or (limit is not None and limit < 0):
+        print(f"--jobs: at least 1 (got {jobs}); --limit: not negative (got {limit})")
+        return 2
     try:
         chosen = parse_levels(levels)
         entries = load_corpus(corpus, chosen, limit)
@@ -381,9 +385,6 @@ def main(corpus: str, levels: str = "1,2,3", kernelbench_src: str = ".kb/src", o
         if missing:
             print(missing)
             return 2
-    if jobs < 1:
-        print(f"--jobs: at least 1 (got {jobs})")
-        return 2
     folder.mkdir(parents=True, exist_ok=True)
     deadline = None if time_budget is None else t0 + time_budget
     code = 0
@@ -397,8 +398,9 @@ def main(corpus: str, levels: str = "1,2,3", kernelbench_src: str = ".kb/src", o
                       deadline)
     if side in ("ours", "both") and code == 0:
         code = run_ours(entries, folder, device, backend, deadline)
-    (folder / "table.md").write_text(table(entries, folder, chosen))
-    print(f"written to {folder}; the table: {folder / 'table.md'} (or --table)")
+    if code == 0:
+        (folder / "table.md").write_text(table(entries, folder, chosen))
+        print(f"written to {folder}; the table: {folder / 'table.md'} (or --table)")
     return code
 
 
