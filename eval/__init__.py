@@ -29,6 +29,7 @@ _EXPORTS = {
     "Mismatch": "eval.result",
     "Status": "eval.result",
     "Timing": "eval.result",
+    "UNFINISHED": "eval.result",
     "Ceilings": "eval.roofline",
     "cached_ceilings": "eval.roofline",
     "probe_and_cache": "eval.roofline",

@@ -37,7 +37,7 @@ from eval.config import EvalConfig
 from eval.pool import Lease
 from eval._reference_process import Session
 from eval._reference import Reference, encode_args, problem_size
-from eval.result import EvalResult, KernelShare, Status, Timing
+from eval.result import UNFINISHED, EvalResult, KernelShare, Status, Timing
 from eval.roofline import IMPLAUSIBLE_BELOW_FLOOR, REJECT_BELOW_BYTE_FLOOR, Ceilings
 from problems import (
     DISTRIBUTIONS,
@@ -268,6 +268,8 @@ def trials(ctx: Context) -> None:
                 ctx.result.distributions[distribution] = "skipped: the reference is not finite on these inputs"
                 continue
             ctx.allow_outputs(expected)
+            if distribution:  # stays so if the candidate raises, crashes or hangs on these inputs
+                ctx.result.distributions[distribution] = UNFINISHED
             reply, outputs = _run_trial(ctx, inputs, fingerprint, p.Run(seed=seed, extra=-1 if extra is None else extra,
                                                                          on_cpu=bool(public), distribution=distribution))
             ctx.result.trials += 1
@@ -310,6 +312,7 @@ def derived_workload_trial(ctx: Context, trial: int) -> None:
             return
         ctx.allow_outputs(expected)
         spec, tensors = encode_args(inputs)
+        ctx.result.workloads[name] = UNFINISHED  # stays so if the candidate raises, crashes or hangs on it
         reply, outputs = ctx.request(p.Run(args=spec, poison=True), tensors, timeout=ctx.config.call_timeout_s)
         ctx.result.trials += 1
         mismatch = _trial_mismatch(ctx, expected, reply, outputs, trial)

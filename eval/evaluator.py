@@ -98,9 +98,11 @@ def host_gpu_index(host_gpu_ids: Sequence[str], index: int | None) -> int | None
     return index
 
 
-def _needs_build(job: Job, report: static_checks.SourceReport) -> bool:
-    """A parsable candidate that builds CUDA/C++ extensions (or is declared CUDA) is built before it is loaded."""
-    return report.status is None and (report.uses_load_inline or job.backend == "cuda")
+def _needs_build(job: Job, report: static_checks.SourceReport, own_kernel_policy: str) -> bool:
+    """A parsable candidate that builds CUDA/C++ extensions (or is declared CUDA) is built before it is loaded,
+    unless its source alone refuses it (a PyTorch-only candidate declared CUDA would take a build slot for nothing)."""
+    return (report.status is None and (report.uses_load_inline or job.backend == "cuda")
+            and static_checks.refusal(report, own_kernel_policy) is None)
 
 
 class Evaluator:
@@ -198,8 +200,9 @@ class Evaluator:
         def enter(i: int, build: Future[Build] | None) -> None:
             runners.submit(run, i, build)
 
+        policy = self.config.own_kernel_policy
         for i, job in enumerate(jobs):
-            build = self._builder.submit(job.source) if _needs_build(job, reports[i]) else None
+            build = self._builder.submit(job.source) if _needs_build(job, reports[i], policy) else None
             if build is None:
                 enter(i, None)
             else:
@@ -223,7 +226,7 @@ class Evaluator:
         that build (an identical source is built once)."""
         job = Job(problem, source, backend)
         report = static_checks.analyze(source)
-        if not _needs_build(job, report) or static_checks.refusal(report, self.config.own_kernel_policy):
+        if not _needs_build(job, report, self.config.own_kernel_policy):
             return
         if self._cache is not None and self._cache.get(self._result_key(job)) is not None:
             return
@@ -283,7 +286,7 @@ class Evaluator:
             if too_big:
                 raise Verdict(Status.SKIPPED, too_big)
         waited = time.perf_counter()
-        if build is None and _needs_build(job, report):
+        if build is None and _needs_build(job, report, self.config.own_kernel_policy):
             build = self._builder.submit(job.source)
         built = build.result() if build is not None else None
         result.phase_seconds["wait_for_build"] = round(time.perf_counter() - waited, 4)

@@ -35,6 +35,11 @@ class Status(str, Enum):
         return self.value
 
 
+# the value of a `distributions` or `workloads` entry whose trial the candidate never finished: it raised, crashed or
+# hung on inputs or sizes it was never shown (the verdict is then that runtime_error, crash or timeout)
+UNFINISHED = "unfinished"
+
+
 @dataclass
 class Timing:
     """Summary of repeated timings of one callable, in milliseconds."""
@@ -83,7 +88,7 @@ class EvalResult:
     error: str = ""  # trimmed compile log / traceback tail
     stdout_tail: str = ""
     trials: int = 0
-    distributions: dict[str, str] = field(default_factory=dict)  # off-distribution trials: name -> passed/failed/skipped
+    distributions: dict[str, str] = field(default_factory=dict)  # off-distribution trials: name -> passed/failed/skipped/UNFINISHED
     workloads: dict[str, str] = field(default_factory=dict)  # derived hidden workloads ("batch=9") -> the same
     problem_scale: str = "full"  # "small" when the problem's reduced sizes (META["small"]) were used
     network_isolated: bool | None = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from harness.progress import Tally
 _PRECISION = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
-def _stand_ins() -> None:
+def stand_ins() -> None:
     """KernelBench's `__init__` imports `utils` (dotenv, openai, litellm) and `eval` imports pydantic."""
     for name, attrs in {"dotenv": {"load_dotenv": lambda *a, **k: None}, "openai": {"OpenAI": object},
                         "litellm": {"completion": None}}.items():
@@ -61,7 +62,7 @@ def _load(problem_id: str) -> tuple[Any, str, str, str]:
 
 
 def kb_eval(problem_id: str) -> dict[str, Any]:
-    _stand_ins()
+    stand_ins()
     import torch
     from kernelbench.eval import eval_kernel_against_ref, get_torch_dtype_from_string
 
@@ -75,7 +76,7 @@ def kb_eval(problem_id: str) -> dict[str, Any]:
 
 
 def kb_ref(problem_id: str) -> dict[str, Any]:
-    _stand_ins()
+    stand_ins()
     import torch
     from kernelbench.timing import measure_ref_program_time
 
@@ -101,21 +102,43 @@ def ours(problem_id: str) -> dict[str, Any]:
 _MODES = {"kb_eval": kb_eval, "kb_ref": kb_ref, "ours": ours}
 
 
-def _child(mode: str, problem_id: str, kernelbench_src: str) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (kernelbench_src, os.environ.get("PYTHONPATH")) if p))
-    out = subprocess.run([sys.executable, "-m", __name__, "--child", mode, problem_id], capture_output=True,
-                         text=True, env=env, timeout=600)
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith('{"__r"')]
+def kernelbench_missing(kernelbench_src: str) -> str:
+    """The one-line complaint when `kernelbench_src` holds no KernelBench source; "" when it does."""
+    if os.path.isfile(os.path.join(kernelbench_src, "kernelbench", "eval.py")):
+        return ""
+    return f"--kernelbench-src {kernelbench_src}: no kernelbench/eval.py there (give KernelBench's src/ folder)"
+
+
+def run_child(module: str, args: list[str], kernelbench_src: str, timeout: float,
+              env: dict[str, str] | None = None) -> dict[str, Any]:
+    """`python -m module args` in a fresh process with KernelBench on its path, in a session of its own so that a
+    timeout ends its compilers too. Its result is its last `{"__r": ...}` line on stdout; else `{"error": ...}`
+    (with `"timeout": true` when it ran out of time)."""
+    path = os.pathsep.join(p for p in (kernelbench_src, os.environ.get("PYTHONPATH")) if p)
+    proc = subprocess.Popen([sys.executable, "-m", module, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, **(env or {}), "PYTHONPATH": path}, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the child leads its own group: this ends nothing of ours
+        proc.communicate()
+        return {"error": f"timed out after {timeout:g} s", "timeout": True}
+    lines = [ln for ln in stdout.splitlines() if ln.startswith('{"__r"')]
     if not lines:
-        return {"error": (out.stderr or out.stdout)[-800:]}
+        return {"error": (stderr or stdout)[-800:] or f"exited with status {proc.returncode} and no output"}
     return json.loads(lines[-1])["__r"]
+
+
+def _child(mode: str, problem_id: str, kernelbench_src: str) -> dict[str, Any]:
+    return run_child(__name__, ["--child", mode, problem_id], kernelbench_src, timeout=600)
 
 
 def main(problem_ids: list[str], kernelbench_src: str, repeat: int = 2, out: str | None = None) -> int:
     import torch
 
-    if not os.path.isfile(os.path.join(kernelbench_src, "kernelbench", "eval.py")):
-        print(f"--kernelbench-src {kernelbench_src}: no kernelbench/eval.py there (give KernelBench's src/ folder)")
+    missing = kernelbench_missing(kernelbench_src)
+    if missing:
+        print(missing)
         return 2
     print(f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}, KernelBench from {kernelbench_src}")
     print("| problem | round | KernelBench: candidate / clean-process reference | KernelBench in-eval | ours "

@@ -1,5 +1,5 @@
-"""`harness bench eval|suite|trusted|kernelbench|serve|loop|store`: benchmarks of the harness itself (figures go to
-docs/benchmarks.md).
+"""`harness bench eval|suite|trusted|kernelbench|corpus|serve|loop|store`: benchmarks of the harness itself (figures
+go to docs/benchmarks.md).
 
 The one door into `harness.bench`: nothing else of the harness imports a benchmark (`harness presets bench` comes
 through `run_presets`), so benchmarks depend on the product and never the reverse.
@@ -56,6 +56,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     kb.add_argument("--kernelbench-src", default=".kb/src", help="KernelBench's src/ folder (holds kernelbench/)")
     kb.add_argument("--repeat", type=int, default=2)
     kb.add_argument("--out", help="write the JSON report here")
+    corpus = sub.add_parser("corpus", help="false-reject audit of a published corpus (CUDA-L1's KernelBench kernels): "
+                                           "KernelBench's verdict beside ours on every entry, resumable (GPU)")
+    corpus.add_argument("--corpus", required=True, help="the corpus JSON: {\"1\": [{task_id, ref_code, custom_code}, "
+                                                        "...], ...} (CUDA-L1's optimized_cuda_code/codes/h100.json)")
+    corpus.add_argument("--levels", default="1,2,3", help="levels to audit, comma-separated")
+    corpus.add_argument("--kernelbench-src", default=".kb/src", help="KernelBench's src/ folder (holds kernelbench/)")
+    corpus.add_argument("--out", default="corpus-audit", help="folder of the per-entry results (kb.jsonl, "
+                                                              "ours.jsonl); a second run with it skips what is done")
+    corpus.add_argument("--jobs", type=int, default=4, help="KernelBench side: entries at once, each in its own process")
+    corpus.add_argument("--side", choices=("kb", "ours", "both"), default="both")
+    corpus.add_argument("--limit", type=int, default=None, help="only the first N entries of the levels")
+    corpus.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                        help="start no entry (KernelBench) or chunk (ours) after this many seconds")
+    corpus.add_argument("--table", action="store_true", help="print the markdown summary of --out and run nothing")
+    corpus.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="our side's device (cpu: a test)")
+    corpus.add_argument("--backend", choices=("cuda", "triton"), default="cuda", help="our side's backend label")
     serve = sub.add_parser("serve", help="evaluations per GPU-hour and p50/p99 latency through harness serve beside "
                                          "the in-process evaluator (GPU: 16M elements; CPU: a small smoke test)")
     serve.add_argument("--candidates", type=int, default=None, help="distinct honest Triton candidates per side "
@@ -102,6 +118,11 @@ def run(args: argparse.Namespace) -> int:
         from harness.bench import kernelbench_side_by_side
 
         return kernelbench_side_by_side.main(args.problems, args.kernelbench_src, args.repeat, args.out)
+    if args.bench == "corpus":
+        from harness.bench import corpus_audit
+
+        return corpus_audit.main(args.corpus, args.levels, args.kernelbench_src, args.out, args.jobs, args.side,
+                                 args.limit, args.time_budget, args.table, args.device, args.backend)
     if args.bench == "serve":
         from harness.bench import serve_bench
 

@@ -130,3 +130,16 @@ def test_prebuild_starts_the_build_that_evaluate_then_joins(tmp_path):
     with Evaluator(config) as ev:  # the same cache: the verdict is known, nothing to build
         ev.prebuild(problem, cuda, "cuda")
         assert ev._builder._futures == {}
+
+
+def test_a_candidate_refused_from_its_source_is_never_built(evaluator):
+    """A PyTorch-only candidate declared CUDA (a published corpus has many) is refused before any build, so
+    `evaluate_many` gives it no build slot, as `prebuild` gives it none."""
+    problem = candidates.problem(4096)
+    pytorch_only = candidates.edit(candidates.cuda_candidate("refused", 256), "ext.add_relu_scale(x.contiguous(), "
+                                   "y.contiguous(), self.scale)", "torch.relu(x + y) * self.scale")
+    pytorch_only = candidates.edit(pytorch_only, "__global__", "__device__")
+    before = dict(evaluator._builder._futures)
+    (r,) = evaluator.evaluate_many([Job(problem, pytorch_only, "cuda")])
+    assert r.status is Status.REJECTED and "defines no kernel of its own" in r.reason, f"{r.status}: {r.reason}"
+    assert evaluator._builder._futures == before

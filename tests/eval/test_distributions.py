@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from eval import Status
+from eval import UNFINISHED, Status
 from problems.problem import problem_from_source
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # every test runs sandboxed evaluator workers
@@ -137,6 +137,22 @@ def test_a_kernelbench_problem_gets_a_hidden_derived_workload(evaluator):
     assert r.status is Status.INCORRECT, f"{r.status}: {r.reason}"
     assert "on a hidden workload: batch_size=33, dim=65" in r.reason and r.workloads == {
         "batch_size=33, dim=65": "failed"}, (r.reason, r.workloads)
+
+
+def test_a_trial_the_candidate_never_finishes_is_marked_unfinished(evaluator):
+    """A kernel that raises on sizes or values it was never shown ends its evaluation in that trial; the trial's entry
+    says so (`UNFINISHED`), so that the verdict can be told from one on the published inputs."""
+    honest = CANDIDATE.format(value="tl.maximum(x, -10.0)")
+    fixed_shape = honest.replace("out = torch.empty_like(x)", "assert x.shape == (64, 128), 'built for 64 x 128'\n"
+                                 "        out = torch.empty_like(x)")
+    r = evaluator.evaluate(problem_from_source(KB_PROBLEM, name="kb_clamp", problem_id="t/kb_clamp"), fixed_shape)
+    assert r.status is Status.RUNTIME_ERROR and "built for 64 x 128" in r.reason, f"{r.status}: {r.reason}"
+    assert r.workloads == {"batch_size=33, dim=65": UNFINISHED}, r.workloads
+    in_range = honest.replace("out = torch.empty_like(x)", "assert x.abs().max() < 8, 'inputs out of range'\n"
+                              "        out = torch.empty_like(x)")
+    r = evaluator.evaluate(_clamp_problem(), in_range)
+    assert r.status is Status.RUNTIME_ERROR and "inputs out of range" in r.reason, f"{r.status}: {r.reason}"
+    assert r.distributions == {"scaled": UNFINISHED}, r.distributions
 
 
 def test_constants_the_model_reads_are_never_scaled():
