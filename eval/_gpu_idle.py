@@ -14,7 +14,7 @@ reference block, with the candidate's worker stopped throughout (`Watch.idle`):
 
 - busy before: it waits, polling the probe, until the GPU is idle, then times the block;
 - busy after: the block is discarded, and timed again once the GPU is idle (at most `MAX_RUNS` runs);
-- busy for `IDLE_WAIT_S` on end: the timing stops (`Busy`). Who pays is then settled by ending the candidate's
+- still busy after `IDLE_WAIT_S`: the timing stops (`Busy`). Who pays is then settled by ending the candidate's
   worker, whose GPU work ends with its CUDA context (`candidates_work`): the GPU idle within `KILL_GRACE_S`, the
   work was the candidate's, which is rejected; still busy, it was another process's, and the evaluation fails as
   the harness's. Work that comes back in every run of a block (the candidate stopped) fails it as the harness's too.
@@ -37,7 +37,7 @@ from eval import protocol as p
 
 PROBE_ROUNDS = 3  # a reading is its fastest round: a round slowed by the host, or by the GPU's switch back to
 # the reference's context after the candidate's block, says nothing of other work
-IDLE_CAP_US = 100.0  # a calibration slower than this was taken beside other work: the policy reads it as this
+IDLE_CAP_US = 100.0  # the policy reads a slower calibration as this (one taken beside other work is a time slice)
 # Busy: the fastest round over BUSY_FACTOR x idle and over idle + BUSY_MARGIN_US. Work that delays the probe by
 # less than the margin can take at most that much of a 25 ms block (`measure.BLOCK_MS`): 0.4 %.
 BUSY_FACTOR = 3.0
