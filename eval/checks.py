@@ -30,7 +30,7 @@ from typing import Any, Callable, NoReturn
 import torch
 
 from eval import protocol as p
-from eval import _affinity as affinity, _freeze as freeze, measure, static_checks
+from eval import _affinity as affinity, _freeze as freeze, _gpu_idle as gpu_idle, measure, static_checks
 from eval.builds import Build
 from eval._kernel_symbols import kernels_under
 from eval.config import EvalConfig
@@ -140,10 +140,12 @@ class Context:
 
     def sides(self) -> tuple[measure.Side, measure.Side]:
         """The two processes of a timing: the clean reference process (re-keyed to the candidate worker's capture
-        key; the candidate's worker is held stopped while it is timed) and the candidate's own worker."""
+        key; the candidate's worker is held stopped while it is timed, and on a GPU its kept blocks run on an idle
+        GPU) and the candidate's own worker."""
         assert self.session is not None
+        watch = gpu_idle.Watch(gpu_idle.probing(self.session, self.config.call_timeout_s)) if self.on_gpu else None
         return (measure.Side("reference", self.session, self.session.label, key=self.lease.worker.capture_key,
-                             hold=self.lease.worker),
+                             hold=self.lease.worker, watch=watch),
                 measure.Side("candidate", self.lease.worker, "candidate"))
 
     def request(self, message: p.Request, tensors: list[torch.Tensor] | None = None,
@@ -628,6 +630,14 @@ def _timed(ctx: Context, rule: measure.TimingRule, fresh: bool, reference: measu
         if exc.side != "candidate":
             raise RuntimeError(f"the reference process's reply was malformed: {exc}") from None
         raise Verdict(Status.REJECTED, f"integrity: {exc}") from None
+    except gpu_idle.Busy as exc:
+        assert reference.watch is not None
+        if gpu_idle.candidates_work(exc, ctx.lease.worker, reference.watch):
+            raise Verdict(Status.REJECTED, f"integrity: {exc}, and it fell idle once the candidate's worker was ended: "
+                                           "the candidate left work running on the GPU, which slows the reference's "
+                                           "timing") from None
+        raise RuntimeError(f"{exc}; not the candidate's work: the reference could not be timed on an idle GPU") from None
+    ctx.result.contended_blocks += meas.contended_blocks
     integrity, _ = ctx.request(p.Integrity(), timeout=config.call_timeout_s)
     violations = meas.violations + [f"candidate: {v}" for v in integrity.violations]
     if violations:

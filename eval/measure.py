@@ -31,6 +31,7 @@ import torch
 from eval import _affinity as affinity
 from eval import _capture as capture_math
 from eval import _freeze as freeze
+from eval import _gpu_idle as gpu_idle
 from eval import protocol as p
 from problems import derive_seed
 
@@ -85,13 +86,15 @@ class TimingRule:
 class Side:
     """One side of a timing: a process and the subject it calls there. `key` re-keys the process's captures (sent
     to the trusted reference process only; a candidate's worker got its key before its code was imported). `hold`
-    is a worker kept stopped while this side is timed (`eval._freeze`): the candidate's, for the reference's side."""
+    is a worker kept stopped while this side is timed (`eval._freeze`): the candidate's, for the reference's side.
+    `watch` (the reference's side, on a GPU) keeps each kept block to an idle GPU (`eval._gpu_idle`)."""
 
     name: str
     worker: Any  # WorkerProcess, or the reference process (same `request`)
     subject: str
     key: int = 0
     hold: Any = None
+    watch: gpu_idle.Watch | None = None
 
 
 @dataclass
@@ -122,6 +125,7 @@ class Measurement:
     graph_note: str = ""
     pinned_threads: int = 0  # the most threads of one side run on the timing core in a block (`eval._affinity`)
     unheld_blocks: int = 0  # blocks a side's `hold` was not seen fully stopped through (`eval._freeze`)
+    contended_blocks: int = 0  # kept blocks a side's `watch` found the GPU busy before or after (`eval._gpu_idle`)
 
     def summary(self, name: str) -> dict[str, float]:
         return summarize(self.samples[name])
@@ -184,13 +188,18 @@ def _block(side: Side, meas: Measurement, reps: int, first_rep: int, *, nonce: i
     msg = p.TimeBlock(subject=side.subject, reps=reps, first_rep=first_rep, flush=flush, flush_bytes=flush_bytes,
                       lead=lead, grad=grad, sync_each=sync_each, capture=capture, graphs=graphs, key=side.key,
                       seeds=seeds)
-    # the other side held still and this one pinned, both outside the wall time
-    with freeze.held(side.hold) as still, affinity.pinned([getattr(side.worker, "pid", None)], core) as pinned:
+
+    def timed() -> tuple[p.TimeBlockReply, list[torch.Tensor], float]:
         t0 = time.perf_counter()
         reply, tensors = side.worker.request(msg, timeout=timeout, device=torch.device("cpu"))
-        wall_ms = (time.perf_counter() - t0) * 1000.0
+        return reply, tensors, (time.perf_counter() - t0) * 1000.0
+
+    # the other side held still and this one pinned, both outside the wall time (and the GPU idle around it)
+    with freeze.held(side.hold) as still, affinity.pinned([getattr(side.worker, "pid", None)], core) as pinned:
+        (reply, tensors, wall_ms), contended = side.watch.idle(timed) if side.watch and keep else (timed(), False)
     meas.pinned_threads = max(meas.pinned_threads, pinned)
     meas.unheld_blocks += not still
+    meas.contended_blocks += contended
     if not reply.ok:
         raise BlockFailed(side.name, reply)
     if reply.timing_mode == "capture_failed":

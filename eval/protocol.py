@@ -249,6 +249,23 @@ class Busy(Request):
 
 
 @dataclass
+class ProbeReply(Reply):
+    latencies_us: list[float] = field(default_factory=list)  # host time of each round (none on the CPU)
+    idle_us: float = 0.0  # the probe's calibration: the lowest median of its calibration rounds (0: none yet)
+
+
+@dataclass
+class Probe(Request):
+    """Time `rounds` rounds of the GPU-idle probe (`eval.worker.idle_probe`), after a calibration round when
+    `calibrate`. Asked of the clean reference process only, around its timed blocks (`eval._gpu_idle`)."""
+
+    cmd: ClassVar[str] = "probe"
+    reply: ClassVar[type[Reply]] = ProbeReply
+    rounds: int = 3
+    calibrate: bool = False
+
+
+@dataclass
 class Unload(Request):
     """Drop `subject` and free its device memory (the reference process serves many evaluations)."""
 
@@ -286,8 +303,8 @@ class Exit(Request):
 
 
 REQUESTS: dict[str, type[Request]] = {
-    cls.cmd: cls for cls in (Hello, Load, Prepare, Run, Kernels, Stage, TimeBlock, BackToBack, Busy, Integrity, Unload, Sync,
-                 Exit)
+    cls.cmd: cls for cls in (Hello, Load, Prepare, Run, Kernels, Stage, TimeBlock, BackToBack, Busy, Probe, Integrity,
+                             Unload, Sync, Exit)
 }
 
 

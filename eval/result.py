@@ -98,6 +98,7 @@ class EvalResult:
     unprivileged: bool | None = None  # worker ran as an unprivileged user (only possible when the harness is root)
     process_limit: str = ""  # how eval.max_worker_processes held the worker: cgroup, userns, uid or none (`eval._pids`)
     freeze: str = ""  # how the worker was stopped while the reference was timed: cgroup, signals or signals-tree (`eval._freeze`)
+    contended_blocks: int = 0  # reference blocks the GPU-idle probe found beside other GPU work, waited for or redone (`eval._gpu_idle`)
     device: str = ""
     versions: dict[str, str] = field(default_factory=dict)
     eval_seconds: float = 0.0

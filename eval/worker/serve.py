@@ -25,7 +25,7 @@ from torch.utils import cpp_extension
 
 from eval import protocol as p
 from eval.wire import Channel, ChannelClosed, ProtocolError
-from eval.worker import graphs, integrity, light_build, prebuilt, timing, tracing
+from eval.worker import graphs, idle_probe, integrity, light_build, prebuilt, timing, tracing
 from eval.worker.compile_only import CompileOnlyDone, compile_only
 from problems import (
     build_model,
@@ -125,6 +125,7 @@ class Worker:
         self.snapshot: integrity.Snapshot | None = None
         self.flusher: timing.L2Flusher | None = None
         self.loop: Any = None
+        self.probe: idle_probe.IdleProbe | None = None  # made at the first `Probe` (the reference process's)
         self.trial_buffers: dict[tuple[Any, ...], torch.Tensor] = {}
 
     @property
@@ -404,6 +405,15 @@ class Worker:
         if violations:
             return p.BusyReply(ok=False, stage="integrity", error="; ".join(violations)), []
         return p.BusyReply(side=share), []
+
+    def cmd_probe(self, msg: p.Probe, tensors: list[torch.Tensor]) -> Handled:
+        """Rounds of the GPU-idle probe, for the parent to judge (the CPU has no probe: an empty answer)."""
+        if self.probe is None:
+            self.probe = idle_probe.IdleProbe(self.device)
+        if msg.calibrate:
+            self.probe.calibrate()
+        times = self.probe.rounds(max(1, min(msg.rounds, 100)))
+        return p.ProbeReply(latencies_us=times, idle_us=self.probe.idle_us), []
 
     def cmd_sync(self, msg: p.Sync, tensors: list[torch.Tensor]) -> Handled:
         return p.Reply(), []
