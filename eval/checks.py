@@ -6,7 +6,7 @@ raises `Verdict`. Each declares the access to its GPU it needs (`GpuGate`): cons
 steps with the same access share one hold, and only the steps whose numbers depend on
 having the GPU alone (kernel shares, back-to-back wall time, timing) hold it exclusively.
 The timing step may time several candidates of one problem against one timing of the reference
-(`eval.windows`, `measure.time_group`); each is then judged on its own measurement, as alone.
+(`eval._windows`, `measure.time_group`); each is then judged on its own measurement, as alone.
 The correctness trials hold it shared one trial at a time ("per_trial"): a timing waiting for
 the GPU then waits for the trial in flight, not for every trial of every other candidate.
 
@@ -37,7 +37,7 @@ from eval.builds import Build
 from eval._kernel_symbols import kernels_under
 from eval.config import EvalConfig
 from eval.pool import Lease
-from eval.windows import Seat
+from eval._windows import Seat
 from eval._reference_process import Session
 from eval._reference import Reference, encode_args, problem_size
 from eval.result import EvalResult, KernelShare, Status, Timing
@@ -125,7 +125,7 @@ class Context:
     alone: bool = False  # the evaluation holds its GPU exclusively throughout (a retry after running out of memory)
     graphs: bool = False  # time both sides as CUDA-graph replays (eval.cuda_graphs=auto, unless a capture failed)
     secret: int = field(default_factory=lambda: secrets.randbits(62))
-    seat: Seat | None = None  # its place in a timing window shared with candidates of the same problem (`eval.windows`)
+    seat: Seat | None = None  # its place in a timing window shared with candidates of the same problem (`eval._windows`)
     reference: Reference | None = None
     session: Session | None = None  # this evaluation's reference in the clean reference process
     worker_draws: bool = True  # the worker draws inputs from seeds (false once its draw did not match ours)

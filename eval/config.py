@@ -72,7 +72,7 @@ class EvalConfig:
     cpu_timing: without a GPU, still run the staging and timing steps (reference process, blocks,
       captures) with host-clock times that mean nothing: it exercises the whole pipeline in CI.
     share_reference_timing: under the adaptive method, candidates of the same problem that reach timing together
-      on one GPU (up to `eval.windows.CAP`) are timed against one timing of the reference, in one window
+      on one GPU (up to `eval._windows.CAP`) are timed against one timing of the reference, in one window
       (`measure.time_group`); each result says how many shared it (`reference_shared_with`). Off: each
       candidate is timed against a reference timing of its own.
 

@@ -129,7 +129,7 @@ class Measurement:
     graph_note: str = ""
     pinned_threads: int = 0  # the most threads of one side run on the timing core in a block (`eval._affinity`)
     unheld_blocks: int = 0  # blocks whose held workers were not all seen fully stopped through (`eval._freeze`)
-    shared_with: int = 1  # the candidates whose timings the reference's blocks served in this window, this one's included
+    shared_with: int = 1  # candidates whose timings the reference's blocks served in this window, this one included
     failure: Exception | None = None  # why this candidate's timing ended early (`time_pair` raises it)
 
     def summary(self, name: str) -> dict[str, float]:

@@ -29,7 +29,7 @@ import torch
 from eval import _affinity as affinity
 from eval._reference_process import ReferenceProcess
 from eval.sandbox import WorkerProcess
-from eval.windows import Windows
+from eval._windows import Windows
 
 
 class GpuGate:

@@ -1,4 +1,4 @@
-"""One timing of the reference serves several candidates of one problem (`eval.windows`, `measure.time_group`), on
+"""One timing of the reference serves several candidates of one problem (`eval._windows`, `measure.time_group`), on
 a CPU with real sandboxed workers and the Triton interpreter (`eval.cpu_timing`: the whole timing pipeline runs;
 its times mean nothing). The repeatability of shared speedups needs a GPU: `test_measurement_gpu.py`."""
 
