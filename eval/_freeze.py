@@ -169,14 +169,14 @@ def _signal(pid: int, sig: int) -> None:
 
 
 @contextlib.contextmanager
-def held(worker: Any) -> Iterator[bool]:
-    """Keep `worker` (a `WorkerProcess`, or None) stopped inside; yields whether it was fully stopped (True with
-    nothing to stop). It is resumed on the way out whatever happened inside, the block raising or timing out too."""
-    freezer: Freezer | None = getattr(worker, "freezer", None)
-    if freezer is None:
-        yield True
-        return
-    try:
-        yield freezer.stop()
-    finally:
-        freezer.resume()
+def held(*workers: Any) -> Iterator[bool]:
+    """Keep every one of `workers` (`WorkerProcess`es, or None) stopped inside; yields whether each was fully stopped
+    (True with nothing to stop). Each is resumed on the way out whatever happened inside, the block raising or timing
+    out too."""
+    freezers: list[Freezer] = [f for f in (getattr(w, "freezer", None) for w in workers) if f is not None]
+    with contextlib.ExitStack() as resume:
+        still = True
+        for freezer in freezers:
+            resume.callback(freezer.resume)
+            still = freezer.stop() and still
+        yield still

@@ -67,10 +67,11 @@ class ReferenceProcess:
         except Exception:  # noqa: BLE001  the first evaluation that needs it tries again and reports why
             pass
 
-    def restart(self) -> None:
-        """End the process (its CUDA state is suspect); the next request starts a new one."""
+    def restart(self, generation: int | None = None) -> None:
+        """End the process (its CUDA state is suspect); the next request starts a new one. With a `generation`, only
+        if the process is still that one (evaluations timed in one window each ask for the same restart)."""
         with self._lock:
-            if self._worker is not None:
+            if self._worker is not None and generation in (None, self._generation):
                 self._worker.kill()
                 self._worker = None
 
@@ -99,11 +100,11 @@ class Session:
     """One evaluation's reference in the reference process: its subject label, usable like a worker by `measure`."""
 
     def __init__(self, process: ReferenceProcess, label: str, generation: int):
-        self.process, self.label, self._generation = process, label, generation
+        self.process, self.label, self.generation = process, label, generation
 
     def request(self, message: p.Request, tensors: list[torch.Tensor] | None = None, timeout: float | None = None,
                 device: torch.device | None = None) -> tuple[Any, list[torch.Tensor]]:
-        return self.process.request(message, tensors, timeout=timeout, device=device, generation=self._generation)
+        return self.process.request(message, tensors, timeout=timeout, device=device, generation=self.generation)
 
     @property
     def pid(self) -> int | None:

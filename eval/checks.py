@@ -5,6 +5,8 @@ timed outputs -> speed of light -> replies in order. Each step either returns (t
 raises `Verdict`. Each declares the access to its GPU it needs (`GpuGate`): consecutive
 steps with the same access share one hold, and only the steps whose numbers depend on
 having the GPU alone (kernel shares, back-to-back wall time, timing) hold it exclusively.
+The timing step may time several candidates of one problem against one timing of the reference
+(`eval._windows`, `measure.time_group`); each is then judged on its own measurement, as alone.
 The correctness trials hold it shared one trial at a time ("per_trial"): a timing waiting for
 the GPU then waits for the trial in flight, not for every trial of every other candidate.
 
@@ -35,6 +37,7 @@ from eval.builds import Build
 from eval._kernel_symbols import kernels_under
 from eval.config import EvalConfig
 from eval.pool import Lease
+from eval._windows import Seat
 from eval._reference_process import Session
 from eval._reference import Reference, encode_args, problem_size
 from eval.result import UNFINISHED, EvalResult, KernelShare, Status, Timing
@@ -122,11 +125,19 @@ class Context:
     alone: bool = False  # the evaluation holds its GPU exclusively throughout (a retry after running out of memory)
     graphs: bool = False  # time both sides as CUDA-graph replays (eval.cuda_graphs=auto, unless a capture failed)
     secret: int = field(default_factory=lambda: secrets.randbits(62))
+    seat: Seat | None = None  # its place in a timing window shared with candidates of the same problem (`eval._windows`)
     reference: Reference | None = None
     session: Session | None = None  # this evaluation's reference in the clean reference process
     worker_draws: bool = True  # the worker draws inputs from seeds (false once its draw did not match ours)
     output_bytes: int = 0  # the largest reference output of this evaluation (bytes per forward), once trials start
     input_bytes: int = 0  # one timing input set's bytes, once staged
+
+    @property
+    def shared_secret(self) -> int:
+        """What the reference's weights and the timing inputs derive from: the timing window's secret, which every
+        candidate sharing the window has (their references are then one and the same), else this evaluation's own.
+        Trial inputs always derive from `secret`, the evaluation's own."""
+        return self.seat.secret if self.seat is not None else self.secret
 
     @property
     def on_gpu(self) -> bool:
@@ -206,7 +217,7 @@ def load(ctx: Context) -> None:
     The seed is secret, or KernelBench's public one under `seeding=kernelbench`; the reference's
     parameters are copied into ModelNew unless `copy_reference_state` is off.
     """
-    weight_seed = ctx.config.public_seed if ctx.kernelbench_seeding else derive_seed(ctx.secret, "weights")
+    weight_seed = ctx.config.public_seed if ctx.kernelbench_seeding else derive_seed(ctx.shared_secret, "weights")
     ctx.reference = Reference(ctx.problem, weight_seed, ctx.lease.device, ctx.small)
     overrides = ctx.problem.meta["small"] if ctx.small else {}
     rules = {} if ctx.config.precision == "strict" and ctx.config.copy_reference_state else {
@@ -392,11 +403,11 @@ def _stage(ctx: Context) -> None:
     """
     kb = ctx.kernelbench_seeding
     draw = ctx.draw_timing_inputs
-    first_seed = ctx.config.public_seed if kb else derive_seed(ctx.secret, "time0")
+    first_seed = ctx.config.public_seed if kb else derive_seed(ctx.shared_secret, "time0")
     first = draw(first_seed)
     ctx.input_bytes = tensor_bytes(first)
     count = staged_set_count(ctx, ctx.input_bytes)
-    seeds = [first_seed] + [derive_seed(ctx.secret, f"time{k}") for k in range(1, count)]
+    seeds = [first_seed] + [derive_seed(ctx.shared_secret, f"time{k}") for k in range(1, count)]
     spec, tensors = encode_args(first)
     n_tensors = len(tensors)
     reference, candidate = ctx.sides()
@@ -610,35 +621,61 @@ def _block_failed(ctx: Context, exc: measure.BlockFailed) -> NoReturn:
     raise RuntimeError(f"the reference process failed ({exc.reply.stage}): {trim(exc.reply.error, 600)}")
 
 
-def _timed(ctx: Context, rule: measure.TimingRule, fresh: bool, reference: measure.Side, candidate: measure.Side,
-           min_pairs: int) -> measure.Measurement:
-    """One timing of both sides (see `time_candidate`); failures become verdicts, violations a rejection."""
-    config = ctx.config
-    try:
-        meas = measure.time_pair(reference, candidate, rule, nonce=secrets.randbits(62) | 1 if fresh else 0,
-                                 graphs=ctx.graphs, timeout=config.timing_timeout_s,
-                                 max_block_reps=fresh_sets_per_block(ctx), min_pairs=min_pairs,
-                                 core=affinity.timing_core(ctx.lease.gpu_index) if ctx.on_gpu else None)
-    except measure.BlockFailed as exc:
+def _time_window(members: list[Context], rule: measure.TimingRule, fresh: bool, min_pairs: int
+                 ) -> list[measure.Measurement]:
+    """One timing of every member's candidate against the first member's reference (`measure.time_group`), with
+    the GPU held alone; one measurement per member, in order."""
+    lead = members[0]
+    with lead.lease.gate.hold("exclusive"):
+        return measure.time_group([m.sides() for m in members], rule,
+                                  nonce=secrets.randbits(62) | 1 if fresh else 0, graphs=lead.graphs,
+                                  timeout=lead.config.timing_timeout_s,
+                                  max_block_reps=min(fresh_sets_per_block(m) for m in members), min_pairs=min_pairs,
+                                  core=affinity.timing_core(lead.lease.gpu_index) if lead.on_gpu else None)
+
+
+def _first_look(ctx: Context, rule: measure.TimingRule, fresh: bool) -> measure.Measurement:
+    """The first timing: in the window of this evaluation's seat, shared with the other candidates of its problem
+    that reach timing with it; alone without a seat, or when its inputs are not fresh (the window's are)."""
+    if ctx.seat is not None and not fresh:
+        ctx.seat.leave()
+        ctx.seat = None
+    if ctx.seat is None:
+        return _time_window([ctx], rule, fresh, min_pairs=2)[0]
+    window = lambda members: _time_window(members, rule, fresh, min_pairs=2)  # noqa: E731
+    meas: measure.Measurement = ctx.seat.time(ctx, window)
+    return meas
+
+
+def _judged(ctx: Context, meas: measure.Measurement) -> measure.Measurement:
+    """A timing's failure as this candidate's verdict, its violations (or the tamper snapshot's after it) a
+    rejection; else the measurement."""
+    exc = meas.failure
+    if isinstance(exc, measure.BlockFailed):
         _block_failed(ctx, exc)
-    except measure.CaptureFailed as exc:  # the failing process's CUDA state is suspect: both start over
+    if isinstance(exc, measure.CaptureFailed):  # the failing process's CUDA state is suspect: both start over
         ctx.lease.worker.kill()
-        if exc.side == "reference":
-            ctx.lease.reference.restart()
-        raise RetryEager(f"the {exc.side}'s forward could not be captured in a CUDA graph ({exc.note})"[:400]) from None
-    except measure.Forged as exc:
+        if exc.side == "reference" and ctx.session is not None:
+            ctx.lease.reference.restart(ctx.session.generation)
+        raise RetryEager(f"the {exc.side}'s forward could not be captured in a CUDA graph ({exc.note})"[:400])
+    if isinstance(exc, measure.Forged):
         if exc.side != "candidate":
-            raise RuntimeError(f"the reference process's reply was malformed: {exc}") from None
-        raise Verdict(Status.REJECTED, f"integrity: {exc}") from None
-    except gpu_idle.Busy as exc:
+            raise RuntimeError(f"the reference process's reply was malformed: {exc}")
+        raise Verdict(Status.REJECTED, f"integrity: {exc}")
+    if isinstance(exc, gpu_idle.Busy):
+        if meas.shared_with > 1 and not ctx.alone:  # whose work it was is told apart only alone
+            raise RetryAlone()
+        reference, _ = ctx.sides()
         assert reference.watch is not None
         if gpu_idle.candidates_work(exc, ctx.lease.worker, reference.watch):
             raise Verdict(Status.REJECTED, f"integrity: {exc}, and it fell idle once the candidate's worker was ended: "
                                            "the candidate left work running on the GPU, which slows the reference's "
-                                           "timing") from None
-        raise RuntimeError(f"{exc}; not the candidate's work: the reference could not be timed on an idle GPU") from None
+                                           "timing")
+        raise RuntimeError(f"{exc}; not the candidate's work: the reference could not be timed on an idle GPU")
+    if exc is not None:  # what a worker's request raised (a timeout, a death): the evaluator's to judge
+        raise exc
     ctx.result.contended_blocks += meas.contended_blocks
-    integrity, _ = ctx.request(p.Integrity(), timeout=config.call_timeout_s)
+    integrity, _ = ctx.request(p.Integrity(), timeout=ctx.config.call_timeout_s)
     violations = meas.violations + [f"candidate: {v}" for v in integrity.violations]
     if violations:
         raise Verdict(Status.REJECTED, "integrity: " + "; ".join(violations[:4]))
@@ -648,22 +685,33 @@ def _timed(ctx: Context, rule: measure.TimingRule, fresh: bool, reference: measu
 def time_candidate(ctx: Context) -> None:
     """Time the reference (in the clean reference process) against the candidate (in its own worker), blocks
     alternating; check every timed output against the reference's for the same inputs; bound the candidate's
-    reported times by the wall time observed here. Under the strict rule every repetition gets unseen inputs."""
+    reported times by the wall time observed here. Under the strict rule every repetition gets unseen inputs.
+    The first timing may share the reference's blocks with other candidates of the problem (`_first_look`); a
+    second look, when the wall bound asks for one, is always alone."""
     config, result = ctx.config, ctx.result
     rule = config.timing_rule()
     fresh = rule.method == "adaptive" and rule.check_outputs and ctx.worker_draws
-    reference, candidate = ctx.sides()
-    meas = _timed(ctx, rule, fresh, reference, candidate, min_pairs=2)
-    finding, result.wall_bound = measure.wall_bound(meas) if ctx.on_gpu else (None, {})
-    if finding:  # a second, longer look: judged on it alone
-        meas = _timed(ctx, rule, fresh, reference, candidate, min_pairs=measure.SECOND_LOOK_PAIRS)
-        finding, result.wall_bound = measure.wall_bound(meas)
-        result.wall_bound["second_look"] = 1.0
+    meas = _first_look(ctx, rule, fresh)
+    result.reference_shared_with = meas.shared_with
+    with ctx.lease.gate.hold("exclusive"):
+        meas = _judged(ctx, meas)
+        finding, result.wall_bound = measure.wall_bound(meas) if ctx.on_gpu else (None, {})
+        if finding:  # a second, longer look: judged on it alone
+            meas = _judged(ctx, _time_window([ctx], rule, fresh, min_pairs=measure.SECOND_LOOK_PAIRS)[0])
+            finding, result.wall_bound = measure.wall_bound(meas)
+            result.wall_bound["second_look"] = 1.0
+        _record_timing(ctx, rule, fresh, meas, finding)
+
+
+def _record_timing(ctx: Context, rule: measure.TimingRule, fresh: bool, meas: measure.Measurement,
+                   finding: str | None) -> None:
+    """What a judged timing shows: flags, the timed outputs' check, the wall bound's finding, the speedup."""
+    config, result = ctx.config, ctx.result
     record_mode(ctx, meas)
     if meas.unheld_blocks:
-        result.flags.append(f"the candidate's worker was not seen fully stopped ({result.freeze}) through "
-                            f"{meas.unheld_blocks} of the reference's blocks within {freeze.STOP_WAIT_S:g} s: its "
-                            "processes may have run beside them")
+        result.flags.append(f"a worker held still while another side was timed was not seen fully stopped "
+                            f"({result.freeze}) through {meas.unheld_blocks} blocks within {freeze.STOP_WAIT_S:g} s: "
+                            "its processes may have run beside them")
     if fresh and not meas.fresh_inputs:
         result.flags.append("timed inputs rotated among the staged sets: the problem's get_inputs() draws other "
                             "shapes each time, so fresh inputs per repetition could not be used")
@@ -771,8 +819,9 @@ class Step:
     """One check: its name (a key of `phase_seconds`), function, GPU access, and where it runs: "any" device,
     only on a GPU, or wherever timings are taken ("timed": a GPU, or the CPU with `eval.cpu_timing`).
 
-    access: "shared", "exclusive", "none", or "per_trial" (the step holds the gate itself, shared,
-    around each unit of its GPU work).
+    access: "shared", "exclusive", "none", "per_trial" (the step holds the gate itself, shared,
+    around each unit of its GPU work) or "window" (the step holds it itself, exclusively, once the candidates
+    that share its timing window are all there: none of them waits for the others while holding it).
     """
 
     name: str
@@ -788,7 +837,7 @@ PIPELINE: tuple[Step, ...] = (
     Step("stage", stage_timing_inputs, "shared", runs="timed"),
     Step("kernels", own_kernels, "exclusive"),
     Step("hidden_work", hidden_work, "exclusive", runs="gpu", enabled=lambda c: c.hidden_work_check),
-    Step("timing", time_candidate, "exclusive", runs="timed"),
+    Step("timing", time_candidate, "window", runs="timed"),
     Step("host_bound", host_bound, "exclusive", runs="gpu"),
     Step("speed_of_light", speed_of_light, "none", runs="gpu"),
     Step("in_order", in_order, "none"),
@@ -822,7 +871,7 @@ def run_pipeline(ctx: Context) -> None:
         j = i
         while j < len(steps) and steps[j].access == steps[i].access:
             j += 1
-        with ctx.lease.gate.hold("none" if steps[i].access == "per_trial" else steps[i].access):
+        with ctx.lease.gate.hold("none" if steps[i].access in ("per_trial", "window") else steps[i].access):
             for step in steps[i:j]:
                 t0 = time.perf_counter()
                 try:

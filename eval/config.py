@@ -71,6 +71,10 @@ class EvalConfig:
       evaluator refuses to start, saying why. Every result records `filesystem_isolated` and `unprivileged`.
     cpu_timing: without a GPU, still run the staging and timing steps (reference process, blocks,
       captures) with host-clock times that mean nothing: it exercises the whole pipeline in CI.
+    share_reference_timing: under the adaptive method, candidates of the same problem that reach timing together
+      on one GPU (up to `eval._windows.CAP`) are timed against one timing of the reference, in one window
+      (`measure.time_group`); each result says how many shared it (`reference_shared_with`). Off: each
+      candidate is timed against a reference timing of its own.
 
     Rules a preset may relax (defaults are the strict ones; `eval=kernelbench` sets the others):
     preset: the name recorded in every result and shown in reports.
@@ -160,6 +164,7 @@ class EvalConfig:
     fixed_warmup_calls: int = setting(3, not_negative=True, unkeyed_at=SAME)
     cuda_graphs: str = setting("off", choices=("off", "auto"), unkeyed_at=SAME)
     cpu_timing: bool = setting(False, unkeyed_at=SAME)
+    share_reference_timing: bool = setting(True, unkeyed_at=SAME)
 
     def __post_init__(self) -> None:
         problems = []

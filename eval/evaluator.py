@@ -330,7 +330,9 @@ class Evaluator:
         small = use_small_sizes(job.problem, self.config.problem_scale, lease.device)
         result.problem_scale = "small" if small else "full"
         ctx = Context(problem=job.problem, source=job.source, report=report, config=self.config, lease=lease,
-                      result=result, small=small, build=built, ceilings=self._ceilings, alone=alone, graphs=graphs)
+                      result=result, small=small, build=built, ceilings=self._ceilings, alone=alone, graphs=graphs,
+                      seat=lease.windows.join((job.problem.source_hash, small, graphs)) if self._shares_timing(
+                          lease, alone) else None)
         lease.worker.cap_replies(checks.reply_cap(self.config))  # until this problem's trials say more
         try:
             with lease.gate.hold("exclusive" if alone else "none"):
@@ -347,11 +349,20 @@ class Evaluator:
             result.status, result.reason = Status.CRASH, lease.worker.with_notes(f"crash: {exc.detail}", exc.output)
             result.stdout_tail = result.error = trim(exc.output)
         finally:
+            if ctx.seat is not None:
+                ctx.seat.leave()  # a window no longer waits for an evaluation that ended before timing
             if ctx.session is not None:
                 ctx.session.close()
             self._pool.release(lease)
             if checks.holds_large_tensors(ctx):  # the parent's cached blocks would crowd the next evaluations
                 torch.cuda.empty_cache()
+
+    def _shares_timing(self, lease: Any, alone: bool) -> bool:
+        """Whether an evaluation takes a seat in a timing window (`eval._windows`): under the adaptive method with
+        `eval.share_reference_timing` on, where timings are taken, unless it holds its GPU alone throughout."""
+        timed = lease.device.type == "cuda" or self.config.cpu_timing
+        return (self.config.share_reference_timing and self.config.timing_method == "adaptive" and timed
+                and not alone)
 
     # -- baselines ---------------------------------------------------------------------------
     def _measure_baseline(self, problem: Problem) -> dict[str, Any]:

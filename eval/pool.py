@@ -29,6 +29,7 @@ import torch
 from eval import _affinity as affinity
 from eval._reference_process import ReferenceProcess
 from eval.sandbox import WorkerProcess
+from eval._windows import Windows
 
 
 class GpuGate:
@@ -92,11 +93,13 @@ class GpuGate:
 
 @dataclass
 class Lease:
-    """A worker lent to one evaluation, with its GPU's gate, reference process and the device the parent uses."""
+    """A worker lent to one evaluation, with its GPU's gate, reference process, timing windows and the device the
+    parent uses."""
 
     worker: WorkerProcess
     gate: GpuGate
     reference: ReferenceProcess
+    windows: Windows
     device: torch.device
     gpu_index: int | None
 
@@ -116,6 +119,7 @@ class WorkerPool:
         self._idle: queue.Queue[WorkerProcess | _SpawnFailure] = queue.Queue()
         self._gates = {g: GpuGate() for g in gpu_indices}
         self._references = {g: ReferenceProcess(lambda g=g: make_worker(g)) for g in gpu_indices}
+        self._windows = {g: Windows() for g in gpu_indices}
         self._live: set[WorkerProcess] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -156,7 +160,7 @@ class WorkerPool:
         g = item.gpu_index
         self._replace(g)  # a fresh spare, started now, off this candidate's path
         device = torch.device(f"cuda:{g}") if g is not None else torch.device("cpu")
-        return Lease(item, self._gates[g], self._references[g], device, g)
+        return Lease(item, self._gates[g], self._references[g], self._windows[g], device, g)
 
     def release(self, lease: Lease) -> None:
         """Give a worker back: it is killed (in the background); its replacement started when it was leased."""

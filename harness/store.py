@@ -52,6 +52,7 @@ VOLATILE_KEYS = (
     "name", "runs_dir", "quiet", "max_concurrency", "budget", "response_cache",
     "agent.retry", "agent.rate_limit", "agent.timeout_s", "agent.api_key_env",
     "eval.parallel_compiles", "eval.cache_dir", "eval.log_cap_bytes",
+    "eval.share_reference_timing",  # one reference timing for several candidates: the same measurement, cheaper
 )  # fmt: skip
 
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]")  # no `=` or `,`: run names must pass through Hydra overrides as they are

@@ -9,7 +9,9 @@ the parent process is what two GPUs lose throughput to (`parents.py`); channel: 
 across the trust boundary, pageable against pinned regions (`channel.py`); build: one
 `load_inline` candidate's build time, as written and against the light `.cu` (`builds.py`);
 steps: the scaling batch with exclusive steps left out, a diagnostic of what bounds the rate
-(`steps.py`). `all` runs throughput, latency, scaling and repeatability; on a CPU, throughput alone.
+(`steps.py`); ref-share: 6 x copies honest Triton candidates of one 67M-element problem, with one reference
+timing shared per window, then with one per candidate (`ref_share.py`; 4 copies make the 24-candidate batch).
+`all` runs throughput, latency, scaling and repeatability; on a CPU, throughput alone.
 
 Each part imports its module when it runs, so `harness bench` parses its arguments without
 loading torch.
@@ -146,6 +148,12 @@ def _steps(o: Options) -> dict[str, Any]:
     return steps.run(o.copies)
 
 
+def _ref_share(o: Options) -> dict[str, Any]:
+    from harness.bench import ref_share
+
+    return ref_share.run(6 * o.copies)
+
+
 _TIMED = "timings are the point of it"
 PARTS: dict[str, Part] = {
     "throughput": Part("throughput", _throughput, None, in_all=True),
@@ -160,6 +168,7 @@ PARTS: dict[str, Part] = {
     "channel": Part("channel", _channel, _TIMED),
     "build": Part("build", _build, _TIMED),
     "steps": Part("steps", _steps, _TIMED),
+    "ref-share": Part("ref_share", _ref_share, _TIMED),
     "confinement": Part("confinement", _confinement, None),
 }
 

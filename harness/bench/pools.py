@@ -161,6 +161,8 @@ def results_summary(name: str, batch: list[BenchJob], results: list[EvalResult],
     row = summary(name, batch, [r.status.value for r in results], wall, [r.phase_seconds for r in results], busy,
                    [r.eval_seconds for r in results])
     row["unexpected_reasons"] = {j.label: r.reason[:300] for j, r in zip(batch, results) if r.status.value != j.expected}
+    shared = [r.reference_shared_with for r in results]
+    row["reference_shared_with"] = {size: shared.count(size) for size in sorted(set(shared))}  # size -> results
     return row
 
 

@@ -23,7 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                         "pageable against pinned shared memory; build (not part of all): a "
                                         "load_inline candidate's build time as written and with the light .cu, "
                                         "--sessions builds of each; steps (not part of all): one GPU with "
-                                        "exclusive steps left out, a diagnostic of what bounds the rate; confinement (not part of "
+                                        "exclusive steps left out, a diagnostic of what bounds the rate; ref-share (not part of all): "
+                                        "6 x --copies honest candidates of one 67M-element problem with the reference's "
+                                        "timing shared per window, then one per candidate; confinement (not part of "
                                         "all): --sessions worker starts confined and plain, alternately")
     ev.add_argument("--problems", default=None, help="launch-bound: problem selection (default: "
                                                      "L3/06_lstm,L3/11_gru,L3/07_moe_layer and a matmul control)")

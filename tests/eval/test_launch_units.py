@@ -295,6 +295,7 @@ def test_a_failed_capture_ends_both_processes_and_asks_for_an_eager_retry() -> N
     from types import SimpleNamespace
 
     from eval import checks
+    from eval.pool import GpuGate
 
     killed, sent = [], []
 
@@ -313,13 +314,16 @@ def test_a_failed_capture_ends_both_processes_and_asks_for_an_eager_retry() -> N
         sides = (measure.Side("reference", Process(failing == "reference"), "ref0", key=3),
                  measure.Side("candidate", Process(failing == "candidate"), "candidate"))
         ctx = SimpleNamespace(config=EvalConfig(cuda_graphs="auto"), graphs=True, result=EvalResult(), worker_draws=True,
-                              on_gpu=False, sides=lambda sides=sides: sides,
-                              lease=SimpleNamespace(device=torch.device("cpu"),
+                              on_gpu=False, sides=lambda sides=sides: sides, seat=None,
+                              session=SimpleNamespace(generation=1),
+                              lease=SimpleNamespace(device=torch.device("cpu"), gate=GpuGate(),
                                                     worker=SimpleNamespace(kill=lambda: killed.append("worker")),
-                                                    reference=SimpleNamespace(restart=lambda: killed.append("reference"))))
+                                                    reference=SimpleNamespace(
+                                                        restart=lambda generation: killed.append(("reference",
+                                                                                                  generation)))))
         with pytest.raises(checks.RetryEager) as caught:
             checks.time_candidate(ctx)
         assert sent[-1].graphs is True
-        assert killed == (["worker"] if failing == "candidate" else ["worker", "reference"])
+        assert killed == (["worker"] if failing == "candidate" else ["worker", ("reference", 1)])
         assert caught.value.note == (f"the {failing}'s forward could not be captured in a CUDA graph "
                                      "(RuntimeError: capturing)")

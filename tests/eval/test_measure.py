@@ -220,3 +220,136 @@ def test_a_busy_reply_is_read_into_host_time_with_bad_values_dropped():
     fast_host = measure.host_time({"host_ms": floor / 2, "kernel_ms": floor / 100})  # a high share under the floor
     assert fast_host.share is not None and fast_host.share >= at and not fast_host.bound
     assert measure.host_time({"busy": 0.5}) == measure.HostTime(0.5)
+
+
+# -- a window of several candidates (`measure.time_group`) ------------------------------------------------------
+class FakeFreezer:
+    """Records which workers stand still: a `freeze.held` of this worker adds its name to `stopped`."""
+
+    def __init__(self, name: str, stopped: set):
+        self.name, self.stopped = name, stopped
+
+    def stop(self) -> bool:
+        self.stopped.add(self.name)
+        return True
+
+    def resume(self) -> None:
+        self.stopped.discard(self.name)
+
+
+class HeldProcess(FakeProcess):
+    """A fake worker that can be held still, and logs which workers stood still through each of its blocks."""
+
+    def __init__(self, name: str, log: list, stopped: set, **kw):
+        super().__init__(name, log, **kw)
+        self.freezer, self.stopped, self.still = FakeFreezer(name, stopped), stopped, []
+
+    def request(self, message, tensors=None, timeout=None, device=None):
+        self.still.append(frozenset(self.stopped))
+        return super().request(message, tensors, timeout, device)
+
+
+def _window(log: list, k: int, stopped: set, candidate=HeldProcess) -> list[tuple[Side, Side]]:
+    """k pairs as the evaluator makes them: each candidate's own reference subject in the one reference process,
+    keyed to its worker, holding it."""
+    pairs = []
+    for i in range(k):
+        cand = candidate(f"cand{i}", log, stopped)
+        pairs.append((Side("reference", FakeProcess(f"ref{i}", log), f"ref{i}", key=KEY + i, hold=cand),
+                      Side("candidate", cand, "candidate")))
+    return pairs
+
+
+def _timed_order(log: list) -> list[str]:
+    """The processes of the timed blocks (flushed, with a lead, captured) in the order they ran."""
+    return [name for name, m in log if isinstance(m, p.TimeBlock) and m.capture and m.lead]
+
+
+def test_a_window_times_the_reference_once_per_round_in_a_palindrome_for_every_candidate() -> None:
+    log: list = []
+    stopped: set = set()
+    pairs = _window(log, 3, stopped)
+    rule = TimingRule(min_reps=20, max_reps=200, warmup_ms=1.0)
+    nonce = 0x5EED_0F_A11
+    metas = measure.time_group(pairs, rule, nonce=nonce, graphs=False, timeout=10)
+    assert [m.shared_with for m in metas] == [3, 3, 3] and not any(m.failure or m.violations for m in metas)
+    order = _timed_order(log)
+    rounds = [order[i:i + 4] for i in range(0, len(order), 4)]
+    assert len(rounds) >= 2 and rounds[0] == ["ref0", "cand0", "cand1", "cand2"]
+    assert rounds[1] == ["cand2", "cand1", "cand0", "ref0"]  # R C1 C2 C3 C3 C2 C1 R: the same mean place for all
+    blocks = [(n, m) for n, m in log if isinstance(m, p.TimeBlock) and m.capture]
+    timed = {n: [(m.first_rep, m.reps) for n2, m in blocks if n2 == n and m.lead] for n in ("ref0", "cand0", "cand1",
+                                                                                          "cand2", "ref1", "ref2")}
+    # the reference's timed blocks ran once per round, not once per candidate; only the first pair's subject is timed
+    assert timed["ref0"] == timed["cand0"] == timed["cand1"] == timed["cand2"] and not timed["ref1"] + timed["ref2"]
+    # the other pairs' references capture the same repetitions under their own worker's key, untimed
+    for i in (1, 2):
+        caps = [m for n, m in blocks if n == f"ref{i}"]
+        assert [(m.first_rep, m.reps) for m in caps] == timed["ref0"]
+        assert all(m.key == KEY + i and not m.lead and not m.flush for m in caps)
+    assert all(m.key == KEY for n, m in blocks if n == "ref0")
+    # repetition r has the same fresh inputs on every side
+    for _, m in blocks:
+        assert m.seeds == [measure.fresh_seed(nonce, m.first_rep + j) for j in range(m.reps)]
+    for meas in metas:  # each candidate's measurement is whole: the shared reference's samples, its own captures
+        assert len(meas.samples["reference"]) == len(meas.samples["candidate"]) >= 20
+        assert sorted(meas.captures["reference"]) == sorted(meas.captures["candidate"])
+        assert measure.first_capture_mismatch(meas, 1e-5, 1e-5) is None
+    # while one side runs, every candidate but itself stands still
+    for i, (_, cand) in enumerate(pairs):
+        assert all(still == {f"cand{j}" for j in range(3)} - {f"cand{i}"} for still in cand.worker.still)
+
+
+def test_a_candidate_that_fails_in_a_window_leaves_it_and_the_others_carry_on() -> None:
+    class ForgesLater(HeldProcess):
+        """Reports one time too few from its third timed block on."""
+
+        def request(self, message, tensors=None, timeout=None, device=None):
+            reply, caps = super().request(message, tensors, timeout, device)
+            timed = [m for n, m in self.log if n == self.name and isinstance(m, p.TimeBlock) and m.capture]
+            if isinstance(message, p.TimeBlock) and message.capture and len(timed) >= 3:
+                reply.times_ms = reply.times_ms[:-1]
+            return reply, caps
+
+    class Violates(HeldProcess):
+        def request(self, message, tensors=None, timeout=None, device=None):
+            reply, caps = super().request(message, tensors, timeout, device)
+            if isinstance(message, p.TimeBlock) and message.capture:
+                reply.violations = ["a hook was added"]
+            return reply, caps
+
+    log: list = []
+    stopped: set = set()
+    pairs = _window(log, 4, stopped)
+    pairs[1] = (pairs[1][0], Side("candidate", ForgesLater("cand1", log, stopped), "candidate"))
+    pairs[2] = (pairs[2][0], Side("candidate", Violates("cand2", log, stopped), "candidate"))
+    rule = TimingRule(min_reps=40, max_reps=400, warmup_ms=1.0)  # settled at 40 repetitions (constant times)
+    metas = measure.time_group(pairs, rule, nonce=7, graphs=False, timeout=10, max_block_reps=8)
+    assert isinstance(metas[1].failure, measure.Forged) and "valid times" in str(metas[1].failure)
+    assert metas[2].violations == ["candidate: a hook was added"] and metas[2].failure is None
+    for i in (0, 3):  # timed to the end, as alone
+        assert metas[i].failure is None and not metas[i].violations
+        assert len(metas[i].samples["candidate"]) == len(metas[i].samples["reference"]) == 40
+        assert measure.first_capture_mismatch(metas[i], 1e-5, 1e-5) is None
+    last_rep = {n: max(m.first_rep for n2, m in log if n2 == n and isinstance(m, p.TimeBlock) and m.capture)
+                for n in ("cand1", "cand2", "ref1", "ref2", "cand3", "ref0")}
+    assert last_rep["cand2"] == 0 and last_rep["ref2"] == 0  # dropped at its first timed block
+    assert last_rep["cand1"] == 16 and last_rep["ref1"] <= 24  # its third block; its reference's captures stop too
+    assert last_rep["cand3"] == last_rep["ref0"] == 32
+
+
+def test_the_reference_failing_in_a_window_stops_every_candidate_with_its_failure() -> None:
+    class Fails(FakeProcess):
+        def request(self, message, tensors=None, timeout=None, device=None):
+            reply, caps = super().request(message, tensors, timeout, device)
+            if isinstance(message, p.TimeBlock) and message.capture:
+                return p.TimeBlockReply(ok=False, stage="run", error="out of memory", oom=True), []
+            return reply, caps
+
+    log: list = []
+    pairs = _window(log, 2, set())
+    pairs[0] = (Side("reference", Fails("ref0", log), "ref0", key=KEY), pairs[0][1])
+    metas = measure.time_group(pairs, TimingRule(warmup_ms=1.0), nonce=7, graphs=False, timeout=10)
+    assert all(isinstance(m.failure, measure.BlockFailed) and m.failure.side == "reference" for m in metas)
+    with pytest.raises(measure.BlockFailed):
+        measure.time_pair(*pairs[0], TimingRule(warmup_ms=1.0), nonce=7, graphs=False, timeout=10)
