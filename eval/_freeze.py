@@ -110,16 +110,35 @@ class Freezer:
                 _signal(pid, signal.SIGSTOP)
             time.sleep(POLL_S)
 
-    def resume(self) -> None:
-        """Let the worker run again (a worker that died meanwhile is left alone)."""
+    def resume(self) -> bool:
+        """Let the worker run again, and wait (at most `STOP_WAIT_S`) until the kernel shows every thread of it able to
+        run; True when it did. Thawing is not instant: a block sent at once to a worker still thawing counted the
+        thaw in that worker's wall time (on the H100, under load, about 24 ms a block, and an honest candidate
+        failed the wall bound). A worker that died meanwhile is left alone."""
+        deadline = time.monotonic() + STOP_WAIT_S
         if self.mechanism == "cgroup":
-            try:
-                (self.group / "cgroup.freeze").write_text("0")
-            except OSError:
-                pass
-            return
-        for pid in self._processes():
-            _signal(pid, signal.SIGCONT)
+            return self._thaw_group(deadline)
+        while True:
+            stopped = [pid for pid in self._processes() if _stopped_threads(pid)]
+            if not stopped:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            for pid in stopped:
+                _signal(pid, signal.SIGCONT)
+            time.sleep(POLL_S)
+
+    def _thaw_group(self, deadline: float) -> bool:
+        """`cgroup.freeze` 0, then wait for the kernel's `frozen 0` in `cgroup.events`."""
+        try:
+            (self.group / "cgroup.freeze").write_text("0")
+            while "frozen 0" not in (self.group / "cgroup.events").read_text().splitlines():
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(POLL_S)
+        except OSError:  # the group is gone with its worker
+            pass
+        return True
 
     def _freeze_group(self, deadline: float) -> bool:
         """`cgroup.freeze`, then wait for the kernel's `frozen 1` in `cgroup.events`."""
@@ -146,19 +165,28 @@ class Freezer:
 
 def _stopped(pid: int) -> bool:
     """Whether no thread of `pid` can run: each is stopped, traced while stopped, a zombie or gone."""
+    return all(state in (b"T", b"t", b"Z", b"X") for state in _thread_states(pid))
+
+
+def _stopped_threads(pid: int) -> bool:
+    """Whether some thread of `pid` is stopped by a signal (state T)."""
+    return b"T" in _thread_states(pid)
+
+
+def _thread_states(pid: int) -> list[bytes]:
+    """The scheduler state of each thread of `pid` (none when it is gone)."""
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
-        return True
+        return []
+    states = []
     for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
-                state = fh.read().rsplit(b")", 1)[1].split()[0]
+                states.append(fh.read().rsplit(b")", 1)[1].split()[0])
         except (OSError, IndexError):
             continue
-        if state not in (b"T", b"t", b"Z", b"X"):
-            return False
-    return True
+    return states
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -70,7 +70,8 @@ def render_feedback(result: EvalResult) -> str:
         graphs = result.timing_mode == "cuda_graph"
         lines.append(f"Timing{' (CUDA-graph replays of both forwards)' if graphs else ''}: candidate "
                      f"{c.median_ms * 1000:.1f} us (IQR {c.iqr_ms * 1000:.1f}, n={c.n}), "
-                     f"PyTorch {'reference' if graphs else 'eager'} {r.median_ms * 1000:.1f} us -> speedup {result.speedup:.2f}x")
+                     f"PyTorch {'reference' if graphs else 'eager'} {r.median_ms * 1000:.1f} us"
+                     + (f" -> speedup {result.speedup:.2f}x" if result.speedup is not None else ""))
         if result.speedup_compile is not None:
             lines.append(f"Speedup over torch.compile: {result.speedup_compile:.2f}x")
     elif result.status is Status.CORRECT:

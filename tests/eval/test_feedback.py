@@ -21,3 +21,16 @@ def test_the_agent_sees_no_harness_frames_and_no_host_paths():
     assert "/tmp/" not in text and "/opt/" not in text
     assert 'File "kh_candidate_7.py", line 30, in forward' in text and 'File "triton/runtime/jit.py"' in text
     assert "ValueError: bad grid" in text
+
+
+def test_a_result_timed_then_rejected_renders_its_times_without_a_speedup():
+    """A candidate rejected after its timing keeps both sides' times and has no speedup: the service rendered its
+    feedback with a 500 (`format` of None) on the H100, 2026-11-26."""
+    from eval import EvalResult, Status, Timing
+    from eval.feedback import render_feedback
+
+    timing = Timing(median_ms=0.08, iqr_ms=0.001, n=64, rel_stderr=0.01, min_ms=0.079)
+    result = EvalResult(status=Status.REJECTED, reason="integrity: the wall bound", candidate_timing=timing,
+                        reference_timing=timing, speedup=None)
+    text = render_feedback(result)
+    assert "candidate 80.0 us" in text and "PyTorch eager 80.0 us" in text and "speedup" not in text

@@ -156,6 +156,24 @@ def test_the_candidates_thread_and_orphan_stand_still_through_every_reference_bl
     _advancing(spinner)  # and count again once the timing is over
 
 
+@pytest.mark.parametrize("plan", ["cgroup", "signals"])
+def test_a_held_worker_runs_again_before_the_next_block_is_sent(spinner, plan):
+    """The thaw is waited for: the moment `held` returns, the kernel shows every thread of the worker able to run, so
+    no thaw lands in the wall time of the candidate's block that follows."""
+    freezer = _plans(spinner).get(plan)
+    if freezer is None:
+        pytest.skip("no cgroup v2 can be made and joined here")
+    spinner.freezer = freezer
+    tree = proctree.processes(spinner.pid)
+    for _ in range(20):
+        with freeze.held(spinner) as still:
+            assert still
+        if plan == "cgroup":
+            assert "frozen 0" in (freezer.group / "cgroup.events").read_text().splitlines()
+        assert not [pid for pid in tree if freeze._stopped_threads(pid)]
+    _advancing(spinner)
+
+
 def test_a_reference_block_that_fails_still_resumes_the_candidate(spinner):
     """SIGCONT (or the thaw) follows whatever the block did: here it raised."""
     with pytest.raises(RuntimeError):
