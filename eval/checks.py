@@ -723,11 +723,11 @@ def _record_timing(ctx: Context, rule: measure.TimingRule, fresh: bool, meas: me
     result.reference_timing, result.candidate_timing = Timing.from_dict(ref), Timing.from_dict(cand)
     if not ctx.on_gpu:  # host-clock times of the CPU pipeline: no bound, no speedup
         return
+    result.wall_bound["pinned_threads"] = float(meas.pinned_threads)  # recorded for a rejection too
     if finding and config.hidden_work_check:
         raise Verdict(Status.REJECTED, f"integrity: {finding}")
     if finding:  # the preset leaves work outside the timed intervals unjudged, as KernelBench does: a flag only
         result.flags.append(f"wall bound (not judged: eval.hidden_work_check=false): {finding}")
-    result.wall_bound["pinned_threads"] = float(meas.pinned_threads)
     concentrated, result.wall_bound["concentration"] = measure.concentration(meas)
     if concentrated and rule.statistic == "median":
         if config.hidden_work_check:

@@ -74,7 +74,8 @@ class EvalConfig:
     share_reference_timing: under the adaptive method, candidates of the same problem that reach timing together
       on one GPU (up to `eval._windows.CAP`) are timed against one timing of the reference, in one window
       (`measure.time_group`); each result says how many shared it (`reference_shared_with`). Off: each
-      candidate is timed against a reference timing of its own.
+      candidate is timed against a reference timing of its own. Off by default: under concurrent load on the H100
+      (2026-11-26) it raised the wall bound's false rejects of honest candidates from 3 in 96 to 24 in 192.
 
     Rules a preset may relax (defaults are the strict ones; `eval=kernelbench` sets the others):
     preset: the name recorded in every result and shown in reports.
@@ -164,7 +165,7 @@ class EvalConfig:
     fixed_warmup_calls: int = setting(3, not_negative=True, unkeyed_at=SAME)
     cuda_graphs: str = setting("off", choices=("off", "auto"), unkeyed_at=SAME)
     cpu_timing: bool = setting(False, unkeyed_at=SAME)
-    share_reference_timing: bool = setting(True, unkeyed_at=SAME)
+    share_reference_timing: bool = setting(False, unkeyed_at=SAME)
 
     def __post_init__(self) -> None:
         problems = []

@@ -70,7 +70,8 @@ def closed_loop(call: Callable[[str], dict[str, Any]], sources: list[str], calle
             t0 = time.perf_counter()
             answers[i] = call(source)
             latencies[i] = time.perf_counter() - t0
-            print(f"{tally.step()} {label}: {answers[i]['status']}", file=sys.stderr, flush=True)
+            why = "" if answers[i]["status"] == "correct" else f" ({_reason(answers[i])[:300]})"
+            print(f"{tally.step()} {label}: {answers[i]['status']}{why}", file=sys.stderr, flush=True)
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=caller) for _ in range(callers)]
@@ -81,6 +82,11 @@ def closed_loop(call: Callable[[str], dict[str, Any]], sources: list[str], calle
     wall = time.perf_counter() - t0
     return {"wall_s": round(wall, 2), "latencies": latencies, "statuses": [a["status"] for a in answers],
             "timings": [_phases(a.get("timings", {}), lat) for a, lat in zip(answers, latencies)]}
+
+
+def _reason(answer: dict[str, Any]) -> str:
+    """Why an honest candidate was not judged correct (an in-process answer's own, or the served result's)."""
+    return str(answer.get("reason") or answer.get("result", {}).get("reason", ""))
 
 
 def _phases(timings: dict[str, float], latency: float) -> dict[str, float]:
@@ -99,8 +105,9 @@ def in_process_call(ev: Evaluator, problem: Any, runners: ThreadPoolExecutor) ->
 
         def run() -> dict[str, Any]:
             started = time.perf_counter()
-            status = ev.evaluate(problem, source, "triton").status.value
-            return {"status": status, "timings": {"queue_s": started - asked, "eval_s": time.perf_counter() - started}}
+            result = ev.evaluate(problem, source, "triton")
+            return {"status": result.status.value, "reason": result.reason,
+                    "timings": {"queue_s": started - asked, "eval_s": time.perf_counter() - started}}
         return runners.submit(run).result()
     return call
 

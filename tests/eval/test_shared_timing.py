@@ -16,7 +16,7 @@ from harness.corpus.hostile import GOOD, in_forward
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # real sandboxed workers
 
-SETTINGS = dict(device="cpu", cache_dir=None, cpu_timing=True, workers_per_gpu=3, import_timeout_s=120,
+SETTINGS = dict(device="cpu", cache_dir=None, cpu_timing=True, share_reference_timing=True, workers_per_gpu=3, import_timeout_s=120,
                 call_timeout_s=60, min_reps=60)
 # honest through the correctness trials and the steps before timing (about a dozen calls), wrong from its 30th
 # call on: inside the timing, where only the check of every timed output can catch it
@@ -89,7 +89,7 @@ def test_a_hostile_candidate_in_a_window_is_caught_as_alone_and_spoils_no_neighb
 
 
 def test_with_the_switch_off_each_candidate_has_a_reference_timing_of_its_own(problem, reference_blocks) -> None:
-    with Evaluator(EvalConfig(**{**SETTINGS, "workers_per_gpu": 2}, share_reference_timing=False)) as ev:
+    with Evaluator(EvalConfig(**{**SETTINGS, "workers_per_gpu": 2, "share_reference_timing": False})) as ev:
         results = ev.evaluate_many([Job(problem, _honest(20 + i)) for i in range(2)])
     for r in results:
         assert r.status is Status.CORRECT, r.reason + r.error

@@ -38,7 +38,7 @@ def test_in_process_side_runs_as_many_at_once_as_the_evaluator_has_workers() -> 
         time.sleep(0.05)
         with lock:
             running[0] -= 1
-        return SimpleNamespace(status=SimpleNamespace(value="correct"))
+        return SimpleNamespace(status=SimpleNamespace(value="correct"), reason="")
 
     ev = SimpleNamespace(workers=2, evaluate=evaluate)
     with ThreadPoolExecutor(ev.workers) as runners:
