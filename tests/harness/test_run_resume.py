@@ -79,9 +79,10 @@ def test_ctrl_c_finishes_attempts_in_flight_and_saves_state(tmp_path: Path) -> N
     run = tmp_path / "runs" / "intr"
     proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", *args], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not recorded_attempts(run) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 900  # only a hang bound: a loaded machine may take minutes to start the pool
+    while not recorded_attempts(run) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
+    assert proc.poll() is None and recorded_attempts(run), "the run ended, or recorded nothing, before the Ctrl-C"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 3, err
