@@ -2,6 +2,10 @@
 
 Helpers that tests import by name live beside this file as modules (`tests.paths`,
 `tests.run_fixtures`, ...): pytest advises against importing from a conftest.
+
+The suite runs on two processes (`pytest -n 2 --dist loadgroup`, pytest-xdist): each test file is a group that one
+process runs whole, so a module's evaluator session starts once; files that share something of the machine (Ray's
+`/tmp/ray`) name one `xdist_group` and run one after another.
 """
 
 from __future__ import annotations
@@ -15,6 +19,13 @@ from eval import EvalConfig, Evaluator
 from problems.problem import Problem, problem_from_source
 from harness.corpus.hostile import PROBLEM
 from tests.run_fixtures import base_overrides, write_problem
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test without an `xdist_group` joins its file's group (pytest-xdist reads the marks after this hook)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
 
 @pytest.fixture(scope="module")
