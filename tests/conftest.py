@@ -21,8 +21,9 @@ from harness.corpus.hostile import PROBLEM
 from tests.run_fixtures import base_overrides, write_problem
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test without an `xdist_group` joins its file's group (pytest-xdist reads the marks after this hook)."""
+    """A test without an `xdist_group` joins its file's group."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))

@@ -88,11 +88,12 @@ def test_the_compile_check_builds_with_torchs_own_flags(evaluator):
     """The check is torch's own build, so it agrees with a GPU machine's build both ways: C++20 code (torch builds
     extensions with -std=c++20) passes, and `__half` arithmetic, which torch's `-D__CUDA_NO_HALF_OPERATORS__` and
     `-D__CUDA_NO_HALF_CONVERSIONS__` turn off, fails. A hand-written nvcc command with -std=c++17 and no defines
-    got both wrong."""
+    got both wrong. (`torch/types.h` brings in `__half` too, through torch's `Half.h`.)"""
     half_ops = "__half kh_h = __float2half(1.f); kh_h = kh_h * kh_h;"
     problem = candidates.problem(4096)
     honest, halves = evaluator.evaluate_many([Job(problem, HONEST, "cuda"),  # holds CXX20
-                                              Job(problem, candidates.cuda_candidate("halves", 256, half_ops), "cuda")])
+                                              Job(problem, _one_build(candidates.cuda_candidate("halves", 256, half_ops)),
+                                                  "cuda")])
     assert honest.status is Status.SKIPPED and "compiled with nvcc" in honest.reason, honest.reason + honest.error
     assert halves.status is Status.COMPILE_ERROR, halves.reason
     assert "kh_h * kh_h" in halves.error and "error" in halves.error
