@@ -3,15 +3,16 @@
 Helpers that tests import by name live beside this file as modules (`tests.paths`,
 `tests.run_fixtures`, ...): pytest advises against importing from a conftest.
 
-The suite runs on two processes (`pytest -n 2 --dist loadgroup`, pytest-xdist): each test file is a group that one
-process runs whole, so a module's evaluator session starts once; files that share something of the machine (Ray's
-`/tmp/ray`) name one `xdist_group` and run one after another.
+The suite runs on two processes (`pytest -n 2`, pytest-xdist) that each take whole test files
+(`pytest_xdist_make_scheduler`), so a module's evaluator session starts once; files that share something of the
+machine name one group in `SHARED_GROUPS` and run one after another on one process.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,12 +22,22 @@ from harness.corpus.hostile import PROBLEM
 from tests.run_fixtures import base_overrides, write_problem
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test without an `xdist_group` joins its file's group."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+# Ray: `ray start --head` leaves /tmp/ray/ray_current_cluster, which a local `ray.init()` joins
+SHARED_GROUPS = {"tests/harness/test_ray_executor.py": "ray", "tests/harness/test_serve_ray.py": "ray"}
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist (the `test` extra)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Whole files (or `SHARED_GROUPS`) to each process, the most tests first. pytest-xdist's `loadgroup` cannot do
+    it under pytest 9 (it renames `item._nodeid`, which pytest 9 no longer reads), so the group is the scope here."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return SHARED_GROUPS.get(path, path)
+
+    return FileGroups(config, log)
 
 
 @pytest.fixture(scope="module")

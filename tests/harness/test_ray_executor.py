@@ -31,7 +31,7 @@ from tests.paths import REPO
 from tests.run_fixtures import GOOD, WRONG, write_problem
 
 # hang guards only: a test here runs up to three harness runs, and one took over 400 s on a loaded 2-core machine
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600), pytest.mark.xdist_group("ray")]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 try:
     import ray

@@ -9,7 +9,7 @@ from harness.client import EvalClient
 from harness.corpus.hostile import GOOD, HOSTILE, PROBLEM
 from tests.serve_fixtures import Server, cpu_overrides, reply
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.slow, pytest.mark.xdist_group("ray")]
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
 
 def test_served_through_ray_actors(tmp_path):
