@@ -2,12 +2,17 @@
 
 Helpers that tests import by name live beside this file as modules (`tests.paths`,
 `tests.run_fixtures`, ...): pytest advises against importing from a conftest.
+
+The suite runs on two processes (`pytest -n 2`, pytest-xdist) that each take whole test files
+(`pytest_xdist_make_scheduler`), so a module's evaluator session starts once; files that share something of the
+machine name one group in `SHARED_GROUPS` and run one after another on one process.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +20,24 @@ from eval import EvalConfig, Evaluator
 from problems.problem import Problem, problem_from_source
 from harness.corpus.hostile import PROBLEM
 from tests.run_fixtures import base_overrides, write_problem
+
+
+# Ray: `ray start --head` leaves /tmp/ray/ray_current_cluster, which a local `ray.init()` joins
+SHARED_GROUPS = {"tests/harness/test_ray_executor.py": "ray", "tests/harness/test_serve_ray.py": "ray"}
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist (the `test` extra)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Whole files (or `SHARED_GROUPS`) to each process, the most tests first. pytest-xdist's `loadgroup` cannot do
+    it under pytest 9 (it renames `item._nodeid`, which pytest 9 no longer reads), so the group is the scope here."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return SHARED_GROUPS.get(path, path)
+
+    return FileGroups(config, log)
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ BENCH_DOOR = "harness.commands.bench_cmd"  # the bench command: the one module o
 BENCH_TESTS: dict[str, set[str]] = {
     "tests.harness.test_bench_suite": {"harness.bench.suite_bench"},
     "tests.harness.test_bench_serve": {"harness.bench.serve_bench"},
+    "tests.harness.test_bench_store": {"harness.bench.store_bench"},
     "tests.eval.test_launch_units": {"harness.bench.eval_bench", "harness.bench.launch_bound"},
     "tests.eval.test_pool": {"harness.bench.parents", "harness.bench.pools"},
     "tests.harness.test_run_loop": {"harness.bench.loop_bench"},

@@ -10,7 +10,8 @@ attempt reaches the target speedup (3.0x), so the stored run is finished and a r
 Each step is timed in a child process started by a small wrapper that reports the child's wall time and the
 peak resident memory of its largest process (`RUSAGE_CHILDREN`); the page is loaded from its file in headless
 Chromium (`harness.devtools`) and a transcript is opened, each timed in the page. The exact command that resumes
-the synthetic run is printed.
+the synthetic run is printed. Progress goes to stderr as it happens, each line with its `[done/total, elapsed]`
+counter: one per problem synthesized, then one per timed step and per comparison run.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from agents import PromptBuilder, TurnRecord
 from eval import EvalResult, KernelShare, Mismatch, Status, Timing, render_feedback
 from harness.loop import best_key
+from harness.progress import Tally
 from harness.store import Attempt, RunStore
 from problems import select_problems
 
@@ -137,10 +139,13 @@ def _reply(code: str, rng: random.Random) -> str:
     return f"{prose}\n\n```python\n{code}```\n"
 
 
-def synthesize(out: Path, attempts: int, seed: int = 0, name: str = NAME) -> tuple[Path, list[str], int]:
+def synthesize(out: Path, attempts: int, seed: int = 0, name: str = NAME,
+               progress: TextIO | None = None) -> tuple[Path, list[str], int]:
     """Write the synthetic run `out/name`; return its directory, the `harness run` overrides that resume it,
-    and how many attempts it holds."""
+    and how many attempts it holds. With `progress`, a counter line there as each problem's trajectories are
+    written (the large run takes minutes)."""
     problems = select_problems("all")
+    tally = Tally(len(problems))
     samples = max(1, round(attempts / (len(problems) * 9.8)))  # trajectories average about 9.8 turns
     argv = resume_argv(out, samples, name)
     config = _config(argv, name)
@@ -152,6 +157,7 @@ def synthesize(out: Path, attempts: int, seed: int = 0, name: str = NAME) -> tup
     with RunStore.open(out / name, config, durable=False) as store:
         store.begin_session()
         for problem in problems:
+            before = n
             for sample in range(1, samples + 1):
                 history: list[Attempt] = []
                 for turn in range(1, TURNS + 1):
@@ -187,6 +193,8 @@ def synthesize(out: Path, attempts: int, seed: int = 0, name: str = NAME) -> tup
                     reached = attempt.best_speedup is not None and attempt.best_speedup >= TARGET_SPEEDUP
                     if attempt.status is Status.AGENT_ERROR or reached:
                         break
+            if progress is not None:
+                print(f"{tally.step()} synthesized {problem.id}: {n - before} attempts", file=progress, flush=True)
         store.end_session("finished")
     return out / name, argv, n
 
@@ -223,45 +231,73 @@ def page_timings(page: Path, profile: Path) -> dict[str, Any]:
             "js_heap_mb": round(heap.get("usedSize", 0) / 2**20, 1)}  # fmt: skip
 
 
-def _comparison(out: Path) -> dict[str, Any]:
+class _Steps:
+    """The timed steps' counter: a line on `progress` (if any) as each step finishes."""
+
+    def __init__(self, total: int, progress: TextIO | None) -> None:
+        self._tally, self._progress = Tally(total), progress
+
+    def done(self, text: str) -> None:
+        if self._progress is not None:
+            print(f"{self._tally.step()} {text}", file=self._progress, flush=True)
+
+
+def _figures(figures: dict[str, Any]) -> str:
+    """A measured step in a progress line: `4.2s, 310 MB, rc 0`."""
+    return f"{figures['wall_s']}s, {figures['peak_mb']:.0f} MB, rc {figures['rc']}"
+
+
+def _comparison(out: Path, steps: _Steps) -> dict[str, Any]:
     """`harness report` of `COMPARED` smaller synthetic runs at once: its time, memory and page size."""
     dirs, n = [], 0
     for i in range(COMPARED):
         run_dir, _, count = synthesize(out, COMPARED_ATTEMPTS, seed=1000 + i, name=f"run{i:02d}")
         dirs.append(str(run_dir))
         n += count
+        steps.done(f"comparison run {i + 1}/{COMPARED} synthesized: {count} attempts")
     figures = measure([sys.executable, "-m", "harness.cli", "report", *dirs, "--out", str(out / "report")],
                       out / "report.log")  # fmt: skip
+    steps.done(f"comparison report: {_figures(figures)}")
     page = out / "report" / "leaderboard.html"
     return {"runs": COMPARED, "attempts": n, **figures,
             "page_mb": round(page.stat().st_size / 2**20, 2) if page.exists() else None}  # fmt: skip
 
 
-def run_store_bench(attempts: int, out: Path, *, browser: bool = True) -> dict[str, Any]:
-    """Synthesize, then time resume, report and the page; the figures beside the targets."""
+def run_store_bench(attempts: int, out: Path, *, browser: bool = True,
+                    progress: TextIO | None = None) -> dict[str, Any]:
+    """Synthesize, then time resume, report and the page; the figures beside the targets. With `progress`, a
+    counter line there per problem synthesized, then per step (resume, report, page, each comparison run and
+    the comparison's report)."""
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    run_dir, argv, n = synthesize(out, attempts)
+    run_dir, argv, n = synthesize(out, attempts, progress=progress)
     report: dict[str, Any] = {"attempts": n, "synthesize_s": round(time.perf_counter() - t0, 1),
                               "db_mb": round((run_dir / "attempts.sqlite").stat().st_size / 2**20, 1)}  # fmt: skip
+    steps = _Steps(2 + int(browser) + COMPARED + 1, progress)
     resume = [sys.executable, "-m", "harness.cli", "run", *argv]
     report["resume_command"] = shlex.join(["harness", "run", *argv])
     report["resume"] = measure(resume, out / "resume.log")
+    steps.done(f"resume: {_figures(report['resume'])}")
     report_dir = out / "report"
     report["report"] = measure([sys.executable, "-m", "harness.cli", "report", str(run_dir), "--out", str(report_dir)],
                                out / "report.log")  # fmt: skip
+    steps.done(f"report: {_figures(report['report'])}")
     page = report_dir / "leaderboard.html"
     report["page_mb"] = round(page.stat().st_size / 2**20, 2) if page.exists() else None
-    if browser and page.exists():
-        report["page"] = page_timings(page, out / "chromium-profile")
-    report["comparison"] = _comparison(out / "compare")
+    if browser:
+        if page.exists():
+            report["page"] = page_timings(page, out / "chromium-profile")
+            steps.done(f"page: loaded in {report['page']['page_load_s']}s")
+        else:
+            steps.done("page: not loaded (the report wrote none)")
+    report["comparison"] = _comparison(out / "compare", steps)
     report["targets"] = TARGETS
     return report
 
 
 def main(attempts: int, out: str, browser: bool = True) -> int:
     """Print the figures as JSON and the command that resumes the synthetic run; 1 if a step failed."""
-    report = run_store_bench(attempts, Path(out), browser=browser)
+    report = run_store_bench(attempts, Path(out), browser=browser, progress=sys.stderr)
     json.dump(report, sys.stdout, indent=2)
     print(f"\nresume the synthetic run with:\n  {report['resume_command']}")
     return 0 if report["resume"]["rc"] == 0 and report["report"]["rc"] == 0 else 1

@@ -2,7 +2,9 @@
 
 One evaluator session builds every case (the module's `evaluator` fixture): its warm workers are never used here
 (CUDA candidates do not run on a CPU), so starting them once, not per test, leaves the cores to nvcc. Each test
-checks only its own candidates' builds (`_build_folder`).
+checks only its own candidates' builds (`_build_folder`). A build costs a minute of CPU, so the tests that need an
+honest candidate share one (`HONEST`: built once, joined by the others), and a broken candidate whose light build
+is not what its test checks leaves out the heavy include, so it is built once, not light first and then as written.
 """
 
 from __future__ import annotations
@@ -23,6 +25,22 @@ BUILD_LIMIT_S = 1200.0
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600),
               pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the candidate runs for real")]
 EVALUATOR = dict(device="cpu", import_timeout_s=BUILD_LIMIT_S)  # no cache_dir: a fresh result cache for this module
+# module code that tries to write beside its own build folder and records what happened, in its own build folder
+PLANT = ("import os as _os, pathlib as _pl\n"
+         "_own = _pl.Path(_os.environ['TORCH_EXTENSIONS_DIR'])\n"
+         "try:\n"
+         "    (_own.parent / 'planted').write_text('into the evaluator build folders')\n"
+         "    _outcome = 'written'\n"
+         "except OSError as _exc:\n"
+         "    _outcome = _exc.strerror\n"
+         "(_own / 'outcome').write_text(_outcome)\n")
+CXX20 = 'static_assert(requires { n + 1; }, "a requires-expression: C++20");'
+HONEST = PLANT + candidates.cuda_candidate("cpuok", 256, CXX20)  # an honest kernel: the plant, C++20 code
+
+
+def _one_build(source: str) -> str:
+    """`source` without the heavy torch include, so the build worker builds it once (no light build first)."""
+    return candidates.edit(source, "#include <torch/extension.h>", "#include <torch/types.h>")
 
 
 def _build_folder(ev: Evaluator, source: str) -> Path:
@@ -32,7 +50,7 @@ def _build_folder(ev: Evaluator, source: str) -> Path:
 
 def test_cuda_candidates_get_a_compile_only_check(evaluator):
     problem = candidates.problem(4096)
-    good = candidates.cuda_candidate("cpuok", 256)
+    good = HONEST
     broken = candidates.cuda_candidate("cpubad", 256, "this is not C++;")
     ok, bad = evaluator.evaluate_many([Job(problem, good, "cuda"), Job(problem, broken, "cuda")])
     if shutil.which("nvcc") is None:
@@ -58,17 +76,9 @@ def test_a_build_writes_only_its_own_build_folder(evaluator):
 
     if not sandbox_plan().filesystem:
         pytest.skip("no mount namespace on this machine: the filesystem is not isolated")
-    plant = ("import os as _os, pathlib as _pl\n"
-             "_own = _pl.Path(_os.environ['TORCH_EXTENSIONS_DIR'])\n"
-             "try:\n"
-             "    (_own.parent / 'planted').write_text('into the evaluator build folders')\n"
-             "    _outcome = 'written'\n"
-             "except OSError as _exc:\n"
-             "    _outcome = _exc.strerror\n"
-             "(_own / 'outcome').write_text(_outcome)\n")
-    r = evaluator.evaluate(candidates.problem(4096), plant + candidates.cuda_candidate("planter", 256), "cuda")
+    r = evaluator.evaluate(candidates.problem(4096), HONEST, "cuda")
     planted = list(evaluator._builder.root.glob("**/planted"))  # in any build folder of the session
-    outcomes = [f.read_text() for f in evaluator._builder.root.glob("*/outcome")]  # only this candidate writes one
+    outcomes = [f.read_text() for f in evaluator._builder.root.glob("*/outcome")]  # only HONEST writes one
     assert r.status is Status.SKIPPED and "compiled with nvcc" in r.reason, f"{r.status}: {r.reason}"
     assert outcomes == ["Read-only file system"] and planted == [], (outcomes, planted)
 
@@ -78,12 +88,12 @@ def test_the_compile_check_builds_with_torchs_own_flags(evaluator):
     """The check is torch's own build, so it agrees with a GPU machine's build both ways: C++20 code (torch builds
     extensions with -std=c++20) passes, and `__half` arithmetic, which torch's `-D__CUDA_NO_HALF_OPERATORS__` and
     `-D__CUDA_NO_HALF_CONVERSIONS__` turn off, fails. A hand-written nvcc command with -std=c++17 and no defines
-    got both wrong."""
-    cxx20 = 'static_assert(requires { n + 1; }, "a requires-expression: C++20");'
+    got both wrong. (`torch/types.h` brings in `__half` too, through torch's `Half.h`.)"""
     half_ops = "__half kh_h = __float2half(1.f); kh_h = kh_h * kh_h;"
     problem = candidates.problem(4096)
-    honest, halves = evaluator.evaluate_many([Job(problem, candidates.cuda_candidate(t, 256, e), "cuda")
-                                              for t, e in (("cxx20", cxx20), ("halves", half_ops))])
+    honest, halves = evaluator.evaluate_many([Job(problem, HONEST, "cuda"),  # holds CXX20
+                                              Job(problem, _one_build(candidates.cuda_candidate("halves", 256, half_ops)),
+                                                  "cuda")])
     assert honest.status is Status.SKIPPED and "compiled with nvcc" in honest.reason, honest.reason + honest.error
     assert halves.status is Status.COMPILE_ERROR, halves.reason
     assert "kh_h * kh_h" in halves.error and "error" in halves.error
@@ -94,7 +104,7 @@ def test_a_build_failure_the_candidate_catches_is_not_a_compile_error(evaluator)
     """Published kernels (CUDA-L1's L1/12 and L1/25) wrap a `load_inline` that cannot build in try/except and fall
     back to PyTorch. With torch's own `load_inline` they run; the build must not fail them either. A candidate that
     re-raises (its own error, chained to the build's) still failed because of its build."""
-    broken = candidates.cuda_candidate("caught", 256, "this is not C++;")
+    broken = _one_build(candidates.cuda_candidate("caught", 256, "this is not C++;"))
     guarded = candidates.edit(broken, "ext = load_inline(", "_kh_built = True\ntry:\n    ext = load_inline(")
     guarded = candidates.edit(guarded, "verbose=False)\n", "verbose=False)\nexcept Exception:\n    _kh_built = False\n")
     caught = candidates.edit(guarded, "        return ext.add_relu_scale(x.contiguous(), y.contiguous(), self.scale)",

@@ -63,15 +63,16 @@ def forging_candidate(payload: bytes, via: str = "argv") -> str:
     return variant(FORWARD, "        import os, sys\n" + find + f"        os.write(fd, {payload!r})\n" + FORWARD)
 
 
-EVALUATOR = dict(device="cpu", cache_dir=None, import_timeout_s=20, call_timeout_s=10)
+# limits an honest candidate (a few CPU-seconds) stays far below on a loaded 2-core machine
+LIMITS = dict(import_timeout_s=60, call_timeout_s=30)
+EVALUATOR = dict(device="cpu", cache_dir=None, **LIMITS)
 
 
 def test_the_output_cap_follows_the_references_own_size(problem):
     """An honest candidate whose outputs, like the reference's, exceed `eval.max_output_bytes` is judged as usual
     (KernelBench problems return up to 6.4 GB); a reply beyond the reference's size per forward is still refused."""
     # the reference returns 4096 float32 (16 KB): more than a whole reply of three 4 KB forwards
-    with Evaluator(EvalConfig(device="cpu", cache_dir=None, max_output_bytes=4096, import_timeout_s=20,
-                              call_timeout_s=10)) as ev:
+    with Evaluator(EvalConfig(device="cpu", cache_dir=None, max_output_bytes=4096, **LIMITS)) as ev:
         honest = ev.evaluate(problem, GOOD)
         bloated = ev.evaluate(problem, variant(RETURN, "        return out, torch.zeros(1 << 16)\n"))
     assert honest.status is Status.CORRECT, f"{honest.status}: {honest.reason}"

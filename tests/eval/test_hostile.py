@@ -18,7 +18,9 @@ from tests.machine import MOUNT_NS
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # every test runs sandboxed evaluator workers
 
 
-EVALUATOR = dict(device="cpu", cache_dir=None, import_timeout_s=20, call_timeout_s=10)
+# limits an honest candidate (a few CPU-seconds) stays far below on a loaded 2-core machine; the two looping
+# candidates spend them whole
+EVALUATOR = dict(device="cpu", cache_dir=None, import_timeout_s=60, call_timeout_s=30)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -464,15 +464,24 @@ def test_a_fork_bomb_stops_at_the_process_limit_and_the_verdict_names_it(problem
         assert "the kernel refused" in r.reason, r.reason
 
 
-def _tasks_of_uid(uid: int) -> int:
-    """Tasks (threads included) the host's processes of `uid` hold."""
-    count = 0
+def _tasks_under(root: int) -> int:
+    """Tasks (threads included) that process `root` and its descendants hold: the bomb's own count, which other
+    processes of the same uid on this machine (other tests, other runs) do not move."""
+    children: dict[int, list[int]] = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if os.stat(f"/proc/{pid}").st_uid == uid:
-                count += len(os.listdir(f"/proc/{pid}/task"))
+            stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
-            pass
+            continue
+        children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(pid))
+    count, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            count += len(os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            continue
+        todo += children.get(pid, [])
     return count
 
 
@@ -509,13 +518,12 @@ for t in started:
 for t in started:
     t.join()
 """ + GOOD
-    uid = UNPRIVILEGED_UID if sandbox_plan().uid is not None else os.getuid()
     bomber = WorkerProcess(device="cpu", gpu_index=None, log_cap_bytes=4096, isolate_network=True, max_processes=300)
     honest = WorkerProcess(device="cpu", gpu_index=None, log_cap_bytes=4096, isolate_network=True, max_processes=300)
     try:
-        before = _tasks_of_uid(uid)
+        before = _tasks_under(bomber.proc.pid)
         bombed = _load(bomber, bomb)  # returns with its children still holding their tasks
-        held = _tasks_of_uid(uid) - before
+        held = _tasks_under(bomber.proc.pid) - before
         loaded = _load(honest, threads)
         assert bomber.alive()
     finally:
