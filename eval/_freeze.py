@@ -99,7 +99,7 @@ class Freezer:
         """Stop the worker; True when every thread of it was seen stopped within `STOP_WAIT_S`."""
         deadline = time.monotonic() + STOP_WAIT_S
         if self.mechanism == "cgroup":
-            return self._freeze_group(deadline)
+            return self._set_frozen(True, deadline)
         while True:
             running = [pid for pid in self._processes() if not _stopped(pid)]
             if not running:
@@ -117,7 +117,7 @@ class Freezer:
         failed the wall bound). A worker that died meanwhile is left alone."""
         deadline = time.monotonic() + STOP_WAIT_S
         if self.mechanism == "cgroup":
-            return self._thaw_group(deadline)
+            return self._set_frozen(False, deadline)
         while True:
             stopped = [pid for pid in self._processes() if _stopped_threads(pid)]
             if not stopped:
@@ -128,23 +128,12 @@ class Freezer:
                 _signal(pid, signal.SIGCONT)
             time.sleep(POLL_S)
 
-    def _thaw_group(self, deadline: float) -> bool:
-        """`cgroup.freeze` 0, then wait for the kernel's `frozen 0` in `cgroup.events`."""
+    def _set_frozen(self, frozen: bool, deadline: float) -> bool:
+        """`cgroup.freeze` 1 or 0, then wait for the kernel's `frozen 1` or `frozen 0` in `cgroup.events`."""
+        state = "1" if frozen else "0"
         try:
-            (self.group / "cgroup.freeze").write_text("0")
-            while "frozen 0" not in (self.group / "cgroup.events").read_text().splitlines():
-                if time.monotonic() > deadline:
-                    return False
-                time.sleep(POLL_S)
-        except OSError:  # the group is gone with its worker
-            pass
-        return True
-
-    def _freeze_group(self, deadline: float) -> bool:
-        """`cgroup.freeze`, then wait for the kernel's `frozen 1` in `cgroup.events`."""
-        try:
-            (self.group / "cgroup.freeze").write_text("1")
-            while "frozen 1" not in (self.group / "cgroup.events").read_text().splitlines():
+            (self.group / "cgroup.freeze").write_text(state)
+            while f"frozen {state}" not in (self.group / "cgroup.events").read_text().splitlines():
                 if time.monotonic() > deadline:
                     return False
                 time.sleep(POLL_S)

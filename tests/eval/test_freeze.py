@@ -15,14 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from eval import Evaluator, Status, _freeze as freeze, measure, _proctree as proctree
 from eval import protocol as p
-from eval._reference import Reference, encode_args
 from eval.sandbox import WorkerProcess
-from harness.corpus.hostile import GOOD, PROBLEM, at_import
-from problems.problem import problem_from_source
+from harness.corpus.hostile import GOOD, at_import
+from tests.eval.worker_fixtures import staged_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # real sandboxed workers
 
@@ -78,37 +76,16 @@ def _advancing(worker: WorkerProcess) -> None:
     raise AssertionError(f"the candidate's counters stopped: {start} then {_counters(worker)}")
 
 
-def _worker(subject: str, candidate: str | None) -> WorkerProcess:
-    """A sandboxed CPU worker with `subject` loaded (the candidate, or the reference without one) and its timing
-    input set staged."""
-    worker = WorkerProcess(device="cpu", gpu_index=None, log_cap_bytes=1 << 16, isolate_network=True)
-    try:
-        hello, _ = worker.request(p.Hello(device="cpu", capture_key=1), timeout=600)
-        assert hello.ok, hello.error
-        load, _ = worker.request(p.Load(subject=subject, problem_source=PROBLEM, problem_label="<add_relu>",
-                                        candidate_source=candidate, weight_seed=1), timeout=600)
-        assert load.ok, load.error
-        problem = problem_from_source(PROBLEM, name="add_relu")
-        spec, tensors = encode_args(Reference(problem, 1, torch.device("cpu")).inputs(2))
-        staged, _ = worker.request(p.Stage(subject=subject, args=spec, n_inputs=len(tensors), sets=1), tensors,
-                                   timeout=600)
-        assert staged.ok, staged.error
-    except BaseException:
-        worker.kill()
-        raise
-    return worker
-
-
 @pytest.fixture(scope="module")
 def reference() -> Iterator[WorkerProcess]:
-    worker = _worker("ref", None)
+    worker = staged_worker("ref", None)
     yield worker
     worker.kill()
 
 
 @pytest.fixture
 def spinner() -> Iterator[WorkerProcess]:
-    worker = _worker("candidate", SPINNER)
+    worker = staged_worker("candidate", SPINNER)
     yield worker
     worker.kill()
 
@@ -215,7 +192,7 @@ EVALUATOR = dict(device="cpu", cache_dir=None, cpu_timing=True, workers_per_gpu=
                  call_timeout_s=60)
 
 
-@pytest.mark.parametrize("name, source", [("honest", GOOD), ("spinner", SPINNER)])
+@pytest.mark.parametrize("name, source", [("honest", GOOD), ("spinner", SPINNER)], ids=["honest", "spinner"])
 def test_an_evaluation_records_the_plan_and_judges_as_before(evaluator: Evaluator, problem, name, source):
     result = evaluator.evaluate(problem, source)
     assert result.status is Status.CORRECT, result.reason

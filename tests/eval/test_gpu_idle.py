@@ -13,16 +13,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import torch
 
 from eval import Evaluator, Status, measure
 from eval import _gpu_idle as gpu_idle
 from eval import protocol as p
 from eval._gpu_idle import Busy, Reading, Watch, busy_us
-from eval._reference import Reference, encode_args
 from eval.sandbox import WorkerProcess
-from harness.corpus.hostile import GOOD, PROBLEM
-from problems.problem import problem_from_source
+from harness.corpus.hostile import GOOD
+from tests.eval.worker_fixtures import staged_worker
 
 IDLE = 15.0  # us: an H100's probe round on an idle GPU is of this order
 SLICE = 2000.0  # us: a round that waited for another context's time slice
@@ -117,37 +115,16 @@ def test_a_gpu_busy_past_the_limit_stops_the_timing_naming_the_delay():
 
 
 # -- real sandboxed processes ------------------------------------------------------------------------------------------
-def _worker(subject: str, candidate: str | None) -> WorkerProcess:
-    """A sandboxed CPU worker with `subject` loaded (the candidate, or the reference without one) and one timing
-    input set staged."""
-    worker = WorkerProcess(device="cpu", gpu_index=None, log_cap_bytes=1 << 16, isolate_network=True)
-    try:
-        hello, _ = worker.request(p.Hello(device="cpu", capture_key=1), timeout=600)
-        assert hello.ok, hello.error
-        load, _ = worker.request(p.Load(subject=subject, problem_source=PROBLEM, problem_label="<add_relu>",
-                                        candidate_source=candidate, weight_seed=1), timeout=600)
-        assert load.ok, load.error
-        spec, tensors = encode_args(Reference(problem_from_source(PROBLEM, name="add_relu"), 1,
-                                              torch.device("cpu")).inputs(2))
-        staged, _ = worker.request(p.Stage(subject=subject, args=spec, n_inputs=len(tensors), sets=1), tensors,
-                                   timeout=600)
-        assert staged.ok, staged.error
-    except BaseException:
-        worker.kill()
-        raise
-    return worker
-
-
 @pytest.fixture(scope="module")
 def reference() -> Iterator[WorkerProcess]:
-    worker = _worker("ref", None)
+    worker = staged_worker("ref", None)
     yield worker
     worker.kill()
 
 
 @pytest.fixture(scope="module")
 def candidate() -> Iterator[WorkerProcess]:
-    worker = _worker("candidate", GOOD)
+    worker = staged_worker("candidate", GOOD)
     yield worker
     worker.kill()
 
