@@ -33,7 +33,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from eval import _pids as pids, _proctree as proctree
 from eval._reaper import owner_token
@@ -100,32 +100,27 @@ class Freezer:
         deadline = time.monotonic() + STOP_WAIT_S
         if self.mechanism == "cgroup":
             return self._set_frozen(True, deadline)
-        while True:
-            running = [pid for pid in self._processes() if not _stopped(pid)]
-            if not running:
-                return True
-            if time.monotonic() > deadline:
-                return False
-            for pid in running:
-                _signal(pid, signal.SIGSTOP)
-            time.sleep(POLL_S)
+        return self._signal_until(lambda pid: not _stopped(pid), signal.SIGSTOP, deadline)
 
     def resume(self) -> bool:
         """Let the worker run again, and wait (at most `STOP_WAIT_S`) until the kernel shows every thread of it able to
-        run; True when it did. Thawing is not instant: a block sent at once to a worker still thawing counted the
-        thaw in that worker's wall time (on the H100, under load, about 24 ms a block, and an honest candidate
-        failed the wall bound). A worker that died meanwhile is left alone."""
+        run; True when it did. Thawing is not instant, and a block sent to a worker still thawing would count the
+        thaw in that worker's wall time. A worker that died meanwhile is left alone."""
         deadline = time.monotonic() + STOP_WAIT_S
         if self.mechanism == "cgroup":
             return self._set_frozen(False, deadline)
+        return self._signal_until(_stopped_threads, signal.SIGCONT, deadline)
+
+    def _signal_until(self, pending: Callable[[int], bool], sig: int, deadline: float) -> bool:
+        """Send `sig` to each process of the worker for which `pending` holds until none does; False past `deadline`."""
         while True:
-            stopped = [pid for pid in self._processes() if _stopped_threads(pid)]
-            if not stopped:
+            left = [pid for pid in self._processes() if pending(pid)]
+            if not left:
                 return True
             if time.monotonic() > deadline:
                 return False
-            for pid in stopped:
-                _signal(pid, signal.SIGCONT)
+            for pid in left:
+                _signal(pid, sig)
             time.sleep(POLL_S)
 
     def _set_frozen(self, frozen: bool, deadline: float) -> bool:
