@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, TypeVar
 
 import torch
@@ -467,8 +467,9 @@ class _Window:
             self._for(i, lambda i=i: self._capture_block(i, reps, first))
 
     def _capture_block(self, i: int, reps: int, first: int) -> None:
-        """Candidate i's reference captures of repetitions first.. under its key: untimed (no flush, no lead)."""
-        reference = self.pairs[i][0]
+        """Candidate i's reference captures of repetitions first.. under its key: untimed (no flush, no lead, and no
+        GPU-idle probe around it, which only a timed block needs)."""
+        reference = replace(self.pairs[i][0], watch=None)
         seen = _block(reference, reps, first, notes=[], holds=[], sync_each=False, capture=True,
                       **{**self.common, "flush": False}, lead=False)
         assert seen is not None

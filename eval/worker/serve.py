@@ -42,6 +42,10 @@ _torch_equal = torch.equal  # captured before any candidate can patch them
 _torch_allclose = torch.allclose
 _load_inline = cpp_extension.load_inline
 CANDIDATE_MODULE = "kh_candidate"  # the candidate's module name: its Triton kernels' launches are its own
+# Requests that no timing observes: after them a process hands back what it keeps cached beyond KEEP_CACHED_BYTES
+# (never after a timed block, where the release would add to the block's wall time; nor mid-block)
+_UNTIMED = frozenset({"load", "prepare", "run", "stage", "kernels", "integrity"})
+KEEP_CACHED_BYTES = 1 << 30
 Handled = tuple[p.Reply, list[torch.Tensor]]
 
 
@@ -107,11 +111,6 @@ class Subject:
     args: list[Any] = field(default_factory=list)
     graph: Any = None
 
-
-# Requests that no timing observes: after them a process hands back what it keeps cached beyond KEEP_CACHED_BYTES
-# (never after a timed block, where the release would add to the block's wall time; nor mid-block)
-_UNTIMED = frozenset({"load", "prepare", "run", "stage", "kernels", "integrity"})
-KEEP_CACHED_BYTES = 1 << 30
 
 class Worker:
     """State of one worker process: its subjects, the candidate's module and the timing tools."""
