@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 
@@ -21,6 +21,7 @@ from eval import protocol as p
 from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout
 
 _labels = itertools.count()
+T = TypeVar("T")
 
 
 class ReferenceProcess:
@@ -36,12 +37,22 @@ class ReferenceProcess:
                 device: torch.device | None = None, generation: int | None = None) -> tuple[Any, list[torch.Tensor]]:
         """One request, serialised; `generation` names the process a session was opened in (a restarted process has
         lost every session)."""
+        return self._serialised(lambda worker: worker.request(message, tensors, timeout=timeout, device=device),
+                                generation)
+
+    def timed_request(self, message: p.Request, timeout: float | None = None, device: torch.device | None = None,
+                      generation: int | None = None) -> tuple[Any, list[torch.Tensor], float]:
+        """`WorkerProcess.timed_request`, serialised like `request`."""
+        return self._serialised(lambda worker: worker.timed_request(message, timeout=timeout, device=device),
+                                generation)
+
+    def _serialised(self, call: Callable[[WorkerProcess], T], generation: int | None) -> T:
         with self._lock:
             worker = self._current()
             if generation is not None and generation != self._generation:
                 raise WorkerDied("the reference process restarted since this evaluation loaded its reference")
             try:
-                return worker.request(message, tensors, timeout=timeout, device=device)
+                return call(worker)
             except (WorkerDied, WorkerTimeout):
                 worker.kill()
                 self._worker = None
@@ -105,6 +116,10 @@ class Session:
     def request(self, message: p.Request, tensors: list[torch.Tensor] | None = None, timeout: float | None = None,
                 device: torch.device | None = None) -> tuple[Any, list[torch.Tensor]]:
         return self.process.request(message, tensors, timeout=timeout, device=device, generation=self.generation)
+
+    def timed_request(self, message: p.Request, timeout: float | None = None, device: torch.device | None = None
+                      ) -> tuple[Any, list[torch.Tensor], float]:
+        return self.process.timed_request(message, timeout=timeout, device=device, generation=self.generation)
 
     @property
     def pid(self) -> int | None:

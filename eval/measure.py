@@ -97,7 +97,7 @@ class Side:
     reference's side, on a GPU) keeps each kept block to an idle GPU (`eval._gpu_idle`)."""
 
     name: str
-    worker: Any  # WorkerProcess, or the reference process (same `request`)
+    worker: Any  # WorkerProcess, or a reference `Session` (both have `timed_request`)
     subject: str
     key: int = 0
     hold: Any = None
@@ -217,9 +217,7 @@ def _block(side: Side, reps: int, first_rep: int, *, notes: list[Measurement], h
                       seeds=seeds)
 
     def timed() -> tuple[p.TimeBlockReply, list[torch.Tensor], float]:
-        t0 = time.perf_counter()
-        reply, tensors = side.worker.request(msg, timeout=timeout, device=torch.device("cpu"))
-        return reply, tensors, (time.perf_counter() - t0) * 1000.0
+        return side.worker.timed_request(msg, timeout=timeout, device=torch.device("cpu"))
 
     # the other sides held still and this one pinned, both outside the wall time (and the GPU idle around it)
     with freeze.held(*holds) as still, affinity.pinned([getattr(side.worker, "pid", None)], core) as pinned:

@@ -37,6 +37,7 @@ class Request:
 
     cmd: ClassVar[str] = ""
     reply: ClassVar[type[Reply]] = Reply
+    timed: ClassVar[bool] = False  # the parent times the whole exchange: the reply's tensors travel in its frame
 
 
 @dataclass
@@ -192,6 +193,7 @@ class TimeBlock(Request):
 
     cmd: ClassVar[str] = "time_block"
     reply: ClassVar[type[Reply]] = TimeBlockReply
+    timed: ClassVar[bool] = True
     subject: str = "candidate"
     reps: int = 1
     first_rep: int = 0

@@ -38,7 +38,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -688,9 +688,26 @@ class WorkerProcess:
         Kills the worker and raises WorkerTimeout on timeout, WorkerDied on death or on any
         malformed, oversized, forged or out-of-order reply (which is then the candidate's fault).
         """
-        try:
+        def exchange() -> tuple[dict[str, Any], list[torch.Tensor], float]:
             self.channel.send(protocol.encode(message), tensors)
-            header, out = self.channel.recv(timeout=timeout, device=device)
+            return (*self.channel.recv(timeout=timeout, device=device), 0.0)
+
+        reply, out, _ = self._exchange(message, exchange, timeout)
+        return reply, out
+
+    def timed_request(self, message: protocol.Request, timeout: float | None = None,
+                      device: torch.device | None = None) -> tuple[Any, list[torch.Tensor], float]:
+        """`request` for a timed command (`Request.timed`), with the wall time in ms the parent observed from the
+        request's first byte written to the reply's last byte read (`wire.Channel.exchange_timed`)."""
+        assert message.timed, f"'{message.cmd}' is not a timed command"
+        return self._exchange(message, lambda: self.channel.exchange_timed(protocol.encode(message), timeout, device),
+                              timeout)
+
+    def _exchange(self, message: protocol.Request, exchange: Callable[[], tuple[dict[str, Any], list[torch.Tensor], float]],
+                  timeout: float | None) -> tuple[Any, list[torch.Tensor], float]:
+        """Run one exchange with the worker; what went wrong becomes WorkerTimeout or WorkerDied (see `request`)."""
+        try:
+            header, out, wall_ms = exchange()
             reply = protocol.decode_reply(message, header)
         except ChannelTimeout:
             self.kill()
@@ -705,7 +722,7 @@ class WorkerProcess:
         except ProtocolError as exc:
             self.kill()
             raise WorkerDied(f"the worker broke the protocol answering '{message.cmd}': {exc}", self.output.text()) from None
-        return reply, out
+        return reply, out, wall_ms
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -1,8 +1,10 @@
 """Framed messages between the trusted parent and the untrusted worker.
 
-A frame is a 4-byte length and a JSON header on a pipe; the tensors it describes travel as
-raw bytes, either on the same pipe or, when the channel has shared-memory regions, in the
-sender's region (the header then gives each tensor's offset). Bulk bytes through a pipe
+A frame is a 12-byte prefix (the JSON header's length, then how many tensor bytes follow it on the pipe) and the
+header on a pipe; the tensors it describes travel as raw bytes, either on the same pipe after the header or, when the
+channel has shared-memory regions, in the sender's region (the header then gives each tensor's offset). A timed
+block's reply always carries its tensors in the frame, and the parent reads that frame whole with its stopwatch
+(`exchange_timed`, `eval._stopwatch`). Bulk bytes through a pipe
 move at about 0.5 GB/s (measured on the H100 device); through shared memory at memory speed.
 
 No pickle crosses the channel: headers are JSON and tensors are rebuilt from a whitelist of
@@ -37,7 +39,12 @@ from typing import Any
 
 import torch
 
+from eval import _stopwatch as stopwatch
 MAX_HEADER_BYTES = 8 << 20
+PREFIX = struct.Struct(">IQ")  # header bytes, tensor bytes on the pipe after it
+# A timed reply's tensors are its captures (a few KB per repetition and output), read whole into memory before they
+# are judged: a frame announcing more is refused before anything is allocated for it.
+TIMED_MAX_TENSOR_BYTES = 256 << 20
 _F_SETPIPE_SZ = 1031
 _F_ADD_SEALS = 1033
 _F_SEAL_SEAL, _F_SEAL_SHRINK = 0x0001, 0x0002
@@ -205,14 +212,15 @@ class Channel:
             except OSError:
                 pass
 
-    def send(self, header: dict[str, Any], tensors: list[torch.Tensor] | None = None) -> None:
-        """Send a header and tensors (copied out of any device)."""
+    def send(self, header: dict[str, Any], tensors: list[torch.Tensor] | None = None, in_frame: bool = False) -> None:
+        """Send a header and tensors (copied out of any device); with `in_frame`, the tensors travel on the pipe even
+        where there is a region (a timed block's reply: see `exchange_timed`)."""
         tensors = tensors or []
         blobs = [_as_bytes(t) for t in tensors]
         specs: list[dict[str, Any]] = [
             {"dtype": dtype_name(t.dtype), "shape": list(t.shape), "nbytes": int(b.numel())} for t, b in zip(tensors, blobs)
         ]
-        if self._send_region is not None and blobs:
+        if self._send_region is not None and blobs and not in_frame:
             offset = 0
             for spec in specs:
                 spec["offset"] = offset
@@ -227,7 +235,7 @@ class Channel:
         header = dict(header)
         header["tensors"] = specs
         raw = json.dumps(header).encode()
-        self._write(struct.pack(">I", len(raw)) + raw)
+        self._write(PREFIX.pack(len(raw), sum(int(b.numel()) for b in blobs)) + raw)
         for b in blobs:
             if b.numel():
                 self._write(memoryview(b.cpu().numpy()))
@@ -239,19 +247,10 @@ class Channel:
         Raises ChannelTimeout, ChannelClosed or ProtocolError.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        (n,) = struct.unpack(">I", self._read(4, deadline))
+        n, in_frame = PREFIX.unpack(self._read(PREFIX.size, deadline))
         if n > MAX_HEADER_BYTES:
             raise ProtocolError(f"header of {n} bytes exceeds the limit of {MAX_HEADER_BYTES}")
-        try:
-            header = json.loads(self._read(n, deadline))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ProtocolError(f"malformed header: {exc}") from None
-        if not isinstance(header, dict) or not isinstance(header.get("tensors", []), list):
-            raise ProtocolError("header is not a JSON object with a tensor list")
-        specs = [self._parse_spec(spec) for spec in header.pop("tensors", [])]
-        total = sum(nbytes for _, _, nbytes, _ in specs)
-        if total > self.max_payload_bytes:
-            raise PayloadTooLarge(total, self.max_payload_bytes)
+        header, specs = self._parse_header(self._read(n, deadline), in_frame)
         tensors = []
         for dtype, shape, nbytes, offset in specs:
             if offset is None:
@@ -261,6 +260,55 @@ class Channel:
             with self._region_lock:
                 tensors.append(self._tensor(self._read_region(offset, nbytes, private=not onto_gpu), dtype, shape, device))
         return header, tensors
+
+    def exchange_timed(self, header: dict[str, Any], timeout: float | None = None,
+                       device: torch.device | str | None = None) -> tuple[dict[str, Any], list[torch.Tensor], float]:
+        """Send a frame without tensors and receive the reply whole; with the wall time in ms from the request's
+        first byte written to the reply's last byte read, both taken outside the GIL (`eval._stopwatch`).
+
+        The reply must carry its tensors in the frame: bytes in a region could still change after the instant that
+        ends the interval. Raises ChannelTimeout, ChannelClosed or ProtocolError, as `recv` does."""
+        raw = json.dumps({**header, "tensors": []}).encode()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        limit = min(self.max_payload_bytes, TIMED_MAX_TENSOR_BYTES)
+        try:
+            started = stopwatch.send(self.write_fd, PREFIX.pack(len(raw), 0) + raw)
+            prefix, body, finished = stopwatch.receive(self.read_fd, deadline, MAX_HEADER_BYTES, limit)
+        except stopwatch.Closed:
+            raise ChannelClosed("channel closed by the other side") from None
+        except stopwatch.TimedOut:
+            raise ChannelTimeout("no reply before the deadline") from None
+        except stopwatch.TooLarge:
+            raise ProtocolError(f"a timed reply announced over {MAX_HEADER_BYTES} header bytes or over {limit} tensor "
+                                "bytes") from None
+        n, in_frame = PREFIX.unpack(prefix)
+        reply, specs = self._parse_header(body[:n], in_frame)
+        tensors, at = [], n
+        for dtype, shape, nbytes, offset in specs:
+            if offset is not None:
+                raise ProtocolError("a timed reply placed a tensor in the shared region, not in its frame")
+            tensors.append(self._tensor(torch.frombuffer(bytearray(body[at:at + nbytes]), dtype=torch.uint8)
+                                        if nbytes else torch.empty(0, dtype=torch.uint8), dtype, shape, device))
+            at += nbytes
+        return reply, tensors, (finished - started) / 1e6
+
+    def _parse_header(self, raw: bytes, in_frame: int) -> tuple[dict[str, Any], list[tuple[torch.dtype, list[int], int, int | None]]]:
+        """A frame's header and its tensor specs, checked against the prefix's count of tensor bytes on the pipe and
+        against this channel's limit."""
+        try:
+            header = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ProtocolError(f"malformed header: {exc}") from None
+        if not isinstance(header, dict) or not isinstance(header.get("tensors", []), list):
+            raise ProtocolError("header is not a JSON object with a tensor list")
+        specs = [self._parse_spec(spec) for spec in header.pop("tensors", [])]
+        total = sum(nbytes for _, _, nbytes, _ in specs)
+        if total > self.max_payload_bytes:
+            raise PayloadTooLarge(total, self.max_payload_bytes)
+        on_pipe = sum(nbytes for _, _, nbytes, offset in specs if offset is None)
+        if on_pipe != in_frame:
+            raise ProtocolError(f"the frame's prefix announced {in_frame} tensor bytes on the pipe, its header {on_pipe}")
+        return header, specs
 
     @staticmethod
     def _tensor(raw: torch.Tensor, dtype: torch.dtype, shape: list[int], device: torch.device | str | None

@@ -477,7 +477,7 @@ class Worker:
             except BaseException as exc:  # noqa: BLE001  report, never die silently
                 reply, out = _failure(msg.cmd, exc, msg.reply), []
             try:
-                self.channel.send(p.encode(reply, msg.cmd), out)
+                self.channel.send(p.encode(reply, msg.cmd), out, in_frame=msg.timed)
             except Exception:  # noqa: BLE001  e.g. an output dtype the wire cannot carry
                 self.channel.send(p.encode(p.Reply(ok=False, stage="output", error=_tail(traceback.format_exc())), msg.cmd))
 

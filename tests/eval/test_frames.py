@@ -9,11 +9,11 @@ replaced, the session must go on, and `harness eval` must print its JSON normall
 from __future__ import annotations
 
 import json
-import struct
 
 import pytest
 
 from eval import EvalConfig, Evaluator, Status
+from eval.wire import PREFIX
 from harness.cli import main
 from harness.corpus.hostile import FORWARD, GOOD, PROBLEM, RETURN, variant
 
@@ -22,13 +22,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # every test runs san
 
 def _frame(header: object) -> bytes:
     raw = json.dumps(header).encode()
-    return struct.pack(">I", len(raw)) + raw
+    return PREFIX.pack(len(raw), 0) + raw
 
 
 FORGED: dict[str, tuple[bytes, str]] = {
     # name: (bytes written into the worker's reply pipe during forward, phrase the reason must contain)
-    "huge_length_prefix": (struct.pack(">I", 0xFFFFFFF0), "exceeds the limit"),
-    "garbage_json": (struct.pack(">I", 9) + b"{not json", "malformed header"),
+    "huge_length_prefix": (PREFIX.pack(0xFFFFFFF0, 0), "exceeds the limit"),
+    "garbage_json": (PREFIX.pack(9, 0) + b"{not json", "malformed header"),
+    "prefix_disagrees_with_header": (PREFIX.pack(len(b'{"cmd": "run", "ok": true}'), 8) + b'{"cmd": "run", "ok": true}',
+                                     "announced 8 tensor bytes on the pipe, its header 0"),
     "not_an_object": (_frame([1, 2, 3]), "not a JSON object"),
     "reply_to_wrong_command": (_frame({"cmd": "load", "ok": True, "tensors": []}), "answered 'load' to 'run'"),
     "ill_typed_field": (_frame({"cmd": "run", "ok": "yes", "tensors": []}), "does not fit"),

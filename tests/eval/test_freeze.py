@@ -103,8 +103,14 @@ class Observed:
 
     def request(self, message: p.Request, tensors: Any = None, timeout: float | None = None,
                 device: Any = None) -> Any:
+        return self._counted(lambda: self.worker.request(message, tensors, timeout=timeout, device=device))
+
+    def timed_request(self, message: p.Request, timeout: float | None = None, device: Any = None) -> Any:
+        return self._counted(lambda: self.worker.timed_request(message, timeout=timeout, device=device))
+
+    def _counted(self, call: Any) -> Any:
         before = _counters(self.candidate)
-        out = self.worker.request(message, tensors, timeout=timeout, device=device)
+        out = call()
         self.seen.append((before, _counters(self.candidate)))
         return out
 

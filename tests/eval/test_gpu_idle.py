@@ -143,6 +143,10 @@ class Logged:
         self.log.append(message)
         return self.worker.request(message, tensors, timeout=timeout, device=device)
 
+    def timed_request(self, message: p.Request, timeout: float | None = None, device: Any = None) -> Any:
+        self.log.append(message)
+        return self.worker.timed_request(message, timeout=timeout, device=device)
+
 
 RULE = measure.TimingRule(min_reps=8, max_reps=16, warmup_ms=1.0)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 
 import pytest
 import torch
@@ -33,6 +34,11 @@ class FakeProcess:
         captures = [torch.zeros(message.reps, 1, SAMPLES + capture_math.CAPTURE_EXTRA, dtype=torch.float64)]
         return (p.TimeBlockReply(times_ms=[self.ms] * message.reps, leaves=self.leaves, fresh_inputs=True),
                 captures if message.capture else [])
+
+    def timed_request(self, message, timeout=None, device=None):
+        t0 = time.perf_counter()
+        reply, tensors = self.request(message, timeout=timeout, device=device)
+        return reply, tensors, (time.perf_counter() - t0) * 1000.0
 
 
 def _sides(log: list, **kw) -> tuple[Side, Side]:

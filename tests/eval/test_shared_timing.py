@@ -34,14 +34,13 @@ def _honest(i: int) -> str:
 def reference_blocks(monkeypatch) -> list[tuple[str, p.TimeBlock]]:
     """Every block the reference process is asked to run: (subject, request)."""
     seen: list[tuple[str, p.TimeBlock]] = []
-    original = ReferenceProcess.request
+    original = ReferenceProcess.timed_request  # every block goes through it
 
-    def request(self, message, *args, **kw):
-        if isinstance(message, p.TimeBlock):
-            seen.append((message.subject, message))
+    def timed_request(self, message, *args, **kw):
+        seen.append((message.subject, message))
         return original(self, message, *args, **kw)
 
-    monkeypatch.setattr(ReferenceProcess, "request", request)
+    monkeypatch.setattr(ReferenceProcess, "timed_request", timed_request)
     return seen
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 import socket
-import struct
 
 import pytest
 import torch
@@ -15,7 +14,7 @@ from problems import compare
 from eval.scoring import fast_p, geomean_speedup, score
 from eval.sandbox import is_secret_name, scrubbed_env
 from eval.static_checks import analyze
-from eval.wire import Channel, ChannelClosed, ProtocolError
+from eval.wire import PREFIX, Channel, ChannelClosed, ProtocolError
 from problems.problem import ProblemError, problem_from_source
 from harness.corpus.hostile import GOOD, PROBLEM
 from tests.paths import KERNELBENCH
@@ -91,7 +90,7 @@ def test_wire_roundtrip_all_dtypes():
 ])
 def test_wire_rejects_malformed_frames(payload):
     a, b = _channel_pair()
-    os.write(a.write_fd, struct.pack(">I", len(payload)) + payload)
+    os.write(a.write_fd, PREFIX.pack(len(payload), 0) + payload)
     with pytest.raises(ProtocolError):
         b.recv(timeout=5)
 

@@ -1,6 +1,7 @@
-"""Build and load the kh_timed_loop extension (timed_loop.c) with the system C compiler.
+"""Build native code with the system C compiler: the worker's kh_timed_loop extension (timed_loop.c), and the plain
+shared libraries of the trusted parent (its stopwatch, `eval._stopwatch`).
 
-The build is keyed by the source, the Python version and the platform, so a changed source or
+A build is keyed by the source, the Python version and the platform, so a changed source or
 another interpreter gets its own file; it is written under a temporary name and renamed into
 place, so processes building at once never load a half-written library.
 """
@@ -35,26 +36,27 @@ def _compiler() -> str:
                        "is built with one at run time")
 
 
-def ensure_built() -> Path:
-    """Path of the built extension, compiling it first when this source/interpreter has none yet."""
-    source = SOURCE.read_bytes()
-    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+def ensure_built(source_path: Path = SOURCE, name: str = MODULE, extension: bool = True) -> Path:
+    """Path of the built library, compiling it first when this source/interpreter has none yet: a Python extension
+    module `name`, or (`extension=False`) a plain shared library for ctypes."""
+    source = source_path.read_bytes()
+    suffix = (sysconfig.get_config_var("EXT_SUFFIX") or ".so") if extension else ".so"
     tag = hashlib.sha256(source + sys.version.encode() + sysconfig.get_platform().encode()
                          + platform.machine().encode() + suffix.encode()).hexdigest()[:16]
-    target = BUILD_ROOT / tag / f"{MODULE}{suffix}"
+    target = BUILD_ROOT / tag / f"{name}{suffix}"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     for folder in (BUILD_ROOT, target.parent):
         folder.chmod(0o755)
-    fd, tmp = tempfile.mkstemp(prefix=f".{MODULE}-", suffix=suffix, dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}-", suffix=suffix, dir=target.parent)
     os.close(fd)
-    cmd = [_compiler(), "-O2", "-shared", "-fPIC", "-std=gnu11", "-Wall", f"-I{sysconfig.get_paths()['include']}",
-           str(SOURCE), "-o", tmp, "-ldl"]
+    include = [f"-I{sysconfig.get_paths()['include']}"] if extension else []
+    cmd = [_compiler(), "-O2", "-shared", "-fPIC", "-std=gnu11", "-Wall", *include, str(source_path), "-o", tmp, "-ldl"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
-            raise RuntimeError(f"building {SOURCE.name} failed ({' '.join(cmd)}):\n{done.stderr}")
+            raise RuntimeError(f"building {source_path.name} failed ({' '.join(cmd)}):\n{done.stderr}")
         os.chmod(tmp, 0o755)  # mkstemp makes it 0600: the workers load it as another user (uid 65534)
         os.replace(tmp, target)
     finally:
