@@ -20,7 +20,7 @@ import torch
 
 from eval._capture import CAPTURE_EXTRA, SUPPORTED_DTYPES
 from eval.worker.native import build, kernels
-from eval.worker.timing import CAPTURE_SAMPLES, BlockResult, Inputs, check_copies, span_bytes
+from eval.worker.timing import CAPTURE_SAMPLES, BlockResult, Copies, check_copies, span_bytes
 
 
 class NativeLoop:
@@ -63,19 +63,20 @@ class NativeLoop:
 
     def block(self, forward: Callable[..., Any], args: list[Any], reps: int, *, first_rep: int, flush: bool = True,
               flush_bytes: int = 0, lead: bool = True, sync_each: bool = False, capture: bool = True,
-              inputs: Inputs | None = None) -> BlockResult:
-        """Time `reps` calls forward(*args) (repetitions first_rep, first_rep + 1, ...) in one C call; `inputs(i)` gives
-        repetition first_rep + i's input copies, asked for and enqueued in C before its call. `flush_bytes` (0: twice
-        the L2) are written before each call when `flush`; `lead` queues the spin before each start event."""
-        def plan(i: int) -> tuple[bytes, Any]:
-            pairs = inputs(i)
-            check_copies(pairs)
-            return (array.array("Q", [v for dst, src in pairs
-                                      for v in (dst.data_ptr(), src.data_ptr(), span_bytes(src))]).tobytes(), pairs)
-
+              copies: Copies | None = None) -> BlockResult:
+        """Time `reps` calls forward(*args) (repetitions first_rep, first_rep + 1, ...) in one C call; `copies[i]`
+        are repetition i's input copies, enqueued in C before its call. `flush_bytes` (0: twice the L2) are written
+        before each call when `flush`; `lead` queues the spin before each start event."""
+        plan = None
+        if copies:
+            check_copies(copies)
+            if len(copies) != reps or len({len(pairs) for pairs in copies}) != 1:
+                raise ValueError("copies must give the same number of input copies for every repetition")
+            plan = array.array("Q", [v for pairs in copies for dst, src in pairs
+                                     for v in (dst.data_ptr(), src.data_ptr(), span_bytes(src))]).tobytes()
         flush_arg = (flush_bytes or -1) if flush else 0
         times, raw, leaves, violations = self._loop.run(forward, tuple(args), reps, first_rep, flush_arg, lead,
-                                                        sync_each, capture, plan if inputs else None)
+                                                        sync_each, capture, plan)
         if capture:
             captures = torch.frombuffer(raw, dtype=torch.float64) if len(raw) else torch.empty(0, dtype=torch.float64)
             captures = captures.view(len(times), len(leaves), self.samples + CAPTURE_EXTRA)

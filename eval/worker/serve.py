@@ -343,13 +343,16 @@ class Worker:
         if msg.key:
             self.loop.rekey(msg.key)
             msg.key = 0
-        if msg.seeds and len(msg.seeds) != msg.reps:
-            return p.TimeBlockReply(ok=False, stage="stage", error=f"{len(msg.seeds)} seeds for {msg.reps} "
-                                    "repetitions"), []
-        inputs_of = self._fresh_inputs(subject, dict(zip(range(msg.first_rep, msg.first_rep + msg.reps), msg.seeds)))
-        refill = _refiller(subject, inputs_of)
+        reps = range(msg.first_rep, msg.first_rep + msg.reps)
+        fresh: dict[int, list[torch.Tensor]] | None = None
+        if msg.seeds:
+            fresh, problem = self._draw_fresh(subject, reps, msg.seeds)
+            if problem:
+                return p.TimeBlockReply(ok=False, stage="stage", error=problem), []
+        refill = _refiller(subject, fresh)
+        copies = [list(zip(subject.buffers, _inputs_of(subject, fresh, rep))) for rep in reps]
         forward: Callable[..., Any] = subject.model
-        reply = p.TimeBlockReply(fresh_inputs=bool(msg.seeds))
+        reply = p.TimeBlockReply(fresh_inputs=fresh is not None)
         with torch.set_grad_enabled(bool(msg.grad)):
             if msg.graphs and self.device.type == "cuda":
                 if subject.graph is None:
@@ -359,14 +362,10 @@ class Worker:
                         return p.TimeBlockReply(timing_mode="capture_failed", graph_note=graphs.failure_note(exc)), []
                 forward = graphs.replayer(*subject.graph)
                 reply.timing_mode = "cuda_graph"
-            try:
-                result = self.loop.block(forward, [] if subject.graph is not None and msg.graphs else subject.args,
-                                         msg.reps, first_rep=msg.first_rep, flush=msg.flush,
-                                         flush_bytes=max(0, int(msg.flush_bytes)), lead=msg.lead,
-                                         sync_each=msg.sync_each, capture=msg.capture,
-                                         inputs=lambda i: list(zip(subject.buffers, inputs_of(msg.first_rep + i))))
-            except _OtherShapes as exc:
-                return p.TimeBlockReply(ok=False, stage="stage", error=str(exc)), []
+            result = self.loop.block(forward, [] if subject.graph is not None and msg.graphs else subject.args,
+                                     msg.reps, first_rep=msg.first_rep, flush=msg.flush,
+                                     flush_bytes=max(0, int(msg.flush_bytes)), lead=msg.lead,
+                                     sync_each=msg.sync_each, capture=msg.capture, copies=copies)
         reply.times_ms = [float(t) for t in result.times_ms]
         reply.leaves = [[dtype, list(shape)] for dtype, shape in result.leaves]
         reply.violations = list(result.violations)  # the loop's; the snapshot is compared apart (`Integrity`)
@@ -379,25 +378,25 @@ class Worker:
         """Tamper evidence in a candidate's process (none in the reference process, which has no candidate code)."""
         return self.snapshot.violations() if self.snapshot is not None else []
 
-    def _fresh_inputs(self, subject: Subject, seeds: dict[int, int]) -> Callable[[int], list[torch.Tensor]]:
-        """`inputs_of(rep)`: repetition rep's fresh inputs, drawn from the parent's seed for it when asked (inside the
-        timed loop, just before its call: so inside the block's wall time, and overlapping the GPU's work on earlier
-        repetitions); a repetition without a seed gets staged set `rep mod sets`. Raises `_OtherShapes` where a draw
-        cannot refill the buffers."""
-        def inputs_of(rep: int) -> list[torch.Tensor]:
-            if rep not in seeds:
-                return subject.sets[rep % len(subject.sets)]
-            drawn = [x for x in self._draw(seeds[rep], None, False, subject) if isinstance(x, torch.Tensor)]
+    def _draw_fresh(self, subject: Subject, reps: range, seeds: list[int]
+                    ) -> tuple[dict[int, list[torch.Tensor]], str]:
+        """Repetition r's fresh inputs, drawn from the parent's seed for it; or why they cannot refill the buffers
+        (`get_inputs()` draws other shapes each time). Drawn inside the block's request, so inside its wall time."""
+        if len(seeds) != len(reps):
+            return {}, f"{len(seeds)} seeds for {len(reps)} repetitions"
+        fresh: dict[int, list[torch.Tensor]] = {}
+        for rep, seed in zip(reps, seeds):
+            drawn = [x for x in self._draw(seed, None, False, subject) if isinstance(x, torch.Tensor)]
             if len(drawn) != len(subject.buffers) or any(
                     (a.shape, a.dtype) != (b.shape, b.dtype) for a, b in zip(drawn, subject.buffers)):
-                raise _OtherShapes("get_inputs() draws other shapes each time")
-            return drawn
-        return inputs_of
+                return {}, "get_inputs() draws other shapes each time"
+            fresh[rep] = drawn
+        return fresh, ""
 
     def cmd_busy(self, msg: p.Busy, tensors: list[torch.Tensor]) -> Handled:
         """Host and GPU time of an eager call of a subject on its staged sets (see `graphs.busy_share`)."""
         subject = self.subjects[msg.subject]
-        side = timing.TimedSide(_refiller(subject, self._fresh_inputs(subject, {})), lambda: subject.model(*subject.args))
+        side = timing.TimedSide(_refiller(subject, None), lambda: subject.model(*subject.args))
         with torch.no_grad():
             share = graphs.busy_share(side, self.flusher if msg.flush and self.flusher else _no_flush, msg.calls,
                                       msg.profile_above_ms)
@@ -535,15 +534,17 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(_torch_equal(a, b))
 
 
-class _OtherShapes(Exception):
-    """A fresh draw's tensors differ in shape or dtype from the staged buffers they must refill."""
+def _inputs_of(subject: Subject, fresh: dict[int, list[torch.Tensor]] | None, rep: int) -> list[torch.Tensor]:
+    """Repetition rep's inputs: its fresh ones, or staged set `rep mod sets` (the other process copies the same ones
+    for the same repetition)."""
+    return fresh[rep] if fresh is not None else subject.sets[rep % len(subject.sets)]
 
 
-def _refiller(subject: Subject, inputs_of: Callable[[int], list[torch.Tensor]]) -> Callable[[int], None]:
+def _refiller(subject: Subject, fresh: dict[int, list[torch.Tensor]] | None) -> Callable[[int], None]:
     """`refill(rep)`: copy repetition rep's inputs into the subject's buffers, outside the timed loop (graph capture,
-    `Busy`); the loop itself is given them (`timing.Inputs`)."""
+    `Busy`); the loop itself is given the copies (`timing.Copies`)."""
     def refill(rep: int) -> None:
-        for b, src in zip(subject.buffers, inputs_of(rep)):
+        for b, src in zip(subject.buffers, _inputs_of(subject, fresh, rep)):
             timing.copy_span(b, src)
     return refill
 

@@ -32,10 +32,9 @@ from eval import _capture as capture_math
 CAPTURE_SAMPLES = 4096
 _MAX_DEPTH, _MAX_LEAVES = 4, 16
 
-# `inputs(i)`: the inputs of repetition i of a block (its index in the block), as (buffer, source) pairs copied
-# before its call; asked for just before that call, so fresh inputs are drawn there. Both tensors of a pair have the
-# same dtype, sizes and strides, so the copy is one of bytes over the span the strides reach.
-Inputs = Callable[[int], list[tuple[torch.Tensor, torch.Tensor]]]
+# The inputs of each repetition of a block: (buffer, source) pairs, copied before the call. Both tensors of a pair
+# have the same dtype, sizes and strides, so the copy is one of bytes over the span the strides reach.
+Copies = list[list[tuple[torch.Tensor, torch.Tensor]]]
 
 
 def span_bytes(t: torch.Tensor) -> int:
@@ -56,20 +55,20 @@ def same_layout_buffer(t: torch.Tensor) -> torch.Tensor:
 
 
 def copy_span(dst: torch.Tensor, src: torch.Tensor) -> None:
-    """dst's bytes over its span = src's (both laid out alike; see `Inputs`)."""
+    """dst's bytes over its span = src's (both laid out alike; see `Copies`)."""
     n = span_bytes(src)
     if n:
         flat = lambda t: torch.as_strided(t, [n // t.element_size()], [1]).view(torch.uint8)  # noqa: E731
         flat(dst).copy_(flat(src))
 
 
-def check_copies(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-    """Raise ValueError unless each (buffer, source) pair is laid out alike on one device (the native loop copies raw
-    bytes)."""
-    for dst, src in pairs:
-        if (dst.dtype, dst.shape, dst.stride(), dst.device) != (src.dtype, src.shape, src.stride(), src.device):
-            raise ValueError(f"a timed input is laid out unlike its buffer ({src.dtype} {list(src.shape)} "
-                             f"strides {list(src.stride())}, buffer {list(dst.stride())})")
+def check_copies(copies: Copies) -> None:
+    """Raise ValueError unless each pair is laid out alike on one device (the native loop copies raw bytes)."""
+    for pairs in copies:
+        for dst, src in pairs:
+            if (dst.dtype, dst.shape, dst.stride(), dst.device) != (src.dtype, src.shape, src.stride(), src.device):
+                raise ValueError(f"a timed input is laid out unlike its buffer ({src.dtype} {list(src.shape)} "
+                                 f"strides {list(src.stride())}, buffer {list(dst.stride())})")
 
 
 def output_leaves(out: Any) -> tuple[list[torch.Tensor], str]:
@@ -118,7 +117,7 @@ class PythonLoop:
 
     def block(self, forward: Callable[..., Any], args: list[Any], reps: int, *, first_rep: int, flush: bool = True,
               flush_bytes: int = 0, lead: bool = True, sync_each: bool = False, capture: bool = True,
-              inputs: Inputs | None = None) -> BlockResult:
+              copies: Copies | None = None) -> BlockResult:
         """As `NativeLoop.block`; a CPU has no L2 to flush and no GPU lead, so those are ignored."""
         times: list[float] = []
         rows: list[torch.Tensor] = []
@@ -126,7 +125,7 @@ class PythonLoop:
         violations: list[str] = []
         for i in range(reps):
             rep = first_rep + i
-            for dst, src in (inputs(i) if inputs else []):
+            for dst, src in (copies[i] if copies else []):
                 copy_span(dst, src)
             t0 = time.perf_counter()
             out = forward(*args)

@@ -77,7 +77,7 @@ def test_captures_match_the_specification(loop: Any, dtype: torch.dtype) -> None
         outs.append(kept)
         return {"whole": y, "views": (y.t(), [y[1:, ::3]]), "small": y[:3, :5]}
 
-    res = loop.block(forward, [x], 3, first_rep=5, inputs=lambda i: [(x, sources[i])])
+    res = loop.block(forward, [x], 3, first_rep=5, copies=[[(x, s)] for s in sources])
     assert res.violations == [] and len(res.times_ms) == 3
     assert all(torch.equal(a, s) for a, s in zip(seen, sources))
     name = str(dtype).removeprefix("torch.")

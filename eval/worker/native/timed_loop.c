@@ -469,55 +469,43 @@ fail:
 }
 
 PyDoc_STRVAR(run_doc,
-"run(forward, args, reps, first_rep, flush_bytes, lead, sync_each, capture, inputs) -> (times_ms, captures, leaves, violations)\n\n"
+"run(forward, args, reps, first_rep, flush_bytes, lead, sync_each, capture, copies) -> (times_ms, captures, leaves, violations)\n\n"
 "Time `reps` calls of forward(*args) between CUDA events (see eval/worker/native_loop.py). flush_bytes: bytes\n"
 "written before each call to evict the L2 (-1: the default size, 0: no flush); lead: queue the spin kernel\n"
-"before each start event. inputs: None, or a callable of the repetition's index in the block returning\n"
-"(bytes of (dst, src, nbytes) uint64 triples, keep): device copies enqueued before that call (its inputs); it\n"
-"is called after the previous repetition's end event and capture are enqueued, so its host work (drawing fresh\n"
-"inputs) overlaps the GPU's work on earlier repetitions, and `keep` holds the sources until their copies are\n"
-"enqueued. captures is a\n"
+"before each start event. copies: None, or\n"
+"bytes of (dst, src, nbytes) uint64 triples, the same number per repetition: device copies enqueued before\n"
+"each call (its inputs), so no Python runs between one call's end and the next one's start. captures is a\n"
 "bytearray of float64 [reps_done, leaves, samples + 16] (None unless capture); a violation that makes the\n"
 "output meaningless ends the block early, and only the repetitions completed before it are returned.");
 
-/* Enqueue repetition i's input copies from inputs(i) (see run_doc). 0, or -1 with an exception set. */
-static int enqueue_inputs(Loop *self, PyObject *inputs, int i) {
-    PyObject *got = PyObject_CallFunction(inputs, "i", i);
-    if (!got) return -1;
-    PyObject *plan = PyTuple_Check(got) && PyTuple_GET_SIZE(got) == 2 ? PyTuple_GET_ITEM(got, 0) : NULL;
-    const Py_ssize_t triple = 3 * (Py_ssize_t)sizeof(unsigned long long);
-    if (!plan || !PyBytes_Check(plan) || PyBytes_GET_SIZE(plan) % triple != 0) {
-        Py_DECREF(got);
-        PyErr_SetString(PyExc_TypeError, "inputs(i) must return (bytes of (dst, src, nbytes) triples, keep)");
-        return -1;
-    }
-    const unsigned long long *t = (const unsigned long long *)PyBytes_AS_STRING(plan);
-    for (Py_ssize_t c = 0; c < PyBytes_GET_SIZE(plan) / triple; ++c, t += 3) {
-        if (t[2]) CU(MemcpyDtoDAsync, ((CUdeviceptr)t[0], (CUdeviceptr)t[1], (size_t)t[2], self->stream));
-    }
-    Py_DECREF(got);  /* the sources may go: their copies are enqueued ahead of anything that reuses the memory */
-    return 0;
-fail:
-    Py_DECREF(got);
-    return -1;
-}
-
 static PyObject *Loop_run(Loop *self, PyObject *args) {
-    PyObject *forward, *fargs, *inputs;
+    PyObject *forward, *fargs, *copies_obj;
     int reps, lead, sync_each, capture;
     long long first_rep;
     Py_ssize_t flush_bytes;
     if (!PyArg_ParseTuple(args, "OO!iLnpppO", &forward, &PyTuple_Type, &fargs, &reps, &first_rep, &flush_bytes, &lead,
-                          &sync_each, &capture, &inputs))
+                          &sync_each, &capture, &copies_obj))
         return NULL;
     const size_t flush_words = flush_bytes < 0 ? self->flush_words : (size_t)flush_bytes / 4;
     if (reps < 1) {
         PyErr_SetString(PyExc_ValueError, "reps must be at least 1");
         return NULL;
     }
-    if (inputs != Py_None && !PyCallable_Check(inputs)) {
-        PyErr_SetString(PyExc_TypeError, "inputs must be callable or None");
-        return NULL;
+    const unsigned long long *copies = NULL;
+    Py_ssize_t per_rep = 0;
+    if (copies_obj != Py_None) {
+        if (!PyBytes_Check(copies_obj)) {
+            PyErr_SetString(PyExc_TypeError, "copies must be bytes or None");
+            return NULL;
+        }
+        Py_ssize_t size = PyBytes_GET_SIZE(copies_obj);
+        Py_ssize_t triple = 3 * (Py_ssize_t)sizeof(unsigned long long);
+        if (size % ((Py_ssize_t)reps * triple) != 0) {
+            PyErr_SetString(PyExc_ValueError, "copies must hold the same number of (dst, src, nbytes) triples per repetition");
+            return NULL;
+        }
+        per_rep = size / ((Py_ssize_t)reps * triple);
+        copies = (const unsigned long long *)PyBytes_AS_STRING(copies_obj);
     }
     if (self->busy) {
         PyErr_SetString(PyExc_RuntimeError, "the timed loop is already running (no re-entry)");
@@ -544,7 +532,10 @@ static PyObject *Loop_run(Loop *self, PyObject *args) {
 
     for (int i = 0; i < reps; ++i) {
         long long rep = first_rep + i;
-        if (inputs != Py_None && enqueue_inputs(self, inputs, i) < 0) goto fail;
+        for (Py_ssize_t c = 0; c < per_rep; ++c) {
+            const unsigned long long *t = copies + 3 * ((Py_ssize_t)i * per_rep + c);
+            if (t[2]) CU(MemcpyDtoDAsync, ((CUdeviceptr)t[0], (CUdeviceptr)t[1], (size_t)t[2], self->stream));
+        }
         int ok = check_stream(self, violations, "before a timed call");
         if (ok < 0) goto fail;
         if (!ok) break;
