@@ -511,9 +511,9 @@ class RayEvaluator:
     def _new_actor(self) -> tuple[str, Any]:
         name = f"kh-eval-{self._run_tag}-{next(self._names)}"
         capacity = self.config.max_in_flight_per_actor or 16  # Ray's thread pool; the driver bounds it further
-        remote = self._ray.remote(EvaluatorActor).options(
+        remote = self._ray.remote(concurrency_groups={"build": _BUILD_CALLS_PER_ACTOR})(EvaluatorActor).options(
             name=name, namespace=self.config.namespace, max_restarts=0, max_task_retries=0,
-            max_concurrency=capacity, concurrency_groups={"build": _BUILD_CALLS_PER_ACTOR}, **self._per_actor)
+            max_concurrency=capacity, **self._per_actor)
         return name, remote.remote(self._actor_config)
 
     def _add(self, name: str, handle: Any, info: dict[str, Any]) -> None:
