@@ -71,7 +71,7 @@ class ExecutorConfig:
     num_actors: evaluator actors; null: one per GPU of the cluster, or on a CPU-only cluster
       half its CPUs (1 to 4).
     max_in_flight_per_actor: evaluations sent to one actor at once (back-pressure); 0: its number
-      of warm workers (`eval.workers_per_gpu`).
+      of warm workers (`eval.workers_per_gpu`). Builds sent ahead to an actor take none of these.
     cpus_per_actor: Ray CPUs each GPU actor reserves; null: the cluster's CPUs over its GPUs. Ray
       sets an actor's OMP_NUM_THREADS to it, so torch's CPU work in the actor (the parent side of
       the evaluation) gets that many threads; with 1 it ran single-threaded.
