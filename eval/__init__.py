@@ -15,6 +15,7 @@ _EXPORTS = {
     "BACKENDS": "eval.backends",
     "DEFAULT_BACKEND": "eval.backends",
     "Builder": "eval.builds",
+    "needs_build": "eval.builds",
     "cache_key": "eval.cache",
     "steps_left_out": "eval.checks",
     "EvalConfig": "eval.config",

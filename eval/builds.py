@@ -4,10 +4,16 @@ A build imports the candidate in a worker with no GPU so that its `load_inline` 
 (compile-only with nvcc when the evaluator has no GPU), into a build folder the GPU worker
 later loads from, read-only (`eval.worker.prebuilt`). Builds run in parallel, at a lower CPU priority than evaluation; an
 identical source submitted twice is built once.
+
+Disk stays bounded in a long study or service: an evaluation holds its build (`Builder.claim`) until it
+ends, and a held folder is never removed; the finished folders nobody holds are kept, for identical
+sources to come, up to `kept_bytes` together, past which the oldest are removed, those an evaluation
+has loaded before those built ahead and still waiting for their first evaluation (`Builder.submit`).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import threading
@@ -21,6 +27,14 @@ from eval.cache import cache_key
 from eval._kernel_symbols import built_kernels
 from eval._reaper import owned_tempdir
 from eval.sandbox import UNPRIVILEGED_UID, WorkerDied, WorkerProcess, WorkerTimeout, can_drop_privileges
+from eval.static_checks import SourceReport, refusal
+
+
+def needs_build(report: SourceReport, backend: str, own_kernel_policy: str) -> bool:
+    """A parsable candidate that builds CUDA/C++ extensions (or is declared CUDA) is built before it is loaded,
+    unless its source alone refuses it (a PyTorch-only candidate declared CUDA would take a build slot for nothing)."""
+    return (report.status is None and (report.uses_load_inline or backend == "cuda")
+            and refusal(report, own_kernel_policy) is None)
 
 
 @dataclass
@@ -36,31 +50,119 @@ class Build:
     kernels: list[str] = field(default_factory=list)  # mangled names of the CUDA kernels the build defined
 
 
+@dataclass(eq=False)
+class _Entry:
+    """One build and who holds it: `holders` evaluations now, `loaded` once one has ended; `idle` orders the
+    folders nobody holds (oldest first); `size` is the folder's bytes, measured once the build is done."""
+
+    future: Future[Build]
+    folder: Path
+    holders: int = 0
+    loaded: bool = False
+    size: int = 0
+    idle: int = 0
+
+
+class Claim:
+    """An evaluation's hold on one build: its folder stays until `release()` (called once the evaluation ends)."""
+
+    def __init__(self, builder: "Builder", key: str, entry: _Entry):
+        self._builder, self._key, self._entry = builder, key, entry
+        self.future = entry.future
+        self._released = False
+
+    def result(self) -> Build:
+        return self.future.result()
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._builder._release(self._key, self._entry)
+
+
 class Builder:
-    """Runs builds on `parallel` threads, each in its own sandbox."""
+    """Runs builds on `parallel` threads, each in its own sandbox; keeps at most `kept_bytes` of finished build
+    folders that no evaluation holds (see the module docstring)."""
 
     def __init__(self, *, parallel: int, arch: str, gpu_available: bool, timeout_s: float, log_cap_bytes: int,
-                 isolate_network: bool, extra_env: dict[str, str], versions: dict[str, str],
+                 isolate_network: bool, extra_env: dict[str, str], versions: dict[str, str], kept_bytes: int,
                  memory_limit_bytes: int | None = None):
         self._arch, self._gpu, self._timeout, self._memory = arch, gpu_available, timeout_s, memory_limit_bytes
         self._log_cap, self._isolate, self._extra_env, self._versions = log_cap_bytes, isolate_network, extra_env, versions
+        self._kept_bytes = kept_bytes
         self.root = owned_tempdir("extensions")
         self.root.chmod(0o755)  # readable by the unprivileged worker wherever the cache lives
         self._threads = ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="kh-build")
-        self._futures: dict[str, Future[Build]] = {}
+        self._entries: dict[str, _Entry] = {}
         self._lock = threading.Lock()
+        self._order = itertools.count()  # folder names and idle order: a rebuilt source never reuses a folder
 
     def submit(self, source: str) -> Future[Build]:
-        """Start (or join) the build of `source`."""
-        key = cache_key(candidate=source, versions=self._versions, arch=self._arch)[:24]
+        """Start (or join) the build of `source`, holding nothing: a build started ahead of its evaluation, which
+        claims it when it runs (until then the folder may go, past the bound; the evaluation then builds again)."""
         with self._lock:
-            if key not in self._futures:
-                self._futures[key] = self._threads.submit(self._build, source, self.root / key)
-            return self._futures[key]
+            return self._entry(source).future
+
+    def claim(self, source: str) -> Claim:
+        """Start (or join) the build of `source` and hold its folder until the claim is released."""
+        with self._lock:
+            entry = self._entry(source)
+            entry.holders += 1
+            return Claim(self, self._key(source), entry)
+
+    def kept(self) -> dict[str, Path]:
+        """The build folders this builder has now, by their sources' keys (for tests and messages)."""
+        with self._lock:
+            return {key: entry.folder for key, entry in self._entries.items()}
 
     def close(self) -> None:
         self._threads.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _key(self, source: str) -> str:
+        return cache_key(candidate=source, versions=self._versions, arch=self._arch)[:24]
+
+    def _entry(self, source: str) -> _Entry:
+        """The live entry of `source`, started now if there is none (called under the lock)."""
+        key = self._key(source)
+        entry = self._entries.get(key)
+        if entry is None:
+            folder = self.root / f"{key}-{next(self._order)}"
+            entry = self._entries[key] = _Entry(future=self._threads.submit(self._build, source, folder), folder=folder)
+            entry.future.add_done_callback(lambda _, key=key, entry=entry: self._finished(key, entry))
+        return entry
+
+    def _finished(self, key: str, entry: _Entry) -> None:
+        size = _bytes_under(entry.folder)
+        with self._lock:
+            entry.size = size
+            if entry.holders == 0:
+                entry.idle = next(self._order)
+            doomed = self._over_bound()
+        _remove(doomed)
+
+    def _release(self, key: str, entry: _Entry) -> None:
+        with self._lock:
+            entry.holders -= 1
+            entry.loaded = True
+            if entry.holders == 0:
+                entry.idle = next(self._order)
+            doomed = self._over_bound()
+        _remove(doomed)
+
+    def _over_bound(self) -> list[Path]:
+        """Take out of the table, oldest first (loaded ones before ones still waiting for their first evaluation),
+        the finished folders nobody holds past `kept_bytes`; the caller removes them (called under the lock)."""
+        idle = [(key, e) for key, e in self._entries.items() if e.holders == 0 and e.future.done()]
+        total = sum(e.size for _, e in idle)
+        doomed = []
+        for key, entry in sorted(idle, key=lambda item: (not item[1].loaded, item[1].idle)):
+            if total <= self._kept_bytes:
+                break
+            del self._entries[key]
+            total -= entry.size
+            doomed.append(entry.folder)
+        return doomed
 
     def _build(self, source: str, ext_dir: Path) -> Build:
         t0 = time.perf_counter()
@@ -94,3 +196,21 @@ class Builder:
         # read here, once the build worker is gone: what the build produced, never what the source says
         return Build(ok=reply.ok, error=reply.error, extensions_dir=str(ext_dir), note=note,
                      seconds=round(time.perf_counter() - t0, 3), kernels=built_kernels(ext_dir))
+
+
+def _bytes_under(folder: Path) -> int:
+    """The bytes of the files under `folder` (0 when it is gone); links are not followed."""
+    total = 0
+    for parent, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(parent, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _remove(folders: list[Path]) -> None:
+    """Remove folders taken out of the table: no evaluation holds them, and a rebuild of their source gets another."""
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -145,6 +145,9 @@ class EvalConfig:
     max_worker_processes: int = setting(4096, above_zero=True, unkeyed_at=SAME)
     # concurrent CUDA/C++ builds; 0: half the CPU cores (at least 1)
     parallel_compiles: int = setting(0, not_negative=True, where_it_runs=True)
+    # disk for finished build folders no evaluation holds, kept for identical sources to come (`eval.builds`):
+    # past it the oldest are removed; a held folder never is. 0 keeps none (a build made ahead may then be made again)
+    kept_builds_gib: float = setting(2.0, not_negative=True, where_it_runs=True)
     cache_dir: Optional[str] = setting(".eval_cache", where_it_runs=True)
     extra_env: dict[str, str] = setting(factory=dict)
     # rules a preset may relax (see the docstring); defaults are the strict rules

@@ -27,7 +27,7 @@ import torch
 from eval import checks, measure, _reaper as reaper, static_checks, _stopwatch as stopwatch
 from eval import protocol as p
 from eval.backends import DEFAULT_BACKEND, check_backend
-from eval.builds import Build, Builder
+from eval.builds import Build, Builder, Claim, needs_build
 from eval.cache import JsonCache, cache_key
 from eval.checks import Context, RetryAlone, RetryEager, Verdict, trim
 from eval.config import EvalConfig
@@ -98,13 +98,6 @@ def host_gpu_index(host_gpu_ids: Sequence[str], index: int | None) -> int | None
     return index
 
 
-def _needs_build(job: Job, report: static_checks.SourceReport, own_kernel_policy: str) -> bool:
-    """A parsable candidate that builds CUDA/C++ extensions (or is declared CUDA) is built before it is loaded,
-    unless its source alone refuses it (a PyTorch-only candidate declared CUDA would take a build slot for nothing)."""
-    return (report.status is None and (report.uses_load_inline or job.backend == "cuda")
-            and static_checks.refusal(report, own_kernel_policy) is None)
-
-
 class Evaluator:
     """Evaluates candidates against problems. Use as a context manager; reuse across calls."""
 
@@ -138,7 +131,7 @@ class Evaluator:
                                 gpu_available=use_cuda, timeout_s=self.config.import_timeout_s,
                                 log_cap_bytes=self.config.log_cap_bytes, isolate_network=self.config.isolate_network,
                                 extra_env=self.config.extra_env, versions=self.versions,
-                                memory_limit_bytes=self._memory_limit)
+                                kept_bytes=int(self.config.kept_builds_gib * GIB), memory_limit_bytes=self._memory_limit)
         if use_cuda:  # built here, where the project is writable; workers load them read-only
             from eval.worker.native import build, kernels
 
@@ -188,7 +181,7 @@ class Evaluator:
 
         reports = [static_checks.analyze(job.source) for job in jobs]
 
-        def run(i: int, build: Future[Build] | None) -> None:
+        def run(i: int, build: Claim | None) -> None:
             try:
                 results[i] = self._evaluate(jobs[i], reports[i], build)
             except Exception as exc:  # noqa: BLE001  a harness-side failure is recorded, the batch goes on
@@ -196,18 +189,20 @@ class Evaluator:
                 results[i].status, results[i].reason = Status.CRASH, f"the evaluator raised {type(exc).__name__}: {exc}"
                 results[i].flags.append("evaluator_exception: the harness, not the candidate, failed here")
             finally:
+                if build is not None:
+                    build.release()
                 done.put(i)
 
-        def enter(i: int, build: Future[Build] | None) -> None:
+        def enter(i: int, build: Claim | None) -> None:
             runners.submit(run, i, build)
 
         policy = self.config.own_kernel_policy
         for i, job in enumerate(jobs):
-            build = self._builder.submit(job.source) if _needs_build(job, reports[i], policy) else None
+            build = self._builder.claim(job.source) if needs_build(reports[i], job.backend, policy) else None
             if build is None:
                 enter(i, None)
             else:
-                build.add_done_callback(lambda fut, i=i: enter(i, fut))
+                build.future.add_done_callback(lambda _, i=i, build=build: enter(i, build))
         try:
             for _ in jobs:
                 i = done.get()
@@ -220,18 +215,17 @@ class Evaluator:
             raise RuntimeError(f"evaluations {missing} ended without a result")
         return results  # type: ignore[return-value]
 
-    def prebuild(self, problem: Problem, source: str, backend: str = DEFAULT_BACKEND) -> None:
-        """Start building a candidate that needs a build, unless it is refused before one or its verdict is cached.
-        A caller that queues evaluations (`harness serve`) calls this as it queues one, so the build runs on the
-        CPU cores while the candidate waits, as `evaluate_many` starts every build at once; `evaluate` then joins
-        that build (an identical source is built once)."""
+    def prebuild(self, problem: Problem, source: str, backend: str = DEFAULT_BACKEND) -> Future[Build] | None:
+        """Start building a candidate that needs a build, unless it is refused before one or its verdict is cached;
+        the build, or None. A caller that queues evaluations (`harness serve`, an `executor=ray` actor) calls this
+        as it queues one, so the build runs on the CPU cores while the candidate waits, as `evaluate_many` starts
+        every build at once; `evaluate` then joins that build (an identical source is built once)."""
         job = Job(problem, source, backend)
-        report = static_checks.analyze(source)
-        if not _needs_build(job, report, self.config.own_kernel_policy):
-            return
+        if not needs_build(static_checks.analyze(source), backend, self.config.own_kernel_policy):
+            return None
         if self._cache is not None and self._cache.get(self._result_key(job)) is not None:
-            return
-        self._builder.submit(source)
+            return None
+        return self._builder.submit(source)
 
     def baseline(self, problem: Problem) -> dict[str, Any]:
         """Eager and torch.compile timings of a problem (cached per device and versions)."""
@@ -248,7 +242,7 @@ class Evaluator:
             return value
 
     # -- one evaluation ----------------------------------------------------------------------
-    def _evaluate(self, job: Job, report: static_checks.SourceReport, build: Future[Build] | None) -> EvalResult:
+    def _evaluate(self, job: Job, report: static_checks.SourceReport, build: Claim | None) -> EvalResult:
         t0 = time.perf_counter()
         key = self._result_key(job)
         if self._cache is not None and (hit := self._cache.get(key)) is not None:
@@ -277,8 +271,10 @@ class Evaluator:
         return EvalResult(problem_id=job.problem.id, backend=job.backend, device=self.device_name,
                           versions=dict(self.versions), preset=self.config.preset, node=socket.gethostname())
 
-    def _judge(self, job: Job, report: static_checks.SourceReport, build: Future[Build] | None,
+    def _judge(self, job: Job, report: static_checks.SourceReport, build: Claim | None,
                result: EvalResult) -> None:
+        """The verdict, raised as one; `build` is the caller's claim on the candidate's build, else one is taken here
+        and released when the evaluation ends (the build folder is never removed while it is held)."""
         refused = static_checks.refusal(report, self.config.own_kernel_policy)
         if refused:
             raise Verdict(*refused)
@@ -286,9 +282,18 @@ class Evaluator:
             too_big = _too_big_for_a_worker(job.problem, self.config.problem_scale, self._memory_limit)
             if too_big:
                 raise Verdict(Status.SKIPPED, too_big)
+        own = None
+        if build is None and needs_build(report, job.backend, self.config.own_kernel_policy):
+            build = own = self._builder.claim(job.source)
+        try:
+            self._judge_built(job, report, build, result)
+        finally:
+            if own is not None:
+                own.release()
+
+    def _judge_built(self, job: Job, report: static_checks.SourceReport, build: Claim | None,
+                     result: EvalResult) -> None:
         waited = time.perf_counter()
-        if build is None and _needs_build(job, report, self.config.own_kernel_policy):
-            build = self._builder.submit(job.source)
         built = build.result() if build is not None else None
         result.phase_seconds["wait_for_build"] = round(time.perf_counter() - waited, 4)
         if built is not None and not built.ok:

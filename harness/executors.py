@@ -10,6 +10,12 @@ Nothing else crosses the network: no API keys (the driver's environment is never
 `runtime_env` is set, and a local Ray instance is started from an environment scrubbed of
 secret-looking names, since Ray's processes inherit the driver's), no pickled candidate objects.
 
+Builds: a CUDA/C++ candidate is built on an actor first (`EvaluatorActor.build`, in its own concurrency
+group, on the node's CPU cores) and only then takes one of that actor's evaluation slots, so no slot (no
+warm worker, no GPU) waits for nvcc. The evaluation goes to the actor that built it, whose evaluator
+joins the finished build: its folder, its verdict and the kernels read from its files stay on that node
+and in that trusted parent. `prebuild` starts that build as a caller queues a candidate (`harness serve`).
+
 Faults: an evaluation whose actor died (killed, node lost) is sent again to another actor, at
 most `max_retries` times, and a replacement actor is started. `evaluate` returns exactly once
 per call, so the loop records each attempt once. Identical candidates (same key as the
@@ -33,11 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
-from eval import DEFAULT_BACKEND, EvalConfig, EvalResult, Evaluator, Status, cache_key
+from eval import DEFAULT_BACKEND, EvalConfig, EvalResult, Evaluator, Status, analyze, cache_key, needs_build
 from problems import Problem
 
 _CPU_ACTORS_MAX = 4
 _MEMO_MAX = 4096  # finished results the driver keeps for dedupe (a few KB each)
+# build calls an actor serves at once, beside its evaluations; each waits on the actor's builder, which runs
+# `eval.parallel_compiles` of them at a time (a call is a thread waiting, not a build)
+_BUILD_CALLS_PER_ACTOR = 256
 
 
 class ExecutorError(ValueError):
@@ -62,7 +71,7 @@ class ExecutorConfig:
     num_actors: evaluator actors; null: one per GPU of the cluster, or on a CPU-only cluster
       half its CPUs (1 to 4).
     max_in_flight_per_actor: evaluations sent to one actor at once (back-pressure); 0: its number
-      of warm workers (`eval.workers_per_gpu`).
+      of warm workers (`eval.workers_per_gpu`). Builds sent ahead to an actor take none of these.
     cpus_per_actor: Ray CPUs each GPU actor reserves; null: the cluster's CPUs over its GPUs. Ray
       sets an actor's OMP_NUM_THREADS to it, so torch's CPU work in the actor (the parent side of
       the evaluation) gets that many threads; with 1 it ran single-threaded.
@@ -155,6 +164,12 @@ class EvaluatorActor:
         """The result as a plain dict (it names this node and the GPU's index on the node)."""
         return self.evaluator.evaluate(problem, source, backend).to_dict()
 
+    def build(self, problem: Problem, source: str, backend: str) -> None:
+        """Build a candidate ahead (`Evaluator.prebuild`) and return once the build is done; `evaluate` joins it."""
+        build = self.evaluator.prebuild(problem, source, backend)
+        if build is not None:
+            build.result()
+
     def baseline(self, problem: Problem) -> dict[str, Any]:
         return self.evaluator.baseline(problem)
 
@@ -180,6 +195,7 @@ class _Slot:
     info: dict[str, Any]
     capacity: int
     in_flight: int = 0
+    building: int = 0  # builds sent to it that have not ended; they hold none of its `capacity`
     alive: bool = True
 
 
@@ -241,7 +257,8 @@ class RayEvaluator:
         self._problem_refs: dict[str, Any] = {}
         self._pending: dict[str, Future[dict[str, Any]]] = {}
         self._memo: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self.stats = {"evaluated": 0, "retried": 0, "actors_lost": 0, "deduplicated": 0}
+        self._ahead: OrderedDict[str, tuple[_Slot, Any]] = OrderedDict()  # builds started by `prebuild`, by source
+        self.stats = {"evaluated": 0, "retried": 0, "actors_lost": 0, "deduplicated": 0, "built_ahead": 0}
         self._actor_config = self._config_for_actors()
         try:
             self._start_actors()
@@ -289,8 +306,7 @@ class RayEvaluator:
         """Evaluate one candidate on some actor; an identical candidate already seen is answered from it."""
         if self.eval_config.cache_dir is None:  # no cache asked for: every request is evaluated
             return EvalResult.from_dict(self._run(problem, source, backend))
-        key = cache_key(problem=problem.source_hash, candidate=source, backend=backend,
-                        config=self.eval_config.cache_fields())
+        key = self._result_key(problem, source, backend)
         with self._cond:
             if (hit := self._memo.get(key)) is not None:
                 self.stats["deduplicated"] += 1
@@ -318,6 +334,24 @@ class RayEvaluator:
                     self._memo.popitem(last=False)
         mine.set_result(d)
         return EvalResult.from_dict(d)
+
+    def prebuild(self, problem: Problem, source: str, backend: str = DEFAULT_BACKEND) -> None:
+        """Start building a candidate that needs a build on an actor now, as a caller queues it (`harness serve`);
+        its evaluation then waits for that build, and runs on that actor (as `Evaluator.prebuild` locally)."""
+        if not self._builds(source, backend):
+            return
+        with self._cond:
+            known = self.eval_config.cache_dir is not None and self._result_key(problem, source, backend) in self._memo
+            if known or _source_key(source) in self._ahead:
+                return
+        try:
+            started = self._start_build(problem, source, backend)
+        except RuntimeError:  # closed, or no actor left: the evaluation, when it runs, says so
+            return
+        with self._cond:
+            self._ahead[_source_key(source)] = started
+            while len(self._ahead) > _MEMO_MAX:  # builds nobody evaluated (a request withdrawn): forgotten here
+                self._ahead.popitem(last=False)
 
     def evaluate_many(self, jobs: Iterable[Any], on_result: Callable[[int, EvalResult], None] | None = None
                       ) -> list[EvalResult]:
@@ -352,26 +386,73 @@ class RayEvaluator:
 
     # -- one evaluation, retried on another actor if its actor dies ---------------------------
     def _run(self, problem: Problem, source: str, backend: str) -> dict[str, Any]:
+        """Build first where the candidate needs it (no evaluation slot held), then evaluate on the actor that built
+        it; an actor lost on the way sends both to another."""
         ray = self._ray
         lost: list[str] = []
+        builds = self._builds(source, backend)
+        with self._cond:
+            ahead = self._ahead.pop(_source_key(source), None) if builds else None
         while True:
-            slot = self._acquire()
+            slot = None
             try:
-                d = ray.get(slot.handle.evaluate.remote(self._problem_ref(problem), source, backend))
+                built_on = None
+                if builds:
+                    slot, ref = ahead or self._start_build(problem, source, backend)
+                    ahead = None
+                    ray.get(ref)
+                    built_on = slot
+                slot = self._acquire(on=built_on)
+                try:
+                    d = ray.get(slot.handle.evaluate.remote(self._problem_ref(problem), source, backend))
+                finally:
+                    self._release(slot)
                 with self._cond:
                     self.stats["evaluated"] += 1
                     self.stats["retried"] += bool(lost)
                 return d
             except ray.exceptions.RayActorError as exc:
+                assert slot is not None  # only the actor calls above raise it
                 lost.append(f"{slot.name} on {slot.info.get('node', '?')}")
                 self._lose(slot, exc)
                 if len(lost) > self.config.max_retries:
                     return self._actors_died(problem, backend, lost)
                 self._log(f"retrying {problem.id} on another actor ({len(lost)} of {self.config.max_retries})")
             except ray.exceptions.RayTaskError as exc:  # the evaluator itself raised there: a harness fault
-                raise RuntimeError(f"evaluator actor {slot.name} raised: {exc.cause!r}") from None
-            finally:
-                self._release(slot)
+                raise RuntimeError(f"evaluator actor {slot.name if slot else '?'} raised: {exc.cause!r}") from None
+
+    def _builds(self, source: str, backend: str) -> bool:
+        """Whether the candidate is built before it is loaded (read from its source here; nothing of it runs)."""
+        return needs_build(analyze(source), backend, self.eval_config.own_kernel_policy)
+
+    def _start_build(self, problem: Problem, source: str, backend: str) -> tuple[_Slot, Any]:
+        """Send a build to the actor with the least work for its size, beside its evaluation slots: the actor and
+        the build's reference (its value is None once the build is done)."""
+        with self._cond:
+            while True:
+                if self._closing:
+                    raise RuntimeError("the ray evaluator is closed")
+                if self._slots:
+                    slot = min(self._slots, key=lambda s: (s.in_flight + s.building) / s.capacity)
+                    slot.building += 1
+                    self.stats["built_ahead"] += 1
+                    break
+                if not self._starting:
+                    raise RuntimeError("no evaluator actor is left and none could be started")
+                self._cond.wait(timeout=5)
+        ref = slot.handle.build.options(concurrency_group="build").remote(self._problem_ref(problem), source, backend)
+        ref.future().add_done_callback(lambda _: self._build_ended(slot))
+        return slot, ref
+
+    def _build_ended(self, slot: _Slot) -> None:
+        with self._cond:
+            slot.building -= 1
+            self._cond.notify_all()
+
+    def _result_key(self, problem: Problem, source: str, backend: str) -> str:
+        """The driver's key of a verdict: the evaluator's cache key, less the device (an actor adds its own)."""
+        return cache_key(problem=problem.source_hash, candidate=source, backend=backend,
+                         config=self.eval_config.cache_fields())
 
     def _actors_died(self, problem: Problem, backend: str, lost: list[str]) -> dict[str, Any]:
         result = EvalResult(status=Status.CRASH, problem_id=problem.id, backend=backend,
@@ -430,7 +511,7 @@ class RayEvaluator:
     def _new_actor(self) -> tuple[str, Any]:
         name = f"kh-eval-{self._run_tag}-{next(self._names)}"
         capacity = self.config.max_in_flight_per_actor or 16  # Ray's thread pool; the driver bounds it further
-        remote = self._ray.remote(EvaluatorActor).options(
+        remote = self._ray.remote(concurrency_groups={"build": _BUILD_CALLS_PER_ACTOR})(EvaluatorActor).options(
             name=name, namespace=self.config.namespace, max_restarts=0, max_task_retries=0,
             max_concurrency=capacity, **self._per_actor)
         return name, remote.remote(self._actor_config)
@@ -445,13 +526,14 @@ class RayEvaluator:
             self._slots.append(_Slot(name=name, handle=handle, info=info, capacity=capacity))
             self._cond.notify_all()
 
-    def _acquire(self) -> _Slot:
-        """The least-loaded live actor with room; waits (back-pressure) while all are full."""
+    def _acquire(self, on: _Slot | None = None) -> _Slot:
+        """An evaluation slot on `on` (the actor that built the candidate) while it lives, else on the least-loaded
+        live actor with room; waits (back-pressure) while none has room."""
         with self._cond:
             while True:
                 if self._closing:
                     raise RuntimeError("the ray evaluator is closed")
-                free = [s for s in self._slots if s.in_flight < s.capacity]
+                free = [s for s in ([on] if on is not None and on.alive else self._slots) if s.in_flight < s.capacity]
                 if free:
                     slot = min(free, key=lambda s: s.in_flight / s.capacity)
                     slot.in_flight += 1
@@ -473,6 +555,7 @@ class RayEvaluator:
             slot.alive = False
             self._slots.remove(slot)
             self.stats["actors_lost"] += 1
+            self._cond.notify_all()  # an evaluation waiting for this actor's slot goes elsewhere
             if self._closing:
                 return
             self._starting += 1
@@ -493,6 +576,10 @@ class RayEvaluator:
             with self._cond:
                 self._starting -= 1
                 self._cond.notify_all()
+
+
+def _source_key(source: str) -> str:
+    return cache_key(candidate=source)
 
 
 def _summary(exc: BaseException) -> str:

@@ -51,7 +51,7 @@ LOCK_NAME = ".lock"
 VOLATILE_KEYS = (
     "name", "runs_dir", "quiet", "max_concurrency", "budget", "response_cache",
     "agent.retry", "agent.rate_limit", "agent.timeout_s", "agent.api_key_env",
-    "eval.parallel_compiles", "eval.cache_dir", "eval.log_cap_bytes",
+    "eval.parallel_compiles", "eval.kept_builds_gib", "eval.cache_dir", "eval.log_cap_bytes",
     "eval.share_reference_timing",  # one reference timing for several candidates: the same measurement, cheaper
 )  # fmt: skip
 

@@ -60,7 +60,7 @@ def _direct(tag: str, light: bool) -> float:
 
 def _through_builder(tag: str) -> float:
     builder = Builder(parallel=1, arch=_arch(), gpu_available=True, timeout_s=600, log_cap_bytes=1 << 20,
-                      isolate_network=True, extra_env={}, versions={"bench": tag})
+                      isolate_network=True, extra_env={}, versions={"bench": tag}, kept_bytes=0)
     try:
         build = builder.submit(candidates.cuda_candidate(tag)).result()
     finally:

@@ -21,7 +21,8 @@ from harness.store import StoreError
 
 # evaluator settings that say where and how long a run may take, not what its rules are: a rescore keeps them
 _CARRIED_EVAL_KEYS = ("device", "gpus", "workers_per_gpu", "cache_dir", "problem_scale", "import_timeout_s",
-                      "call_timeout_s", "timing_timeout_s", "isolate_network", "parallel_compiles")
+                      "call_timeout_s", "timing_timeout_s", "isolate_network", "parallel_compiles",
+                      "kept_builds_gib")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -220,9 +220,8 @@ class Service:
         for p in pending:  # builds start now, on the CPU cores, not when a queue slot takes the candidate
             if p.ticket is None or p.code is None:
                 continue
-            prebuild = getattr(self.lane(p.request.preset or self.default_preset).evaluator, "prebuild", None)
-            if prebuild is not None:  # `executor=ray` has none: its actors build
-                prebuild(p.request.problem, p.code, p.request.backend)
+            self.lane(p.request.preset or self.default_preset).evaluator.prebuild(p.request.problem, p.code,
+                                                                                  p.request.backend)
         return pending
 
     def _job(self, lane: Lane, problem: Problem, code: str, backend: str) -> Callable[[], tuple[EvalResult, float]]:

@@ -129,17 +129,17 @@ def test_prebuild_starts_the_build_that_evaluate_then_joins(tmp_path):
     cuda = candidates.cuda_candidate("early", 256)
     config = EvalConfig(device="cpu", cache_dir=str(tmp_path), import_timeout_s=BUILD_LIMIT_S)
     with Evaluator(config) as ev:
-        ev.prebuild(problem, candidates.triton_candidate(512, 4), "triton")
-        assert ev._builder._futures == {}
-        ev.prebuild(problem, cuda, "cuda")
-        (build,) = ev._builder._futures.values()
+        assert ev.prebuild(problem, candidates.triton_candidate(512, 4), "triton") is None
+        assert ev._builder.kept() == {}
+        build = ev.prebuild(problem, cuda, "cuda")
+        (folder,) = ev._builder.kept().values()
         r = ev.evaluate(problem, cuda, "cuda")
-        assert build.done() and list(ev._builder._futures.values()) == [build]
-        assert len(list(ev._builder.root.iterdir())) == 1
+        assert build.done() and list(ev._builder.kept().values()) == [folder]
+        assert list(ev._builder.root.iterdir()) == [folder]
     assert r.status is Status.SKIPPED and "compiled with nvcc" in r.reason, f"{r.status}: {r.reason}"
     with Evaluator(config) as ev:  # the same cache: the verdict is known, nothing to build
-        ev.prebuild(problem, cuda, "cuda")
-        assert ev._builder._futures == {}
+        assert ev.prebuild(problem, cuda, "cuda") is None
+        assert ev._builder.kept() == {}
 
 
 def test_a_candidate_refused_from_its_source_is_never_built(evaluator):
@@ -149,7 +149,7 @@ def test_a_candidate_refused_from_its_source_is_never_built(evaluator):
     pytorch_only = candidates.edit(candidates.cuda_candidate("refused", 256), "ext.add_relu_scale(x.contiguous(), "
                                    "y.contiguous(), self.scale)", "torch.relu(x + y) * self.scale")
     pytorch_only = candidates.edit(pytorch_only, "__global__", "__device__")
-    before = dict(evaluator._builder._futures)
+    before = evaluator._builder.kept()
     (r,) = evaluator.evaluate_many([Job(problem, pytorch_only, "cuda")])
     assert r.status is Status.REJECTED and "defines no kernel of its own" in r.reason, f"{r.status}: {r.reason}"
-    assert evaluator._builder._futures == before
+    assert evaluator._builder.kept() == before

@@ -206,10 +206,10 @@ def _build_then_load(candidate: str, libraries: list[tuple[str, bool]],
     if not sandbox_plan().filesystem:
         pytest.skip("no mount namespace on this machine: the filesystem is not isolated")
     builder = Builder(parallel=1, arch="9.0", gpu_available=True, timeout_s=1200, log_cap_bytes=1 << 16,
-                      isolate_network=True, extra_env={}, versions={})
+                      isolate_network=True, extra_env={}, versions={}, kept_bytes=0)
     worker = None
     try:
-        build = builder.submit(candidate).result()
+        build = builder.claim(candidate).result()  # held: kept_bytes=0 would remove a folder nobody holds
         assert build.ok, build.error
         folder = Path(build.extensions_dir)
         record = prebuilt.read_record(folder).values()

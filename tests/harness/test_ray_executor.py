@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -314,3 +315,53 @@ def test_an_actor_that_cannot_start_says_why(ray_module: Any, tmp_path: Path) ->
     assert "failed to start" in message and "Error:" in message.rsplit("...", 1)[-1], message
     assert "cache" in message.rsplit("...", 1)[-1] and "\x1b" not in message and len(message.splitlines()) == 1, message
     assert not ray_module.is_initialized()  # a failed start leaves no Ray instance behind
+
+
+# declared CUDA, with a kernel of its own in its text: built before it is loaded; its import sleeps, and on a CPU only
+# the build worker imports it (a CUDA candidate is not run), so its build lasts at least that long
+SLOW_BUILD = '''
+import time
+import torch.nn as nn
+
+KERNEL = "__global__ void kh_slow_k(float* x) {}"
+time.sleep(5)
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return a + b
+'''
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="without nvcc a CPU evaluator builds nothing")
+def test_an_actor_builds_ahead_off_its_evaluation_slot(ray_module: Any, tmp_path: Path) -> None:
+    """The build runs on the actor beside its evaluation slots: while it runs, the actor's one slot (one warm
+    worker) takes another candidate. The built candidate's evaluation then runs on that actor and joins the
+    finished build (it waits for no build of its own: one would take the 5 s import again), and the build's
+    outcome is its verdict. `prebuild` (what `harness serve` calls as it queues) starts that build early."""
+    problem = load_problem_file(write_problem(tmp_path / "problems"))
+    config = EvalConfig(device="cpu", workers_per_gpu=1, trials=2, cache_dir=None)
+    with RayEvaluator(config, ExecutorConfig(kind="ray", num_actors=1), log=lambda line: None) as ev:
+        (slot,) = ev._slots
+        ev.prebuild(problem, SLOW_BUILD, "cuda")
+        assert slot.building == 1 and slot.in_flight == 0
+        other: list[Any] = []
+        runner = threading.Thread(target=lambda: other.append(ev.evaluate(problem, GOOD, "triton")))
+        runner.start()
+        deadline = time.monotonic() + 300  # hang guards only
+        while not slot.in_flight:
+            assert time.monotonic() < deadline, "the Triton candidate never took the slot"
+            time.sleep(0.01)
+        assert slot.building == 1  # the slot was taken while the build ran
+        runner.join(timeout=600)
+        prebuilt = ev.evaluate(problem, SLOW_BUILD, "cuda")
+        built_now = ev.evaluate(problem, SLOW_BUILD + "\n# v2\n", "cuda")  # no prebuild: built ahead all the same
+        assert [r.status for r in other] == [Status.CORRECT]
+        for r in (prebuilt, built_now):
+            assert r.status is Status.SKIPPED and "compiled with nvcc" in r.reason, f"{r.status}: {r.reason}"
+            assert r.phase_seconds["wait_for_build"] < 5, r.phase_seconds
+        assert ev.stats["built_ahead"] == 2 and ev.stats["evaluated"] == 3
+        while slot.building:  # the build's end is counted as its reference resolves, beside the evaluation
+            assert time.monotonic() < deadline, "a build never ended"
+            time.sleep(0.01)
+        assert slot.in_flight == 0

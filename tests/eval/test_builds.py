@@ -1,0 +1,117 @@
+"""The builder's bound on disk (`eval.builds.Builder`): a folder an evaluation holds is never removed; identical
+sources are built once while one is held; past `kept_bytes`, the oldest folders nobody holds go, those an
+evaluation has loaded before those built ahead and not yet evaluated.
+
+The bookkeeping is the real Builder's; only its build step (`_build`, a sandboxed worker running the candidate's
+`load_inline`, a minute of CPU: tests/eval/test_cuda_cpu.py builds for real) is replaced by one that writes a
+folder of a known size, each build waiting for its test to let it finish.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from eval.builds import Build, Builder
+
+UNIT = 1000  # bytes each build writes
+
+
+class _Builder(Builder):
+    """A Builder whose builds write `UNIT` bytes into their folder once their source's gate opens."""
+
+    def __init__(self, kept_bytes: int):
+        super().__init__(parallel=4, arch="9.0", gpu_available=False, timeout_s=60, log_cap_bytes=1 << 12,
+                         isolate_network=True, extra_env={}, versions={}, kept_bytes=kept_bytes)
+        self.built: list[str] = []
+        self.gates: dict[str, threading.Event] = {}
+
+    def gate(self, source: str) -> threading.Event:
+        return self.gates.setdefault(source, threading.Event())
+
+    def _build(self, source: str, ext_dir: Path) -> Build:
+        self.built.append(source)
+        assert self.gate(source).wait(60), f"the test never let {source!r} finish"
+        ext_dir.mkdir(parents=True)
+        (ext_dir / "lib.so").write_bytes(b"x" * UNIT)
+        return Build(ok=True, extensions_dir=str(ext_dir))
+
+
+@pytest.fixture
+def make() -> Iterator:
+    made: list[_Builder] = []
+
+    def _make(kept_bytes: int) -> _Builder:
+        made.append(_Builder(kept_bytes))
+        return made[-1]
+
+    yield _make
+    for builder in made:
+        for gate in builder.gates.values():
+            gate.set()
+        builder.close()
+
+
+def _finish(builder: _Builder, source: str) -> Path:
+    """Let `source`'s build finish and wait until the builder has measured it (and trimmed); its folder."""
+    builder.gate(source).set()
+    build = builder.submit(source).result()
+    deadline = time.monotonic() + 60  # a hang guard only
+    while any(e.future.done() and e.size == 0 for e in list(builder._entries.values())):
+        assert time.monotonic() < deadline, "a finished build was never measured"
+        time.sleep(0.01)
+    return Path(build.extensions_dir)
+
+
+def test_a_held_folder_stays_until_released_even_with_nothing_kept(make) -> None:
+    builder = make(kept_bytes=0)
+    first, second = builder.claim("a"), builder.claim("a")  # two evaluations of one source: one build
+    folder = _finish(builder, "a")
+    assert builder.built == ["a"] and first.result() is second.result()
+    assert folder.is_dir() and list(builder.kept().values()) == [folder]
+    first.release()
+    first.release()  # once only: the second evaluation still holds it
+    assert folder.is_dir()
+    second.release()
+    assert not folder.exists() and builder.kept() == {}
+    again = builder.claim("a")  # dropped, so the same source is built again, in a folder of its own
+    assert _finish(builder, "a") != folder and builder.built == ["a", "a"]
+    again.release()
+
+
+def test_a_source_claimed_while_it_builds_joins_that_build(make) -> None:
+    builder = make(kept_bytes=0)
+    ahead = builder.submit("b")  # built ahead (`prebuild`): nothing holds it yet
+    claim = builder.claim("b")  # its evaluation arrives while it builds
+    assert claim.future is ahead
+    folder = _finish(builder, "b")
+    assert folder.is_dir() and builder.built == ["b"]
+    claim.release()
+    assert not folder.exists()
+
+
+def test_past_the_bound_the_oldest_loaded_folders_go_before_those_waiting_for_their_evaluation(make) -> None:
+    builder = make(kept_bytes=2 * UNIT)
+    folders = {}
+    for source in ("old", "ahead", "new"):
+        claim = builder.claim(source) if source != "ahead" else None
+        folders[source] = _finish(builder, source)
+        if claim is not None:
+            claim.release()  # evaluated and loaded: kept while the bound allows
+    # three finished folders, nobody holding them, two fit: "old" goes (loaded, oldest); "ahead" is older than
+    # "new" but still waits for its evaluation, so "new" would go before it
+    assert set(builder.kept().values()) == {folders["ahead"], folders["new"]}
+    assert not folders["old"].exists() and folders["ahead"].is_dir() and folders["new"].is_dir()
+    held = builder.claim("new")
+    fourth = builder.claim("fourth")
+    _finish(builder, "fourth")
+    fourth.release()  # idle now: "ahead" and "fourth" (2 units); "new" is held and never counted or removed
+    assert set(builder.kept().values()) == {folders["ahead"], folders["new"], Path(fourth.result().extensions_dir)}
+    builder._kept_bytes = UNIT
+    held.release()  # three idle, one fits: loaded ones go first ("fourth", then "new"), "ahead" stays
+    assert list(builder.kept().values()) == [folders["ahead"]]
+    assert builder.built == ["old", "ahead", "new", "fourth"]
