@@ -307,9 +307,9 @@ class Evaluator:
             attempt.flags.extend(notes + retried)
             try:
                 self._run_on_worker(job, report, built, attempt, alone=alone, graphs=graphs)
-            except RetryAlone:
+            except RetryAlone as exc:
                 alone = True
-                retried.append("ran out of device memory beside other evaluations; evaluated again alone")
+                retried.append(f"{exc.why}; evaluated again alone, in a new worker")
                 continue
             except RetryEager as exc:
                 graphs = False

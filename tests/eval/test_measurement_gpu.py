@@ -680,13 +680,17 @@ def test_forged_block_times_are_rejected(evaluator, problem, honest_speedup):
     wraps its `block` so every reported time is divided by 8. Defence: the parent's wall bound
     (`measure.wall_bound`): each block's wall time observed in the parent, less the reported times, leaves ~7/8
     of every call unexplained beyond the clean reference process's loop overhead; or the tamper snapshot.
-    Rejected, naming integrity ("reported times" / "outside its timed intervals" from the wall bound)."""
+    Rejected, naming integrity ("reported times" / "outside its timed intervals" from the wall bound). A wall-bound
+    finding is judged again alone, in a new worker (honest candidates beside other evaluations can exceed the bound):
+    the forger is rejected there too."""
     r = evaluator.evaluate(problem, FORGER)
     if r.status is Status.COMPILE_ERROR and "kh-forge" in r.error:
         pytest.fail("the attack was not mounted: the candidate found no NativeLoop (by type name, or as a "
                     "Worker's `loop`) to patch; update the attack to the worker's current layout. " + why(r))
     assert r.status is Status.REJECTED, why(r)
     assert "integrity" in r.reason, why(r)
+    if "outside its timed intervals" in r.reason:  # the wall bound's verdict is the one taken alone
+        assert any("wall bound found" in f and "evaluated again alone" in f for f in r.flags), r.flags
     assert_not_faster(r, honest_speedup)
 
 
