@@ -713,7 +713,7 @@ def time_candidate(ctx: Context) -> None:
             # (H100: 2-5 of 64 honest candidates, 8 evaluations at once): judged again alone, in a new worker. Work
             # hidden outside the timed intervals stays in every block, whatever else runs.
             raise RetryAlone(f"the wall bound found {result.wall_bound.get('unexplained_us', 0):.0f} us per repetition "
-                             "unexplained beside other evaluations")
+                             "unexplained while other evaluations could run beside it")
         _record_timing(ctx, rule, fresh, meas, finding)
 
 
