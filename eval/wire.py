@@ -283,12 +283,13 @@ class Channel:
                                 "bytes") from None
         n, in_frame = PREFIX.unpack(prefix)
         reply, specs = self._parse_header(body[:n], in_frame)
-        tensors, at = [], n
+        tensors, at, view = [], n, memoryview(body)
         for dtype, shape, nbytes, offset in specs:
             if offset is not None:
                 raise ProtocolError("a timed reply placed a tensor in the shared region, not in its frame")
-            tensors.append(self._tensor(torch.frombuffer(bytearray(body[at:at + nbytes]), dtype=torch.uint8)
-                                        if nbytes else torch.empty(0, dtype=torch.uint8), dtype, shape, device))
+            raw = torch.frombuffer(bytearray(view[at:at + nbytes]), dtype=torch.uint8) if nbytes else torch.empty(
+                0, dtype=torch.uint8)
+            tensors.append(self._tensor(raw, dtype, shape, device))
             at += nbytes
         return reply, tensors, (finished - started) / 1e6
 
