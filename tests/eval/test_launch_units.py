@@ -303,11 +303,11 @@ def test_a_failed_capture_ends_both_processes_and_asks_for_an_eager_retry() -> N
         def __init__(self, fails: bool):
             self.fails = fails
 
-        def request(self, message, tensors=None, timeout=None, device=None):
+        def timed_request(self, message, timeout=None, device=None):
             sent.append(message)
             if self.fails:
-                return p.TimeBlockReply(timing_mode="capture_failed", graph_note="RuntimeError: capturing"), []
-            return p.TimeBlockReply(times_ms=[0.1] * message.reps, timing_mode="cuda_graph"), []
+                return p.TimeBlockReply(timing_mode="capture_failed", graph_note="RuntimeError: capturing"), [], 1.0
+            return p.TimeBlockReply(times_ms=[0.1] * message.reps, timing_mode="cuda_graph"), [], 1.0
 
     for failing in ("candidate", "reference"):
         killed.clear()
