@@ -19,11 +19,14 @@ import pytest
 from eval import EvalConfig, Evaluator
 from problems.problem import Problem, problem_from_source
 from harness.corpus.hostile import PROBLEM
+from tests.eval.cuda_builds import BUILD_LIMIT_S
 from tests.run_fixtures import base_overrides, write_problem
 
 
-# Ray: `ray start --head` leaves /tmp/ray/ray_current_cluster, which a local `ray.init()` joins
-SHARED_GROUPS = {"tests/harness/test_ray_executor.py": "ray", "tests/harness/test_serve_ray.py": "ray"}
+# Ray: `ray start --head` leaves /tmp/ray/ray_current_cluster, which a local `ray.init()` joins; CUDA builds: one
+# `build_evaluator` session builds the candidate both files build (`tests.eval.cuda_builds`)
+SHARED_GROUPS = {"tests/harness/test_ray_executor.py": "ray", "tests/harness/test_serve_ray.py": "ray",
+                 "tests/eval/test_cuda_cpu.py": "cuda-builds", "tests/eval/test_own_kernels.py": "cuda-builds"}
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist (the `test` extra)
@@ -53,6 +56,17 @@ def evaluator(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     if "cache_dir" not in settings:
         settings = {**settings, "cache_dir": str(tmp_path_factory.mktemp("eval_cache"))}
     with Evaluator(EvalConfig(**settings)) as ev:
+        yield ev
+
+
+@pytest.fixture(scope="session")
+def build_evaluator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Evaluator]:
+    """One evaluator session that builds CUDA candidates without a GPU (compile-only) for the files that build the
+    same candidate (`tests.eval.cuda_builds`): the second file joins the first's build. Its warm workers are never
+    used (CUDA candidates do not run on a CPU); a fresh result cache of its own."""
+    cache = str(tmp_path_factory.mktemp("eval_cache"))
+    config = EvalConfig(device="cpu", import_timeout_s=BUILD_LIMIT_S, cache_dir=cache)
+    with Evaluator(config) as ev:
         yield ev
 
 

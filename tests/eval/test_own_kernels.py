@@ -22,15 +22,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from eval import EvalConfig, Evaluator, Status, checks
+from eval import EvalConfig, Status, checks
 from eval import protocol as p
 from eval.builds import Build
 from eval._kernel_symbols import built_kernels, kernels_under, pin_folder, stub_kernel, stub_symbols
 from eval.result import EvalResult
 from eval.sandbox import WorkerProcess, sandbox_plan
 from eval.static_checks import analyze
-from harness.corpus import candidates
 from harness.corpus.hostile import FORWARD, GOOD, PROBLEM, variant
+from tests.eval.cuda_builds import BUILT
 
 EVALUATOR = {"device": "cpu", "import_timeout_s": 60, "call_timeout_s": 30}
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="builds a shared library with g++")
@@ -97,20 +97,6 @@ def test_a_folder_is_pinned_through_a_process_root_without_following_links(tmp_p
     assert pin_folder(os.getpid(), str(tmp_path / "own.so")) is None and pin_folder(1 << 30, "/") is None
 
 
-FORMS = r'''
-template <int U> __global__ void k_tmpl(float* x) { x[0] = U; }
-namespace kh { namespace inner { __global__ void k_ns(float* x) { x[0] = 1.f; } } }
-namespace { __global__ void k_anon(float* x) { x[0] = 2.f; } }
-extern "C" __global__ void k_c(float* x) { x[0] = 3.f; }
-__global__ __launch_bounds__(256) void k_lk(float* x) { x[0] = 4.f; }
-__global__ void gemv2T_kernel_val(float* x) { x[0] = 5.f; }  // never launched, named like cuBLAS's kernel
-void kh_forms(float* x) {
-    k_tmpl<1><<<1, 1>>>(x); kh::inner::k_ns<<<1, 1>>>(x); k_anon<<<1, 1>>>(x); k_c<<<1, 1>>>(x);
-    void* args[] = {&x};
-    cudaLaunchKernel((const void*)k_lk, dim3(1), dim3(1), args, 0, 0);
-}
-'''
-NOT_BUILT = 'text_only = "__global__ void text_only_kernel(float* x) {}"\n'
 # how the profiler names these kernels (the forms recorded on the H100 in test_eval_units)
 PROFILED = {"k_tmpl": "void k_tmpl<1>(float*)", "k_ns": "kh::inner::k_ns(float*)",
             "k_anon": "(anonymous namespace)::k_anon(float*)", "k_c": "k_c", "k_lk": "_Z4k_lkPf"}
@@ -120,16 +106,13 @@ CUBLAS_GEMV = ("void gemv2T_kernel_val<int, int, float, float, float, float, 128
 
 
 @pytest.fixture(scope="module")
-def forms_build(tmp_path_factory) -> Build:
-    """A real compile-only build (nvcc, no GPU) of every name form, a library-named decoy and a name in a string."""
+def forms_build(build_evaluator) -> Build:
+    """A real compile-only build (nvcc, no GPU) of every name form, a library-named decoy and a name in a string
+    (`tests.eval.cuda_builds.BUILT`, which the compile-only tests build too: joined when they have built it)."""
     if shutil.which("nvcc") is None:
         pytest.skip("the build runs only with nvcc")
-    host = "torch::Tensor add_relu_scale(torch::Tensor x, torch::Tensor y, double scale) {"
-    source = NOT_BUILT + candidates.edit(candidates.cuda_candidate("forms"), host, FORMS + host)
-    assert "text_only_kernel" in analyze(source).cuda_kernels  # the text names it; the build does not
-    config = EvalConfig(device="cpu", cache_dir=str(tmp_path_factory.mktemp("cache")), import_timeout_s=1200.0)
-    with Evaluator(config) as ev:
-        return ev._builder.submit(source).result()
+    assert "text_only_kernel" in analyze(BUILT).cuda_kernels  # the text names it; the build does not
+    return build_evaluator._builder.submit(BUILT).result()
 
 
 @pytest.mark.slow
