@@ -53,8 +53,9 @@ def rows(run_dir: Path, columns: str = "problem_id, sample, turn, status") -> li
         conn.close()
 
 
-def agent_script(tmp: Path) -> tuple[Path, Path]:
-    """A `command` agent that logs every request it gets and answers slowly; turn 2 brings a real kernel."""
+def agent_script(tmp: Path, gate: Path | None = None) -> tuple[Path, Path]:
+    """A `command` agent that logs every request it gets and answers slowly (with a `gate`, only once that file
+    exists); turn 2 brings a real kernel."""
     log = tmp / "requests.log"
     good = tmp / "good_reply.md"
     good.write_text(fenced(GOOD))
@@ -63,7 +64,8 @@ def agent_script(tmp: Path) -> tuple[Path, Path]:
         "#!/bin/sh\n"
         "cat > /dev/null\n"
         f'echo "$HARNESS_PROBLEM_ID $HARNESS_SAMPLE $HARNESS_TURN" >> {log}\n'
-        "sleep 0.15\n"
+        + (f"while [ ! -e {gate} ]; do sleep 0.05; done\n" if gate else "")
+        + "sleep 0.15\n"
         f'if [ "$HARNESS_TURN" = 2 ]; then cat {good}; else echo "Still thinking, no code yet."; fi\n'
     )
     return script, log

@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -72,19 +73,28 @@ def test_kill_9_at_random_moments_then_resume(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # over 10 s on 2 cores: out of the quick subset
 def test_ctrl_c_finishes_attempts_in_flight_and_saves_state(tmp_path: Path) -> None:
-    script, log = agent_script(tmp_path)
+    gate = tmp_path / "answer"  # the agent answers only once it exists: the run cannot end before the Ctrl-C lands
+    script, log = agent_script(tmp_path, gate)
     problem = write_problem(tmp_path / "problems")
     args = [*base_overrides(tmp_path, problem, tmp_path / "eval_cache"), "agent=command", f"agent.command=sh {script}",
             "samples=4", "turns=3", "max_concurrency=2", "name=intr"]  # fmt: skip
     run = tmp_path / "runs" / "intr"
     proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", *args], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
+    reader.start()
     deadline = time.monotonic() + 900  # only a hang bound: a loaded machine may take minutes to start the pool
-    while not recorded_attempts(run) and proc.poll() is None and time.monotonic() < deadline:
+    while not logged_requests(log) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert proc.poll() is None and recorded_attempts(run), "the run ended, or recorded nothing, before the Ctrl-C"
+    assert proc.poll() is None and logged_requests(log), "the run ended, or asked nothing, before the Ctrl-C"
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    while not any("finishing the attempts in flight" in line for line in lines) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    gate.touch()  # the attempts in flight may now finish
+    proc.wait(timeout=300)
+    reader.join(timeout=60)
+    err = "".join(lines)
     assert proc.returncode == 3, err
     assert "finishing the attempts in flight" in err and "stopped: interrupted" in err
     partial = recorded_attempts(run)
