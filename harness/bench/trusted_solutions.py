@@ -51,7 +51,8 @@ def main(rounds: int = 2, out: str | None = None) -> int:
                       f"(reference overhead {w.get('reference_overhead_us', 0):7.1f}, from "
                       f"{w.get('reference_lowest_us', 0):.1f} to {w.get('reference_highest_us', 0):.1f}; candidate "
                       f"lowest {w.get('candidate_lowest_us', 0):.1f}, median {w.get('candidate_median_us', 0):.1f}; "
-                      f"call {w.get('call_us', 0):.1f}; blocks {w.get('blocks', 0)}) SOL {r.sol_fraction or 0:.3f}"
+                      f"paired gap {w.get('paired_gap_median_us', 0):.1f}; call {w.get('call_us', 0):.1f}; blocks "
+                      f"{w.get('blocks', 0)}) SOL {r.sol_fraction or 0:.3f}"
                       + ("" if r.status is Status.CORRECT else f"  {r.reason[:200]}"), flush=True)
 
             t = time.time()

@@ -194,7 +194,9 @@ def test_wall_bound_allows_noise_proportional_to_the_loops_overhead() -> None:
                          blocks={"reference": ref, "candidate": _blocks([1.98, 2.6], 0.1)})
     hider = Measurement(samples={"candidate": [0.1] * 80, "reference": [0.3] * 80},
                         blocks={"reference": ref, "candidate": _blocks([2.05, 2.6], 0.1)})
-    assert measure.wall_bound(honest)[0] is None
+    finding, numbers = measure.wall_bound(honest)
+    assert finding is None
+    assert numbers["paired_gap_median_us"] == pytest.approx(1000 * ((1.98 - 2.0) + (2.6 - 2.1)) / 2)  # block k with k
     finding, numbers = measure.wall_bound(hider)
     assert finding and numbers["limit_us"] == pytest.approx(measure.OVERHEAD_SHARE * 1900)
 
