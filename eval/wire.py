@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from eval import _stopwatch as stopwatch
+
 MAX_HEADER_BYTES = 8 << 20
 PREFIX = struct.Struct(">IQ")  # header bytes, tensor bytes on the pipe after it
 # A timed reply's tensors are its captures (a few KB per repetition and output), read whole into memory before they
@@ -188,6 +189,12 @@ class _Region:
                 pass
 
 
+def _frame_head(header: dict[str, Any], specs: list[dict[str, Any]], pipe_bytes: int) -> bytes:
+    """A frame's prefix and JSON header (with its tensor specs); `pipe_bytes` of tensors follow it on the pipe."""
+    raw = json.dumps({**header, "tensors": specs}).encode()
+    return PREFIX.pack(len(raw), pipe_bytes) + raw
+
+
 class Channel:
     """One pair of pipes carrying framed messages, with optional shared-memory regions for tensor bytes.
 
@@ -232,10 +239,7 @@ class Channel:
                         _copy(torch.frombuffer(view, dtype=torch.uint8, count=spec["nbytes"], offset=spec["offset"]), b)
                 del view
             blobs = []
-        header = dict(header)
-        header["tensors"] = specs
-        raw = json.dumps(header).encode()
-        self._write(PREFIX.pack(len(raw), sum(int(b.numel()) for b in blobs)) + raw)
+        self._write(_frame_head(header, specs, sum(int(b.numel()) for b in blobs)))
         for b in blobs:
             if b.numel():
                 self._write(memoryview(b.cpu().numpy()))
@@ -268,11 +272,10 @@ class Channel:
 
         The reply must carry its tensors in the frame: bytes in a region could still change after the instant that
         ends the interval. Raises ChannelTimeout, ChannelClosed or ProtocolError, as `recv` does."""
-        raw = json.dumps({**header, "tensors": []}).encode()
         deadline = None if timeout is None else time.monotonic() + timeout
         limit = min(self.max_payload_bytes, TIMED_MAX_TENSOR_BYTES)
         try:
-            started = stopwatch.send(self.write_fd, PREFIX.pack(len(raw), 0) + raw)
+            started = stopwatch.send(self.write_fd, _frame_head(header, [], 0))
             prefix, body, finished = stopwatch.receive(self.read_fd, deadline, MAX_HEADER_BYTES, limit)
         except stopwatch.Closed:
             raise ChannelClosed("channel closed by the other side") from None
