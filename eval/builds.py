@@ -179,8 +179,9 @@ class Builder:
                                isolate_network=self._isolate, extra_env=env, kind="build",
                                memory_limit_bytes=self._memory)
         try:
-            reply, _ = worker.request(protocol.Prepare(candidate_source=source, compile_only=compile_only),
-                                      timeout=self._timeout)
+            # lazy builds (made later, in forward) only in the first half of the limit: the reply stays inside it
+            reply, _ = worker.request(protocol.Prepare(candidate_source=source, compile_only=compile_only,
+                                                       lazy_build_s=self._timeout / 2), timeout=self._timeout)
         except WorkerTimeout as exc:
             return Build(ok=False, error=f"building took longer than {self._timeout:.0f} s\n{exc.output}")
         except WorkerDied as exc:

@@ -100,6 +100,7 @@ class Prepare(Request):
     reply: ClassVar[type[Reply]] = PrepareReply
     candidate_source: str = ""
     compile_only: bool = False
+    lazy_build_s: float = 0.0  # seconds from the request's start after which no lazy build starts or is waited for
 
 
 @dataclass

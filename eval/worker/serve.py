@@ -25,7 +25,7 @@ from torch.utils import cpp_extension
 
 from eval import protocol as p
 from eval.wire import Channel, ChannelClosed, ProtocolError
-from eval.worker import graphs, idle_probe, integrity, light_build, prebuilt, timing, tracing
+from eval.worker import graphs, idle_probe, integrity, lazy_builds, light_build, prebuilt, timing, tracing
 from eval.worker.compile_only import CompileOnlyDone, compile_only
 from problems import (
     build_model,
@@ -212,6 +212,7 @@ class Worker:
         """Import a candidate only to build its extensions (no GPU needed), each call recorded for the evaluating
         worker (`eval.worker.prebuilt`). A failed build fails the candidate only when its error ends the import,
         as with torch's own `load_inline`: a candidate that catches it and falls back builds fine."""
+        started = time.monotonic()
         failures: list[BaseException] = []
         build = compile_only(_load_inline) if msg.compile_only else _load_inline
         light_first = light_build.wrap(prebuilt.recording(build, Path(os.environ["TORCH_EXTENSIONS_DIR"])))
@@ -230,7 +231,9 @@ class Worker:
         path.write_text(msg.candidate_source)
         ended_by: BaseException | None = None
         try:
-            _import_file(path, "kh_candidate_prepare")
+            module = _import_file(path, "kh_candidate_prepare")
+            if msg.lazy_build_s > 0 and not msg.compile_only:  # calls made later, in forward (`lazy_builds`)
+                lazy_builds.build_lazy(msg.candidate_source, vars(module), light_first, started + msg.lazy_build_s)
         except BaseException as exc:  # noqa: BLE001  non-build failures are judged later, on the GPU
             ended_by = exc
         finally:

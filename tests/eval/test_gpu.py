@@ -263,3 +263,21 @@ def test_an_honest_candidate_on_a_6_gib_problem_is_timed_within_the_devices_memo
     assert any("timed on 1 input set(s) per side, not 3" in f for f in r.flags), r.flags
     assert r.speedup is not None and 0.8 < r.speedup < 1.25, r.speedup  # both sides stream 12 GiB per call
     assert "ran out of device memory" not in " ".join(r.flags), r.flags  # it fit without a retry alone
+
+
+def test_lazy_build_made_ahead(problem, tmp_path):
+    """A candidate that builds its extension on its first forward call (CUDA-L1's habit) is built ahead by the build
+    worker (`eval.worker.lazy_builds`): with a 15 s call limit, which its nvcc build alone exceeds, it is correct,
+    and the GPU worker imported the library built ahead (no build of its own)."""
+    from eval import EvalConfig, Evaluator
+
+    base = candidates.cuda_candidate("lazytest", 256)
+    source = edit(base, 'ext = load_inline(name=',
+                  '_EXT = []\n\n\ndef _ext():\n    if not _EXT:\n        _EXT.append(load_inline(name=')
+    source = edit(source, 'extra_cuda_cflags=["-O3"], verbose=False)',
+                  'extra_cuda_cflags=["-O3"], verbose=False))\n    return _EXT[0]')
+    source = edit(source, "return ext.add_relu_scale(", "return _ext().add_relu_scale(")
+    with Evaluator(EvalConfig(device="cuda", call_timeout_s=15, cache_dir=str(tmp_path))) as ev:
+        r = ev.evaluate(problem, source, backend="cuda")
+        assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error}"
+        assert _built(ev, "lazytest") == ["add_relu_scale_lazytest_kh_light"]
