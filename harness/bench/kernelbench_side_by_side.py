@@ -93,7 +93,8 @@ def ours(problem_id: str) -> dict[str, Any]:
     from harness.presets import preset_config
 
     problem, _, cand_src, _ = _load(problem_id)
-    with Evaluator(preset_config("kernelbench", device="cuda")) as ev:
+    # no result cache: every round must measure again, as KernelBench's side does
+    with Evaluator(preset_config("kernelbench", device="cuda", cache_dir=None)) as ev:
         (res,) = ev.evaluate_many([Job(problem, cand_src)])
     note = next((f for f in res.flags if f.startswith("timing (")), "")
     return {"status": res.status.value, "speedup": res.speedup, "timing_note": note}
