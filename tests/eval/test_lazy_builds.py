@@ -33,6 +33,10 @@ class ModelNew:
 '''
 
 
+def _names(calls) -> list[str]:
+    return [next(k.value.value for k in c.call.keywords if k.arg == "name") for c in calls]
+
+
 def _namespace(source: str) -> dict:
     namespace: dict = {}
     exec(compile(source, "<candidate>", "exec"), namespace)  # noqa: S102  a test's own fixed source
@@ -54,8 +58,8 @@ from torch.utils.cpp_extension import load_inline
 SRC = "x"
 def by_parameter(src):
     return load_inline(name="a", cpp_sources=src)
-def by_local():
-    src = SRC + "y"
+def by_local_call():
+    src = SRC.upper()
     return load_inline(name="b", cpp_sources=src)
 def by_call():
     return load_inline(name=f"c{id(SRC)}", cpp_sources=SRC)
@@ -69,8 +73,44 @@ def outer():
 def knowable():
     return cpp_extension.load_inline(name="e", cpp_sources=[SRC, "z"], cuda_sources=None)
 '''
-    names = [next(k.value.value for k in c.keywords if k.arg == "name") for c in lazy_calls(source)]
-    assert names == ["e"]
+    assert _names(lazy_calls(source)) == ["e"]
+
+
+def test_a_function_s_own_constants_are_evaluated_in_order_and_the_module_is_left_unchanged() -> None:
+    source = '''
+from torch.utils.cpp_extension import load_inline
+PREFIX = "// kernels "
+cuda_source = "global"
+class M:
+    def _setup(self):
+        cuda_source = PREFIX + "__global__ void k() {}"
+        flags: list = ["-O3"]
+        self.ext = load_inline(name="local_ext", cpp_sources="", cuda_sources=cuda_source, extra_cuda_cflags=flags)
+    def twice(self):
+        src = "a"
+        src += "b"
+        return load_inline(name="twice", cpp_sources=src)
+    def after(self):
+        ext = load_inline(name="after", cpp_sources=late)
+        late = "x"
+        return ext
+    def computed(self):
+        src = str(PREFIX)
+        return load_inline(name="computed", cpp_sources=src)
+    def from_parameter(self, code):
+        src = code
+        return load_inline(name="from_parameter", cpp_sources=src)
+    def in_a_loop(self):
+        for src in ("a", "b"):
+            load_inline(name="in_a_loop", cpp_sources=src)
+'''
+    assert _names(lazy_calls(source)) == ["local_ext"]
+    namespace = _namespace(source)
+    made: list[dict] = []
+    assert build_lazy(source, namespace, lambda **k: made.append(k), time.monotonic() + 30) == 1
+    assert made == [{"name": "local_ext", "cpp_sources": "", "cuda_sources": "// kernels __global__ void k() {}",
+                     "extra_cuda_cflags": ["-O3"]}]
+    assert namespace["cuda_source"] == "global"  # the function's constants went to a copy of the module's namespace
 
 
 def test_module_level_calls_are_the_import_s_own_and_syntax_errors_find_nothing() -> None:
