@@ -229,7 +229,9 @@ def ours_record(entry: Entry, result: Any) -> dict[str, Any]:
     return {"key": entry.key, "level": entry.level, "task_id": entry.task_id, "side": "ours", "status": status,
             "step": next(reversed(result.phase_seconds), "source"), "reason": one_line(result.reason, 1000),
             "unfinished": unfinished, "error": "" if status == "correct" else result.error[-1500:],
-            "seconds": round(result.eval_seconds, 1), "device": result.device}
+            "seconds": round(result.eval_seconds, 1), "device": result.device,
+            # e.g. its load_inline build failed and it caught the error: why "none of its own kernels ran"
+            "build_note": next((one_line(f[len("build: "):], 300) for f in result.flags if f.startswith("build: ")), "")}
 
 
 def _problem(entry: Entry) -> Any:
@@ -307,9 +309,12 @@ def reject_class(record: dict[str, Any]) -> str:
     return "harness"
 
 
-def _why(record: dict[str, Any]) -> str:
+def why_rejected(record: dict[str, Any]) -> str:
+    """The table's reason column: our reason, the trials never finished, and the build's note (a build that failed
+    and a candidate that fell back is why "none of its own kernels ran")."""
     where = f" (on {'; '.join(record['unfinished'])})" if record.get("unfinished") else ""
-    return one_line(record.get("reason", "") + where, 240).replace("|", "\\|")
+    built = f" [build: {record['build_note']}]" if record.get("build_note") else ""
+    return one_line(record.get("reason", "") + where + built, 400).replace("|", "\\|")
 
 
 def table(entries: list[Entry], out: Path, levels: list[int]) -> str:
@@ -339,7 +344,7 @@ def table(entries: list[Entry], out: Path, levels: list[int]) -> str:
         section = [f"## Level {level}: KernelBench accepts, we reject ({len(false)}; harness: {classes['harness']})"]
         if false:
             section += ["", "| entry | class | our status | step | reason |", "|---|---|---|---|---|"]
-            section += [f"| {e.key} | {reject_class(r)} | {r['status']} | {r['step']} | {_why(r)} |"
+            section += [f"| {e.key} | {reject_class(r)} | {r['status']} | {r['step']} | {why_rejected(r)} |"
                         for e, r in sorted(false, key=lambda x: (CLASSES.index(reject_class(x[1])), x[0].task_id))]
         if failed:
             section += ["", "KernelBench failed to judge (not a verdict; delete the line from kb.jsonl to run it "

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from eval import UNFINISHED, EvalResult, Status
-from harness.bench.corpus_audit import Entry, Results, kb_record, load_corpus, ours_record, reject_class
+from harness.bench.corpus_audit import (Entry, Results, kb_record, load_corpus, ours_record, reject_class,
+                                        why_rejected)
 from harness.corpus import candidates
 from tests.paths import REPO
 
@@ -117,6 +118,13 @@ def test_each_reject_class_comes_from_our_result() -> None:
                                distributions={"scaled": "passed"})) == "harness"
     assert reject_class(record(Status.TIMEOUT, "timeout: import took over 180 s")) == "harness"
     assert reject_class(record(Status.SKIPPED, "CUDA candidates cannot run without a GPU")) == "harness"
+    fell_back = record(Status.REJECTED, "none of the candidate's own kernels ran during forward (defined: k)",
+                       flags=["build: a load_inline build failed and the candidate caught the error, so it runs its "
+                              "own fallback (as with torch's load_inline): error building extension 'k'"])
+    assert reject_class(fell_back) == "by design"  # and the table says why no own kernel ran:
+    assert why_rejected(fell_back).endswith("[build: a load_inline build failed and the candidate caught the error, so it "
+                                    "runs its own fallback (as with torch's load_inline): error building extension 'k']")
+    assert record(Status.REJECTED, "x")["build_note"] == "" and "[build:" not in why_rejected(record(Status.REJECTED, "x"))
     timed = record(Status.RUNTIME_ERROR, "forward raised: ...", phase_seconds={"load": 1.0, "correctness": 2.0})
     assert timed["step"] == "correctness" and record(Status.REJECTED, "x")["step"] == "source"
 
