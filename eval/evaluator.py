@@ -138,6 +138,9 @@ class Evaluator:
             build.ensure_built()
             kernels.cached_cubin(f"sm_{cap[0]}{cap[1]}")
             stopwatch.library()  # the parent's own, for timed blocks (elsewhere built on first use)
+        self._starting: set[WorkerProcess] = set()  # spawned, not yet answered Hello (`close` stops them)
+        self._starting_lock = threading.Lock()
+        self._closing = False
         self._pool = WorkerPool(self.gpu_indices, per_device, self._spawn)
         self.workers = self._pool.size
         self._baseline_lock = threading.Lock()
@@ -150,7 +153,13 @@ class Evaluator:
         self.close()
 
     def close(self) -> None:
-        """Stop every worker and build, and remove every folder this evaluator made."""
+        """Stop every worker and build, and remove every folder this evaluator made. Workers still starting are
+        killed, not waited for (a start takes seconds of CPU that nothing would use)."""
+        with self._starting_lock:
+            self._closing = True
+            starting = list(self._starting)
+        for worker in starting:
+            worker.abort()
         self._pool.close()
         self._builder.close()
 
@@ -429,12 +438,19 @@ class Evaluator:
                                max_processes=self.config.max_worker_processes)
         # keys the captures of its timed outputs; sent before any candidate code exists in the worker
         worker.capture_key = secrets.randbits(63) | 1
+        with self._starting_lock:
+            self._starting.add(worker)
+            if self._closing:
+                worker.abort()
         try:
             reply, _ = worker.request(p.Hello(device="cuda:0" if gpu_index is not None else "cpu",
                                               capture_key=worker.capture_key), timeout=300)
         except (WorkerDied, WorkerTimeout) as exc:
             worker.kill()
             raise RuntimeError(f"the evaluation worker failed to start: {exc}\n{getattr(exc, 'output', '')}") from None
+        finally:
+            with self._starting_lock:
+                self._starting.discard(worker)
         if not reply.ok:
             worker.kill()
             raise RuntimeError(f"the evaluation worker failed to start: {reply.error}")

@@ -780,6 +780,14 @@ class WorkerProcess:
                 pids.remove(group)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def abort(self) -> None:
+        """Kill the worker's process group and nothing else: safe while another thread waits on its channel, which
+        then sees the channel close (and calls `kill`, which cleans up)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def close(self) -> None:
         """Ask the worker to exit, then make sure it is gone."""
         if self.alive():

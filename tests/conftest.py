@@ -27,18 +27,32 @@ from tests.run_fixtures import base_overrides, write_problem
 # `build_evaluator` session builds the candidate both files build (`tests.eval.cuda_builds`)
 SHARED_GROUPS = {"tests/harness/test_ray_executor.py": "ray", "tests/harness/test_serve_ray.py": "ray",
                  "tests/eval/test_cuda_cpu.py": "cuda-builds", "tests/eval/test_own_kernels.py": "cuda-builds"}
+# the longest groups (measured on 2 cores), handed out first so that no long one starts last and leaves the other
+# process idle at the end; the rest go most tests first
+LONGEST_FIRST = ["cuda-builds", "tests/eval/test_hostile.py", "ray", "tests/harness/test_run_signals.py",
+                 "tests/eval/test_sandbox.py", "tests/eval/test_pool.py", "tests/eval/test_shared_timing.py",
+                 "tests/problems/test_solutions.py", "tests/eval/test_prebuilt.py", "tests/harness/test_run_resume.py",
+                 "tests/harness/test_run_e2e.py", "tests/harness/test_run_cli.py", "tests/eval/test_frames.py"]
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist (the `test` extra)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Whole files (or `SHARED_GROUPS`) to each process, the most tests first. pytest-xdist's `loadgroup` cannot do
-    it under pytest 9 (it renames `item._nodeid`, which pytest 9 no longer reads), so the group is the scope here."""
+    """Whole files (or `SHARED_GROUPS`) to each process, `LONGEST_FIRST` first, then the most tests first.
+    pytest-xdist's `loadgroup` cannot do it under pytest 9 (it renames `item._nodeid`, which pytest 9 no longer
+    reads), so the group is the scope here."""
     from xdist.scheduler import LoadScopeScheduling
 
     class FileGroups(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
             return SHARED_GROUPS.get(path, path)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            for scope in LONGEST_FIRST:
+                if scope in self.workqueue:
+                    self.workqueue.move_to_end(scope, last=False)
+                    break
+            super()._assign_work_unit(node)
 
     return FileGroups(config, log)
 

@@ -19,12 +19,15 @@ import torch
 
 from eval.wire import PREFIX, Channel, ChannelClosed, ChannelTimeout, ProtocolError, new_region_fd
 
-# A replier in its own process (so its timing owes nothing to this process's GIL): it reads one request frame, waits
-# argv[3] s, writes the first argv[4] bytes of its reply, waits argv[5] s, writes the rest, then waits to be closed.
+# A replier in its own process (so its timing owes nothing to this process's GIL): once up it writes one byte (read
+# before any exchange, so that its start-up on a loaded machine is never inside a timed interval), reads one request
+# frame, waits argv[3] s, writes the first argv[4] bytes of its reply, waits argv[5] s, writes the rest, then waits to
+# be closed.
 REPLIER = r"""
 import os, sys, time
 r, w, first_wait, split, second_wait = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 reply = bytes.fromhex(sys.argv[6])
+os.write(w, b"!")
 def read(n):
     got = b""
     while len(got) < n:
@@ -65,6 +68,7 @@ class Replier:
             pass_fds=(to_child_r, to_parent_w))
         os.close(to_child_r)
         os.close(to_parent_w)
+        assert os.read(to_parent_r, 1) == b"!", "the replier did not start"
         self.channel = Channel(to_parent_r, to_child_w)
 
     def close(self) -> None:
