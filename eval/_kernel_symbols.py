@@ -5,8 +5,9 @@ nvcc gives every `__global__` function a host stub named `__device_stub_` + the 
 `k_tmpl<1>`, or the stub's static locals where it was inlined), in the object it compiled and in the library
 linked from it. So the kernels a candidate built are read from what it produced, never from its text: a
 `__global__ NAME(` in a string builds nothing. Two folders hold what it produced: its build folder, read once the
-build worker is gone (`load_inline` at import), and its evaluating worker's own folder, read while that worker
-lives (`load_inline` in `__init__` or in a lazy first `forward`, a `build_directory` beside the candidate). Both
+build worker is gone (`load_inline` at import, and the later calls it could make ahead: `eval.worker.lazy_builds`),
+and its evaluating worker's own folder, read while that worker lives (the other calls in `__init__` or a lazy first
+`forward`, a `build_directory` beside the candidate). Both
 were the candidate's to write, so a planted ELF file can name kernels too, which gives it nothing it could not
 have by building kernels of those names (a never-launched kernel under a library's name is dealt with by
 `eval.checks.own_kernels`).

@@ -541,8 +541,8 @@ def own_kernels(ctx: Context) -> None:
 
 def _built_kernels(ctx: Context) -> list[str]:
     """Mangled names of the CUDA kernels the candidate's code built: at import, in the build worker (read from the
-    build folder once that worker was gone), and at run time in its evaluating worker (`load_inline` in `__init__`
-    or in a lazy first forward: read now, after forward ran, from the worker's own folder and its private /tmp and
+    build folder once that worker was gone; later calls it could make ahead too: `eval.worker.lazy_builds`), and at
+    run time in its evaluating worker (other `load_inline` calls in `__init__` or a lazy first forward: read now, after forward ran, from the worker's own folder and its private /tmp and
     /dev/shm, as the parent pinned them before any candidate code ran; never from a list the worker sends)."""
     at_build = ctx.build.kernels if ctx.build else []
     at_run = [k for folder in ctx.lease.worker.own_folders for k in kernels_under(folder)]

@@ -98,27 +98,25 @@ def _is_load_inline(func: ast.expr) -> bool:
 
 
 def _constants(function: ast.AST) -> tuple[dict[str, ast.Assign | ast.AnnAssign], set[str]]:
-    """The function's locals bound exactly once, by a plain `name = value` (never a parameter), and every name it
-    binds at all (parameters, assignments, loop targets, imports, nested definitions)."""
-    bound: set[str] = set()
+    """The function's locals bound exactly once, by a plain `name = value` (never a parameter, an import or a nested
+    definition), and every name it binds at all (those, loop targets and other assignments)."""
     args = function.args  # type: ignore[attr-defined]
-    parameters = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
+    others = {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a}
     stores: collections.Counter[str] = collections.Counter()
     for node in ast.walk(function):
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             stores[node.id] += 1
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+            others.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not function:
-            bound.add(node.name)
-    bound |= parameters | set(stores)
+            others.add(node.name)
     constants: dict[str, ast.Assign | ast.AnnAssign] = {}
     for node in ast.walk(function):
         target = (node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1
                   else node.target if isinstance(node, ast.AnnAssign) and node.value is not None else None)
-        if isinstance(target, ast.Name) and stores[target.id] == 1 and target.id not in parameters | bound - set(stores):
+        if isinstance(target, ast.Name) and stores[target.id] == 1 and target.id not in others:
             constants[target.id] = node  # type: ignore[assignment]
-    return constants, bound
+    return constants, others | set(stores)
 
 
 def _knowable(call: ast.Call, constants: dict[str, ast.Assign | ast.AnnAssign], bound: set[str]) -> LazyCall | None:
