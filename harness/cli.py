@@ -12,7 +12,7 @@ import importlib.metadata
 import os
 import sys
 
-from harness.signals import install as install_signal_handlers, signal_name
+from harness.signals import exit_at_once_on_a_stop_signal, install as install_signal_handlers, signal_name
 
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -63,6 +63,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_RUN_STOPPED if argv[:1] == ["run"] else EXIT_INTERRUPTED
 
 
+def entry() -> None:
+    """The `harness` console script: `main`, then an exit that a further stop signal cannot interrupt (Ctrl-C
+    twice may land after the run has finished, while the interpreter runs its exit handlers)."""
+    code = main()
+    exit_at_once_on_a_stop_signal(code)
+    sys.exit(code)
+
+
 def stdout_closed() -> int:
     """After a `BrokenPipeError`: point stdout at /dev/null (nothing left to flush at exit); the exit code."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -89,4 +97,4 @@ def _dispatch(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

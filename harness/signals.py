@@ -4,6 +4,7 @@ three and none leaves a traceback."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from types import FrameType
@@ -39,3 +40,11 @@ def install() -> None:
     if threading.current_thread() is threading.main_thread():
         for sig in STOP_SIGNALS:
             signal.signal(sig, _raise)
+
+
+def exit_at_once_on_a_stop_signal(code: int) -> None:
+    """Once a command has its exit code: a stop signal during the interpreter's exit (atexit handlers, finalizers
+    such as torch's) ends the process at once with that code, where it would interrupt a handler and print a
+    traceback. The command's own work is done by then, so quitting skips only clean-up the OS does anyway."""
+    for sig in (signal.SIGINT, *STOP_SIGNALS):
+        signal.signal(sig, lambda signum, frame: os._exit(code))

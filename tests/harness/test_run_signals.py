@@ -162,3 +162,20 @@ def test_attempts_that_outlast_the_grace_period_are_abandoned_and_run_again(tmp_
     assert finished_at is not None and reason == "interrupted (SIGTERM)"
     assert agent_script(tmp_path)[0] == script  # now an agent that answers
     _resume_finishes(args, run)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_interpreter_exits_ends_it_with_the_commands_code_and_no_traceback(
+        sig: signal.Signals) -> None:  # fmt: skip
+    """Ctrl-C twice can land after the run has finished, while exit handlers (torch's finalizers) run: the
+    console script then quits at once with the code it already has instead of printing the handler's traceback."""
+    code = ("import atexit, os, signal, sys, time\n"
+            "from harness import cli\n"
+            f"atexit.register(lambda: (os.kill(os.getpid(), {int(sig)}), time.sleep(30), print('unreached')))\n"
+            "sys.argv = ['harness', 'problems', 'show', 'no_such_problem']\n"
+            "cli.entry()\n")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "unreached" not in done.stdout
+    assert done.returncode == 2, done.stderr  # the command's own code (a bad argument), not a signal's
