@@ -284,7 +284,7 @@ class IntegrityReply(Reply):
 @dataclass
 class Integrity(Request):
     """What the candidate changed in its process since it was loaded (the integrity snapshot). Asked after the
-    timing, apart from its blocks: the comparison takes tens of ms, which would blur their wall time."""
+    timing, apart from its blocks: the comparison takes milliseconds, which would blur their wall time."""
 
     cmd: ClassVar[str] = "integrity"
     reply: ClassVar[type[Reply]] = IntegrityReply

@@ -10,7 +10,9 @@ across the trust boundary, pageable against pinned regions (`channel.py`); build
 `load_inline` candidate's build time, as written and against the light `.cu` (`builds.py`);
 steps: the scaling batch with exclusive steps left out, a diagnostic of what bounds the rate
 (`steps.py`); ref-share: 6 x copies honest Triton candidates of one 67M-element problem, with one reference
-timing shared per window, then with one per candidate (`ref_share.py`; 4 copies make the 24-candidate batch).
+timing shared per window, then with one per candidate (`ref_share.py`; 4 copies make the 24-candidate batch);
+confinement: a worker's start, confined against plain (`confinement.py`); requests: one request to a candidate's
+worker, empty against one that reads the tamper snapshot (`requests.py`).
 `all` runs throughput, latency, scaling and repeatability; on a CPU, throughput alone.
 
 Each part imports its module when it runs, so `harness bench` parses its arguments without
@@ -142,6 +144,14 @@ def _confinement(o: Options) -> dict[str, Any]:
     return report
 
 
+def _requests(o: Options) -> dict[str, Any]:
+    from harness.bench import requests
+
+    report = requests.run(rounds=o.rounds)
+    requests.print_table(report)
+    return report
+
+
 def _steps(o: Options) -> dict[str, Any]:
     from harness.bench import steps
 
@@ -170,6 +180,7 @@ PARTS: dict[str, Part] = {
     "steps": Part("steps", _steps, _TIMED),
     "ref-share": Part("ref_share", _ref_share, _TIMED),
     "confinement": Part("confinement", _confinement, None),
+    "requests": Part("requests", _requests, None),
 }
 
 

@@ -26,7 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                         "exclusive steps left out, a diagnostic of what bounds the rate; ref-share (not part of all): "
                                         "6 x --copies honest candidates of one 67M-element problem with the reference's "
                                         "timing shared per window, then one per candidate; confinement (not part of "
-                                        "all): --sessions worker starts confined and plain, alternately")
+                                        "all): --sessions worker starts confined and plain, alternately; requests (not "
+                                        "part of all): --rounds rounds of 25 empty and 25 tamper-reading requests to a "
+                                        "candidate's worker")
     ev.add_argument("--problems", default=None, help="launch-bound: problem selection (default: "
                                                      "L3/06_lstm,L3/11_gru,L3/07_moe_layer and a matmul control)")
     ev.add_argument("--sessions", type=int, default=5)
@@ -40,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="launch-bound: eval.cuda_graphs modes to run, in this order (off alone: a survey of the "
                          "host-bound flag over many references)")
     ev.add_argument("--rounds", type=int, default=20, help="flips (not part of all): verdicts per candidate, spread over 5 "
-                                                           "fresh pools; own-share (not part of all) takes no options")
+                                                           "fresh pools; requests: rounds of each kind; own-share "
+                                                           "(not part of all) takes no options")
     ev.add_argument("--out", help="write the full JSON report here")
     suite = sub.add_parser("suite", help="baselines, roofline floors and reference solutions per level (GPU)")
     suite.add_argument("selection", nargs="?", default="all", help="problem selection (all, level1, L1/*softmax*, ...)")
