@@ -17,15 +17,14 @@ from typing import Any
 
 import torch
 
-from eval import protocol as p
-from eval.sandbox import WorkerProcess
+from eval import Hello, Integrity, Load, Sync, WorkerProcess
 from harness.corpus.candidates import EXAMPLE_TRITON, example_problem_source
 from harness.progress import counter_text
 
 _ELEMENTS = 4096
 
 
-def _round_trip(worker: WorkerProcess, message: p.Request) -> float:
+def _round_trip(worker: WorkerProcess, message: Any) -> float:
     t0 = time.perf_counter()
     reply, _ = worker.request(message, timeout=120)
     took = time.perf_counter() - t0
@@ -42,11 +41,11 @@ def run(rounds: int = 20, per_round: int = 25) -> dict[str, Any]:
                            isolate_network=True)
     seconds: dict[str, list[float]] = {"sync": [], "integrity": []}
     try:
-        for message in (p.Hello(device=device, capture_key=1),
-                        p.Load(problem_source=example_problem_source(_ELEMENTS), problem_label="<add_relu>",
+        for message in (Hello(device=device, capture_key=1),
+                        Load(problem_source=example_problem_source(_ELEMENTS), problem_label="<add_relu>",
                                candidate_source=EXAMPLE_TRITON, weight_seed=1)):
             _round_trip(worker, message)
-        kinds = {"sync": p.Sync, "integrity": p.Integrity}
+        kinds = {"sync": Sync, "integrity": Integrity}
         t0 = time.perf_counter()
         for r in range(rounds):
             for name in (("sync", "integrity") if r % 2 == 0 else ("integrity", "sync")):

@@ -80,6 +80,34 @@ def test_an_attribute_added_to_tensor_is_seen_until_removed(snapshot):
         del torch.Tensor.__mul__
 
 
+def test_replaced_and_deleted_functions_and_methods_are_named_by_their_own_homes(snapshot):
+    """Module functions, owned classes' methods (by the class's own name, once however many watched modules
+    hold the class) and every attribute of `torch.Tensor`, non-callable ones included."""
+    allclose, cuda_event = torch.allclose, torch.cuda.Event
+    record, doc = torch.cuda.Event.record, torch.Tensor.__dict__["__doc__"]
+    torch.allclose = 0  # replaced by something not callable at all: still a replacement
+    del torch.cuda.Event.record  # Event lives in torch.cuda.streams; torch.cuda holds it too
+    torch.Tensor.__doc__ = "patched"
+    try:
+        assert snapshot.violations() == [
+            "replaced torch.Tensor.__doc__, torch.allclose", "deleted torch.cuda.streams.Event.record"]
+    finally:
+        torch.allclose, torch.cuda.Event.record, torch.Tensor.__doc__ = allclose, record, doc
+    assert torch.cuda.Event is cuda_event
+
+
+def test_a_watched_original_is_held_so_its_id_cannot_pass_to_a_replacement(snapshot):
+    """Ids alone would let a replacement that reuses a freed original's address pass as unchanged: the snapshot
+    keeps the originals alive, so a replacement is never the same object."""
+    original = torch.testing.assert_close
+    assert any(original is value for space in snapshot.spaces for value in space.values)
+    torch.testing.assert_close = lambda *a, **k: None
+    try:
+        assert snapshot.violations() == ["replaced torch.testing.assert_close"]
+    finally:
+        torch.testing.assert_close = original
+
+
 def test_a_mode_left_on_the_stack_is_seen(snapshot):
     mode = _Mode()
     mode.__enter__()
