@@ -39,7 +39,7 @@ from harness.loop import (DISK, MIN_CONCURRENCY, REFUSED, UNREACHABLE, LoopOutco
                           concurrency_for, unfinished)
 from harness.progress import QuietDisplay, live_display
 from harness.response_cache import ResponseCache
-from harness.signals import install as install_signal_handlers, stop_reason
+from harness.signals import deferred as deferred_signals, install as install_signal_handlers, stop_reason
 from harness.store import CONFIG_NAME, DB_NAME, VOLATILE_KEYS, RunStore, StoreError, safe_name
 from harness.summary import print_summary
 from harness.sweep import print_sweep, record_job
@@ -178,7 +178,8 @@ def _run(cfg: DictConfig) -> int:
         except KeyboardInterrupt as exc:  # before the loop was waiting on attempts: none is in flight
             _quit_now(store, stop_reason(exc))
         try:
-            store.end_session(outcome.stop_reason)
+            with deferred_signals():  # a signal now is raised once the session is closed, not in the middle
+                store.end_session(outcome.stop_reason)
         except StoreError as exc:  # a full disk: the session stays open (reports say the run did not finish)
             if not outcome.stop_reason.startswith(f"{DISK}:"):  # else the stop line says it already
                 _say(f"warning: the session could not be closed: {exc}")
@@ -214,7 +215,8 @@ def _quit_now(store: RunStore | None, reason: str) -> NoReturn:
     """Close the session (when one is open) and exit at once with `EXIT_STOPPED`: threads that may still wait on the
     agent or the evaluator must not hold the exit."""
     if store is not None:
-        store.end_session(reason)
+        with deferred_signals():
+            store.end_session(reason)
     _say(INTERRUPTED)
     sys.stdout.flush()
     os._exit(EXIT_STOPPED)

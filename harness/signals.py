@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -40,6 +42,26 @@ def install() -> None:
     if threading.current_thread() is threading.main_thread():
         for sig in STOP_SIGNALS:
             signal.signal(sig, _raise)
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Hold stop signals while a step that must not be cut runs (closing a run's session: an interrupted close
+    leaves the session open); the first one that arrived meanwhile is raised once the step is done. Only the main
+    thread sets handlers, and only it is interrupted: elsewhere a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    held = (signal.SIGINT, *STOP_SIGNALS)
+    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in held}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if caught:
+        raise KeyboardInterrupt() if caught[0] == signal.SIGINT else Interrupted(signal.Signals(caught[0]).name)
 
 
 def exit_at_once_on_a_stop_signal(code: int) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.signals import Interrupted, deferred, install, signal_name
 from tests.paths import REPO
 from tests.run_fixtures import agent_script, base_overrides, logged_requests, recorded_attempts, write_problem
 
@@ -179,3 +180,27 @@ def test_a_signal_while_the_interpreter_exits_ends_it_with_the_commands_code_and
     assert "Traceback" not in done.stderr, done.stderr
     assert "unreached" not in done.stdout
     assert done.returncode == 2, done.stderr  # the command's own code (a bad argument), not a signal's
+
+
+@pytest.mark.parametrize("sig, raised", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Interrupted)],
+                         ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_session_closes_is_raised_once_it_is_closed(sig: signal.Signals, raised: type) -> None:
+    """`harness run` closes its session under `deferred`: a stop signal that lands mid-close (Ctrl-C twice, a
+    SIGTERM after the run finished) must not leave the session open; it is raised right after, with its name."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    install()  # SIGTERM raises `Interrupted`, as in `harness run`
+    installed = {s: signal.getsignal(s) for s in before}
+    steps = []
+    try:
+        with pytest.raises(raised) as caught:
+            with deferred():
+                os.kill(os.getpid(), sig)
+                time.sleep(0.05)  # the handler has run by now: with the signal held, nothing was raised here
+                steps.append("closed")
+        assert {s: signal.getsignal(s) for s in before} == installed  # the handlers are back
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    assert steps == ["closed"]
+    assert signal_name(caught.value) == sig.name
