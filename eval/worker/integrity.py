@@ -20,15 +20,19 @@ reference's timing in the shared worker. It is defence in depth, never the wall.
 from __future__ import annotations
 
 import gc
-import itertools
-import operator
 import signal
 import sys
 import threading
 import types
+from itertools import repeat as _repeat
+from operator import is_ as _is
 from typing import Any, Callable, Iterator, Mapping
 
 import torch
+
+# The comparison's own tools, bound when the worker imports this module, before any candidate code: a candidate
+# that patches `builtins.all` or `operator.is_` to say "unchanged" does not change them here.
+_all, _map, _zip, _sorted = all, map, zip, sorted
 
 _WATCHED_MODULE_NAMES = (
     "torch", "torch.nn.functional", "torch.testing", "torch.cuda", "torch.cuda.streams",
@@ -108,8 +112,8 @@ class _Space:
         addition)."""
         replaced: list[str] = []
         deleted: list[str] = []
-        if not all(map(operator.is_, self._now(), self.values)):
-            for attr, before, value in zip(self.watched, self.values, self._now()):
+        if not _all(_map(_is, self._now(), self.values)):
+            for attr, before, value in _zip(self.watched, self.values, self._now()):
                 if value is not before:
                     (deleted if value is _MISSING else replaced).append(f"{self.label}.{attr}")
         added: list[str] = []
@@ -121,7 +125,7 @@ class _Space:
         return replaced, deleted, added
 
     def _now(self) -> Iterator[Any]:
-        return map(self.attrs.get, self.watched, itertools.repeat(_MISSING, len(self.watched)))
+        return _map(self.attrs.get, self.watched, _repeat(_MISSING, len(self.watched)))
 
 
 class Ref:
@@ -324,15 +328,15 @@ class Snapshot:
             changed += replaced
             removed += deleted
             added += new
-        return [_listed(verb, sorted(names)) for verb, names in
+        return [_listed(verb, _sorted(names)) for verb, names in
                 (("replaced", changed), ("deleted", removed), ("added", added)) if names]
 
     def _module_table_changes(self) -> list[str]:
         """`sys.modules` entries swapped or dropped: a later import of them would run the candidate's code."""
         now = sys.modules
-        if all(map(operator.is_, map(now.get, self.module_names, itertools.repeat(_MISSING)), self.modules)):
+        if _all(_map(_is, _map(now.get, self.module_names, _repeat(_MISSING)), self.modules)):
             return []
-        pairs = list(zip(self.module_names, self.modules))
-        replaced = sorted(f"sys.modules[{k!r}]" for k, m in pairs if k in now and now[k] is not m)
-        removed = sorted(f"sys.modules[{k!r}]" for k, _ in pairs if k not in now)
+        pairs = list(_zip(self.module_names, self.modules))
+        replaced = _sorted(f"sys.modules[{k!r}]" for k, m in pairs if k in now and now[k] is not m)
+        removed = _sorted(f"sys.modules[{k!r}]" for k, _ in pairs if k not in now)
         return [_listed(verb, names) for verb, names in (("replaced", replaced), ("removed", removed)) if names]

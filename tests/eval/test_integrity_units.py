@@ -108,6 +108,22 @@ def test_a_watched_original_is_held_so_its_id_cannot_pass_to_a_replacement(snaps
         torch.testing.assert_close = original
 
 
+def test_patched_comparison_builtins_do_not_blind_the_snapshot(snapshot):
+    """A candidate that makes `all`, `operator.is_` and `sorted` say "unchanged" (neither `builtins` nor
+    `operator` is a watched module) still has its replacement seen: the comparison bound them at import."""
+    import builtins
+    import operator
+
+    originals = builtins.all, builtins.sorted, operator.is_, torch.allclose
+    torch.allclose = lambda *a, **k: True
+    builtins.all, builtins.sorted, operator.is_ = (lambda it: True), (lambda it, **k: []), (lambda a, b: True)
+    try:
+        seen = snapshot.violations()
+    finally:
+        builtins.all, builtins.sorted, operator.is_, torch.allclose = originals
+    assert seen == ["replaced torch.allclose"]
+
+
 def test_a_mode_left_on_the_stack_is_seen(snapshot):
     mode = _Mode()
     mode.__enter__()
