@@ -6,6 +6,7 @@ the real evaluator judges every candidate in well under a second once its worker
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,13 @@ BROKEN = "import torch\n\nclass ModelNew(torch.nn.Module:\n    pass\n"  # a synt
 def fenced(code: str, prose: str = "Here is my kernel.") -> str:
     """A reply in the requested format: prose, then one fenced python block."""
     return f"{prose}\n\n```python\n{code}```\n"
+
+
+def sigint_as_from_a_terminal() -> None:
+    """`preexec_fn` of a `harness run` that a test stops with SIGINT: SIGINT at its default, as from a terminal. A
+    test runner started in the background of a shell inherits SIGINT ignored, and Python then leaves it ignored in
+    every child, which never sees the Ctrl-C (a CI run started that way waited out its 900 s bound)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def write_problem(directory: Path) -> Path:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.paths import REPO
-from tests.run_fixtures import agent_script, base_overrides, logged_requests, recorded_attempts, rows, write_problem
+from tests.run_fixtures import (agent_script, base_overrides, logged_requests, recorded_attempts, rows,
+                                sigint_as_from_a_terminal, write_problem)
 
 SAMPLES, TURNS = 6, 3
 
@@ -80,7 +81,8 @@ def test_ctrl_c_finishes_attempts_in_flight_and_saves_state(tmp_path: Path) -> N
             "samples=4", "turns=3", "max_concurrency=2", "name=intr"]  # fmt: skip
     run = tmp_path / "runs" / "intr"
     proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", *args], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_as_from_a_terminal)  # fmt: skip
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
     reader.start()

@@ -16,7 +16,8 @@ import pytest
 
 from harness.signals import Interrupted, deferred, install, signal_name
 from tests.paths import REPO
-from tests.run_fixtures import agent_script, base_overrides, logged_requests, recorded_attempts, write_problem
+from tests.run_fixtures import (agent_script, base_overrides, logged_requests, recorded_attempts,
+                                sigint_as_from_a_terminal, write_problem)
 
 ALL = {("add_relu", s, t) for s in range(1, 5) for t in range(1, 4)}
 
@@ -28,11 +29,10 @@ def _args(tmp: Path, script: Path, name: str) -> list[str]:
 
 
 def _start(args: list[str]) -> subprocess.Popen[str]:
-    """`harness run` with SIGINT at its default, as from a terminal (a test runner started in the background of a
-    shell inherits SIGINT ignored, and Python then leaves it ignored)."""
+    """`harness run` with SIGINT at its default, as from a terminal (`sigint_as_from_a_terminal`)."""
     return subprocess.Popen([sys.executable, "-m", "harness.cli", "run", *args], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+                            preexec_fn=sigint_as_from_a_terminal)  # fmt: skip
 
 
 def _wait_handled(proc: subprocess.Popen[str], sig: signal.Signals) -> None:
@@ -176,7 +176,7 @@ def test_a_signal_while_the_interpreter_exits_ends_it_with_the_commands_code_and
             "sys.argv = ['harness', 'problems', 'show', 'no_such_problem']\n"
             "cli.entry()\n")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+                          preexec_fn=sigint_as_from_a_terminal)  # fmt: skip
     assert "Traceback" not in done.stderr, done.stderr
     assert "unreached" not in done.stdout
     assert done.returncode == 2, done.stderr  # the command's own code (a bad argument), not a signal's
