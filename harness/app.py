@@ -39,7 +39,8 @@ from harness.loop import (DISK, MIN_CONCURRENCY, REFUSED, UNREACHABLE, LoopOutco
                           concurrency_for, unfinished)
 from harness.progress import QuietDisplay, live_display
 from harness.response_cache import ResponseCache
-from harness.signals import deferred as deferred_signals, install as install_signal_handlers, stop_reason
+from harness.signals import (deferred as deferred_signals, install as install_signal_handlers,
+                             release as release_signals, stop_reason)
 from harness.store import CONFIG_NAME, DB_NAME, VOLATILE_KEYS, RunStore, StoreError, safe_name
 from harness.summary import print_summary
 from harness.sweep import print_sweep, record_job
@@ -164,6 +165,7 @@ def _run(cfg: DictConfig) -> int:
             raise BadInput(str(exc)) from None
         except OSError as exc:  # a read-only or full runs directory, a missing parent
             raise BadInput(f"cannot write the run directory {run_dir}: {exc.strerror or exc}") from None
+        release_signals()  # start-up is done: a stop signal held through it ends the run here, before any session
         store.begin_session()
         _note_sweep_job(run_dir, quiet)
         try:

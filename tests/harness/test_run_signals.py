@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.signals import Interrupted, deferred, install, signal_name
+from harness.signals import Interrupted, deferred, hold, install, release, signal_name
 from tests.paths import REPO
 from tests.run_fixtures import (agent_script, base_overrides, logged_requests, recorded_attempts,
                                 sigint_as_from_a_terminal, write_problem)
@@ -204,3 +204,43 @@ def test_a_signal_while_the_session_closes_is_raised_once_it_is_closed(sig: sign
             signal.signal(s, handler)
     assert steps == ["closed"]
     assert signal_name(caught.value) == sig.name
+
+
+def test_signals_held_through_start_up_are_raised_at_release_and_install_keeps_them_held() -> None:
+    """`harness run` holds stop signals through its start-up (a `KeyboardInterrupt` raised at any point there can
+    land in importlib's weakref callback, where Python drops it: the run then went on, or hung) and raises the
+    first one where start-up is done. Installing the stop handlers meanwhile (as `harness.app` does) keeps
+    them held."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    steps = []
+    try:
+        assert hold()
+        assert not hold()  # already held: the outer hold goes on
+        install()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+        steps.append("started")
+        with pytest.raises(Interrupted) as caught:
+            release()
+        assert getattr(signal.getsignal(signal.SIGTERM), '__name__', '') == '_raise'  # what install() set, now live
+        release()  # nothing held any more: a no-op
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    assert steps == ["started"] and signal_name(caught.value) == "SIGTERM"
+
+
+def test_a_second_signal_during_start_up_quits_at_once_with_the_code() -> None:
+    code = ("import os, signal, time\n"
+            "from harness import signals\n"
+            "signals.hold(quit_code=3)\n"
+            "os.kill(os.getpid(), signal.SIGTERM)\n"
+            "os.kill(os.getpid(), signal.SIGINT)\n"
+            "time.sleep(30)\n"
+            "print('unreached')\n")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          preexec_fn=sigint_as_from_a_terminal)  # fmt: skip
+    assert done.returncode == 3 and "unreached" not in done.stdout
+    assert done.stderr == ("interrupted: stopping once start-up is done (again to quit now)\n"
+                           "interrupted: quitting now\n")
