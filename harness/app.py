@@ -39,7 +39,7 @@ from harness.loop import (DISK, MIN_CONCURRENCY, REFUSED, UNREACHABLE, LoopOutco
                           concurrency_for, unfinished)
 from harness.progress import QuietDisplay, live_display
 from harness.response_cache import ResponseCache
-from harness.signals import (deferred as deferred_signals, install as install_signal_handlers,
+from harness.signals import (deferred as deferred_signals, hold as hold_signals, install as install_signal_handlers,
                              release as release_signals, stop_reason)
 from harness.store import CONFIG_NAME, DB_NAME, VOLATILE_KEYS, RunStore, StoreError, safe_name
 from harness.summary import print_summary
@@ -185,6 +185,8 @@ def _run(cfg: DictConfig) -> int:
         except StoreError as exc:  # a full disk: the session stays open (reports say the run did not finish)
             if not outcome.stop_reason.startswith(f"{DISK}:"):  # else the stop line says it already
                 _say(f"warning: the session could not be closed: {exc}")
+        except KeyboardInterrupt:  # held through the close: the session is closed, nothing is in flight to wait on
+            _quit_now(None, "")
         try:
             if quiet:
                 print(run_dir)
@@ -217,8 +219,8 @@ def _quit_now(store: RunStore | None, reason: str) -> NoReturn:
     """Close the session (when one is open) and exit at once with `EXIT_STOPPED`: threads that may still wait on the
     agent or the evaluator must not hold the exit."""
     if store is not None:
-        with deferred_signals():
-            store.end_session(reason)
+        hold_signals()  # the process quits right after: a signal meanwhile must not cut the close, nor be raised
+        store.end_session(reason)
     _say(INTERRUPTED)
     sys.stdout.flush()
     os._exit(EXIT_STOPPED)

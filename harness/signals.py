@@ -13,6 +13,7 @@ from types import FrameType
 from typing import Any
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_WITH_CTRL_C = (signal.SIGINT, *STOP_SIGNALS)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -79,11 +80,9 @@ def hold(quit_code: int | None = None) -> bool:
     if threading.current_thread() is not threading.main_thread() or _held is not None:
         return False
     _held, _quit_code = [], quit_code
-    for sig in (signal.SIGINT, *STOP_SIGNALS):
-        current = signal.getsignal(sig)
-        if sig == signal.SIGINT and current is signal.SIG_IGN:
-            continue
-        _restored[sig] = signal.signal(sig, _hold_one)
+    for sig in _WITH_CTRL_C:
+        if not (sig == signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN):
+            _restored[sig] = signal.signal(sig, _hold_one)
     return True
 
 
@@ -98,7 +97,7 @@ def release() -> None:
     _restored.clear()
     _held, _quit_code = None, None
     if arrived:
-        raise KeyboardInterrupt() if arrived[0] == signal.SIGINT else Interrupted(signal.Signals(arrived[0]).name)
+        raise Interrupted(signal.Signals(arrived[0]).name)
 
 
 @contextmanager
@@ -118,5 +117,5 @@ def exit_at_once_on_a_stop_signal(code: int) -> None:
     """Once a command has its exit code: a stop signal during the interpreter's exit (atexit handlers, finalizers
     such as torch's) ends the process at once with that code, where it would interrupt a handler and print a
     traceback. The command's own work is done by then, so quitting skips only clean-up the OS does anyway."""
-    for sig in (signal.SIGINT, *STOP_SIGNALS):
+    for sig in _WITH_CTRL_C:
         signal.signal(sig, lambda signum, frame: os._exit(code))

@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -182,52 +183,57 @@ def test_a_signal_while_the_interpreter_exits_ends_it_with_the_commands_code_and
     assert done.returncode == 2, done.stderr  # the command's own code (a bad argument), not a signal's
 
 
-@pytest.mark.parametrize("sig, raised", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Interrupted)],
-                         ids=["SIGINT", "SIGTERM"])
-def test_a_signal_while_the_session_closes_is_raised_once_it_is_closed(sig: signal.Signals, raised: type) -> None:
-    """`harness run` closes its session under `deferred`: a stop signal that lands mid-close (Ctrl-C twice, a
-    SIGTERM after the run finished) must not leave the session open; it is raised right after, with its name."""
-    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@pytest.fixture
+def stop_handlers() -> Iterator[None]:
+    """SIGINT raising `KeyboardInterrupt` (as from a terminal) for a test in this process, and every stop handler
+    as it was afterwards."""
+    before = {s: signal.getsignal(s) for s in STOPS}
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    install()  # SIGTERM raises `Interrupted`, as in `harness run`
-    installed = {s: signal.getsignal(s) for s in before}
-    steps = []
     try:
-        with pytest.raises(raised) as caught:
-            with deferred():
-                os.kill(os.getpid(), sig)
-                time.sleep(0.05)  # the handler has run by now: with the signal held, nothing was raised here
-                steps.append("closed")
-        assert {s: signal.getsignal(s) for s in before} == installed  # the handlers are back
+        yield
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)
+
+
+@pytest.mark.parametrize("sig, raised", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Interrupted)],
+                         ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_session_closes_is_raised_once_it_is_closed(stop_handlers: None, sig: signal.Signals,
+                                                                       raised: type) -> None:  # fmt: skip
+    """`harness run` closes its session under `deferred`: a stop signal that lands mid-close (Ctrl-C twice, a
+    SIGTERM after the run finished) must not leave the session open; it is raised right after, with its name."""
+    install()  # SIGTERM raises `Interrupted`, as in `harness run`
+    installed = {s: signal.getsignal(s) for s in STOPS}
+    steps = []
+    with pytest.raises(raised) as caught:
+        with deferred():
+            os.kill(os.getpid(), sig)
+            time.sleep(0.05)  # the handler has run by now: with the signal held, nothing was raised here
+            steps.append("closed")
+    assert {s: signal.getsignal(s) for s in STOPS} == installed  # the handlers are back
     assert steps == ["closed"]
     assert signal_name(caught.value) == sig.name
 
 
-def test_signals_held_through_start_up_are_raised_at_release_and_install_keeps_them_held() -> None:
+def test_signals_held_through_start_up_are_raised_at_release_and_install_keeps_them_held(stop_handlers: None) -> None:
     """`harness run` holds stop signals through its start-up (a `KeyboardInterrupt` raised at any point there can
     land in importlib's weakref callback, where Python drops it: the run then went on, or hung) and raises the
     first one where start-up is done. Installing the stop handlers meanwhile (as `harness.app` does) keeps
     them held."""
-    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     steps = []
-    try:
-        assert hold()
-        assert not hold()  # already held: the outer hold goes on
-        install()
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(0.05)
-        steps.append("started")
-        with pytest.raises(Interrupted) as caught:
-            release()
-        assert getattr(signal.getsignal(signal.SIGTERM), '__name__', '') == '_raise'  # what install() set, now live
-        release()  # nothing held any more: a no-op
-    finally:
-        for s, handler in before.items():
-            signal.signal(s, handler)
+    assert hold()
+    assert not hold()  # already held: the outer hold goes on
+    install()
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.05)
+    steps.append("started")
+    with pytest.raises(Interrupted) as caught:
+        release()
+    assert getattr(signal.getsignal(signal.SIGTERM), '__name__', '') == '_raise'  # what install() set, now live
+    release()  # nothing held any more: a no-op
     assert steps == ["started"] and signal_name(caught.value) == "SIGTERM"
 
 
