@@ -1,10 +1,10 @@
 /* The parent's stopwatch for timed requests (eval/_stopwatch.py loads it with ctypes, which releases the GIL for
  * the length of each call).
  *
- * A timed block's wall time runs from the request's first byte written to the reply's last byte read. Both
- * instants are read here, in the same call as the write and the read, so the parent's other threads (evaluations
- * in flight beside this one) cannot add to the wall time by holding the GIL: a wait for the GIL comes after the
- * instant is taken, never inside the measured interval. Frames are the wire's (eval/wire.py): a 12-byte prefix
+ * A timed block's wall time runs from the request's first byte written to the reply's last byte read. The write,
+ * the read and both instants are one call, so the parent's other threads (evaluations in flight beside this one)
+ * cannot add to the wall time by holding the GIL: a wait for the GIL comes after the interval, never inside it (with
+ * the write and the read as two calls, a thread that took the GIL between them added its hold to the interval). Frames are the wire's (eval/wire.py): a 12-byte prefix
  * (header length, big-endian u32; bytes of tensors in the frame, big-endian u64), then both. */
 
 #include <errno.h>
@@ -18,6 +18,8 @@
 #define PREFIX 12
 
 typedef struct {
+    uint64_t sent;        /* bytes of the request written so far */
+    int64_t started_ns;   /* CLOCK_MONOTONIC just before the request's first byte was written */
     uint8_t prefix[PREFIX];
     uint64_t have;        /* bytes of the frame read so far, prefix included */
     uint64_t body_len;    /* header + tensor bytes, once the prefix is in */
@@ -31,25 +33,23 @@ static int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
-/* Write all of buf to fd. Returns CLOCK_MONOTONIC just before the first byte was written, or -errno. */
-int64_t kh_send(int fd, const uint8_t *buf, uint64_t len) {
-    int64_t started = now_ns();
-    while (len > 0) {
-        ssize_t n = write(fd, buf, len);
+/* Write the request (len bytes of buf) to wfd, then read one reply frame from rfd into f, going on from where an
+ * earlier call stopped. Returns 1 when the frame is whole (f->started_ns and f->finished_ns set), 0 when the other
+ * side closed, -ETIMEDOUT past deadline_ns, -EINTR on a signal (the caller lets its handlers run, then calls again),
+ * -EMSGSIZE when the prefix announces more than the limits, or -errno. */
+int kh_exchange(int wfd, const uint8_t *buf, uint64_t len, int rfd, kh_frame *f, int64_t deadline_ns,
+                uint64_t max_header, uint64_t max_tensors) {
+    if (f->sent == 0 && len > 0) f->started_ns = now_ns();
+    while (f->sent < len) {
+        ssize_t n = write(wfd, buf + f->sent, len - f->sent);
         if (n < 0) {
-            if (errno == EINTR) continue;
+            if (errno == EINTR) return -EINTR;
+            if (errno == EPIPE) return 0;
             return -errno;
         }
-        buf += n;
-        len -= (uint64_t)n;
+        f->sent += (uint64_t)n;
     }
-    return started;
-}
-
-/* Read one frame into f, going on from where an earlier call stopped. Returns 1 when the frame is whole
- * (f->finished_ns set), 0 when the other side closed, -ETIMEDOUT past deadline_ns, -EINTR on a signal (the caller
- * lets its handlers run, then calls again), -EMSGSIZE when the prefix announces more than the limits, or -errno. */
-int kh_receive(int fd, kh_frame *f, int64_t deadline_ns, uint64_t max_header, uint64_t max_tensors) {
+    int fd = rfd;
     for (;;) {
         uint64_t want = f->have < PREFIX ? PREFIX - f->have : PREFIX + f->body_len - f->have;
         if (f->have >= PREFIX && want == 0) {

@@ -275,8 +275,8 @@ class Channel:
         deadline = None if timeout is None else time.monotonic() + timeout
         limit = min(self.max_payload_bytes, TIMED_MAX_TENSOR_BYTES)
         try:
-            started = stopwatch.send(self.write_fd, _frame_head(header, [], 0))
-            prefix, body, finished = stopwatch.receive(self.read_fd, deadline, MAX_HEADER_BYTES, limit)
+            prefix, body, started, finished = stopwatch.exchange(self.write_fd, _frame_head(header, [], 0),
+                                                                 self.read_fd, deadline, MAX_HEADER_BYTES, limit)
         except stopwatch.Closed:
             raise ChannelClosed("channel closed by the other side") from None
         except stopwatch.TimedOut:

@@ -92,19 +92,31 @@ def serve(service: object, host: str, port: int, *, token: str | None, max_body_
     from harness.serve.app import create_app
 
     app = create_app(service, token=token, max_body_bytes=max_body_bytes, max_batch=max_batch)  # type: ignore[arg-type]
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host, port))
+        sock = listening_socket(host, port)
     except OSError as exc:
         _say(f"cannot bind {host}:{port}: {exc.strerror or exc}")
         return 2
     bound = sock.getsockname()[1]
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, access_log=False)
     server = uvicorn.Server(config)
     print(f"harness serve: listening on http://{shown}:{bound} ({'bearer token' if token else 'no auth'}; "
           f"audit trail {service.run_dir})", flush=True)  # type: ignore[attr-defined]
     server.run(sockets=[sock])
     return 0
+
+
+def listening_socket(host: str, port: int, backlog: int = 2048) -> socket.socket:
+    """A socket bound and already listening, so that the address printed at start accepts connections at once: they
+    wait in the backlog until the server's loop takes them (a client that connected between the print and the
+    server's own `listen` was refused)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except OSError:
+        sock.close()
+        raise
+    return sock

@@ -8,6 +8,7 @@ its reply late, or in pieces, cannot end the interval before its last byte.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -21,12 +22,12 @@ from eval.wire import PREFIX, Channel, ChannelClosed, ChannelTimeout, ProtocolEr
 
 # A replier in its own process (so its timing owes nothing to this process's GIL): once up it writes one byte (read
 # before any exchange, so that its start-up on a loaded machine is never inside a timed interval), reads one request
-# frame, waits argv[3] s, writes the first argv[4] bytes of its reply, waits argv[5] s, writes the rest, then waits to
-# be closed.
+# frame, reads one byte from the gate argv[7] if it has one, waits argv[3] s, writes the first argv[4] bytes of its
+# reply, waits argv[5] s, writes the rest, then waits to be closed.
 REPLIER = r"""
 import os, sys, time
 r, w, first_wait, split, second_wait = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
-reply = bytes.fromhex(sys.argv[6])
+reply, gate = bytes.fromhex(sys.argv[6]), int(sys.argv[7])
 os.write(w, b"!")
 def read(n):
     got = b""
@@ -38,6 +39,8 @@ def read(n):
     return got
 n, _ = __import__("struct").unpack(">IQ", read(12))
 read(n)
+if gate >= 0:
+    os.read(gate, 1)
 time.sleep(first_wait)
 os.write(w, reply[:split])
 time.sleep(second_wait)
@@ -59,13 +62,15 @@ def _reply(tensors: list[torch.Tensor]) -> bytes:
 class Replier:
     """A child process on the other end of a channel, answering one request with `reply`."""
 
-    def __init__(self, reply: bytes, first_wait: float = 0.0, split: int | None = None, second_wait: float = 0.0):
+    def __init__(self, reply: bytes, first_wait: float = 0.0, split: int | None = None, second_wait: float = 0.0,
+                 gate: int = -1):
+        """`gate`: a pipe's read end; the replier answers only once a byte has come through it."""
         to_child_r, to_child_w = os.pipe()
         to_parent_r, to_parent_w = os.pipe()
         self.proc = subprocess.Popen(
             [sys.executable, "-c", REPLIER, str(to_child_r), str(to_parent_w), str(first_wait),
-             str(len(reply) if split is None else split), str(second_wait), reply.hex()],
-            pass_fds=(to_child_r, to_parent_w))
+             str(len(reply) if split is None else split), str(second_wait), reply.hex(), str(gate)],
+            pass_fds=(to_child_r, to_parent_w, *([gate] if gate >= 0 else [])))
         os.close(to_child_r)
         os.close(to_parent_w)
         assert os.read(to_parent_r, 1) == b"!", "the replier did not start"
@@ -104,13 +109,20 @@ def test_a_reply_sent_in_pieces_ends_the_interval_at_its_last_byte() -> None:
 
 def test_a_thread_holding_the_gil_while_the_reply_arrives_adds_nothing_to_the_wall_time() -> None:
     """Another thread of the parent takes the GIL as the request goes out and keeps it for 3 s; the reply arrives at
-    once. The exchange returns only after those 3 s (it needs the GIL back), but its wall time does not hold them."""
+    once. The exchange returns only after those 3 s (it needs the GIL back), but its wall time does not hold them.
+
+    The replier answers only once the hog holds the GIL (the hog opens its gate through a libc `write` called without
+    letting the GIL go), so a loaded machine that schedules the hog late cannot let the reply in first."""
     hold_s = 3.0
-    replier = Replier(_reply([]))
+    gate_r, gate_w = os.pipe()
+    replier = Replier(_reply([]), gate=gate_r)
+    os.close(gate_r)
     go = threading.Event()
+    write_holding_the_gil = ctypes.PyDLL(None).write  # a PyDLL call keeps the GIL; os.write would let it go
 
     def hog() -> None:
         go.wait()
+        write_holding_the_gil(gate_w, b"!", 1)
         end = time.perf_counter() + hold_s
         while time.perf_counter() < end:  # pure Python: keeps the GIL for the whole switch interval
             pass
@@ -128,6 +140,7 @@ def test_a_thread_holding_the_gil_while_the_reply_arrives_adds_nothing_to_the_wa
         sys.setswitchinterval(interval)
         thread.join()
         replier.close()
+        os.close(gate_w)
     assert observed_ms >= hold_s * 1000 * 0.95  # the hog did hold the GIL while the reply came in
     assert wall_ms < hold_s * 1000 / 2  # and none of that wait is in the wall time
 

@@ -106,3 +106,18 @@ def test_serve_refuses_bad_settings_before_starting(argv, env, phrase, capsys, m
     monkeypatch.delenv("HARNESS_SERVE_TOKEN", raising=False)
     assert main(argv) == 2
     assert phrase in capsys.readouterr().err
+
+
+def test_the_announced_address_accepts_connections_before_the_server_loop_runs():
+    """`harness serve` prints its address as soon as its socket is ready; a client that connects at once must be
+    queued, not refused (CI's server test was refused when it connected before uvicorn's own `listen`)."""
+    import socket
+
+    from harness.commands.serve_cmd import listening_socket
+
+    sock = listening_socket("127.0.0.1", 0)
+    try:
+        with socket.create_connection(sock.getsockname()[:2], timeout=10):  # nothing has called accept or run a loop
+            pass
+    finally:
+        sock.close()
