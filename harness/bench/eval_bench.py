@@ -12,7 +12,8 @@ steps: the scaling batch with exclusive steps left out, a diagnostic of what bou
 (`steps.py`); ref-share: 6 x copies honest Triton candidates of one 67M-element problem, with one reference
 timing shared per window, then with one per candidate (`ref_share.py`; 4 copies make the 24-candidate batch);
 confinement: a worker's start, confined against plain (`confinement.py`); requests: one request to a candidate's
-worker, empty against one that reads the tamper snapshot (`requests.py`).
+worker, empty against one that reads the tamper snapshot (`requests.py`); stopwatch: a timed block's wall time
+with the parent quiet and beside busy threads (`stopwatch.py`).
 `all` runs throughput, latency, scaling and repeatability; on a CPU, throughput alone.
 
 Each part imports its module when it runs, so `harness bench` parses its arguments without
@@ -152,6 +153,14 @@ def _requests(o: Options) -> dict[str, Any]:
     return report
 
 
+def _stopwatch(o: Options) -> dict[str, Any]:
+    from harness.bench import stopwatch
+
+    report = stopwatch.run(rounds=o.rounds)
+    stopwatch.print_table(report)
+    return report
+
+
 def _steps(o: Options) -> dict[str, Any]:
     from harness.bench import steps
 
@@ -181,6 +190,7 @@ PARTS: dict[str, Part] = {
     "ref-share": Part("ref_share", _ref_share, _TIMED),
     "confinement": Part("confinement", _confinement, None),
     "requests": Part("requests", _requests, None),
+    "stopwatch": Part("stopwatch", _stopwatch, None),
 }
 
 

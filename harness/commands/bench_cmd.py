@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                         "timing shared per window, then one per candidate; confinement (not part of "
                                         "all): --sessions worker starts confined and plain, alternately; requests (not "
                                         "part of all): --rounds rounds of 25 empty and 25 tamper-reading requests to a "
-                                        "candidate's worker")
+                                        "candidate's worker; stopwatch (not part of all): --rounds rounds of 100 timed "
+                                        "exchanges with the parent quiet and beside 3 busy threads")
     ev.add_argument("--problems", default=None, help="launch-bound: problem selection (default: "
                                                      "L3/06_lstm,L3/11_gru,L3/07_moe_layer and a matmul control)")
     ev.add_argument("--sessions", type=int, default=5)
@@ -42,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="launch-bound: eval.cuda_graphs modes to run, in this order (off alone: a survey of the "
                          "host-bound flag over many references)")
     ev.add_argument("--rounds", type=int, default=20, help="flips (not part of all): verdicts per candidate, spread over 5 "
-                                                           "fresh pools; requests: rounds of each kind; own-share "
+                                                           "fresh pools; requests, stopwatch: rounds of each kind; own-share "
                                                            "(not part of all) takes no options")
     ev.add_argument("--out", help="write the full JSON report here")
     suite = sub.add_parser("suite", help="baselines, roofline floors and reference solutions per level (GPU)")
