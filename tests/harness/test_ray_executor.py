@@ -30,6 +30,7 @@ from harness.executors import ExecutorConfig, ExecutorError, RayEvaluator
 from problems.problem import load_problem_file
 from tests.paths import REPO
 from tests.run_fixtures import GOOD, WRONG, write_problem
+from tests.serve_fixtures import free_port
 
 # hang guards only: a test here runs up to three harness runs, and one took over 400 s on a loaded 2-core machine
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -89,12 +90,6 @@ def test_ray_smoke_has_the_same_verdicts_as_local(ray_module: Any, tmp_path: Pat
     again = harness_run(*smoke_args(tmp_path, "ray-smoke"))  # the executor may change on resume
     assert again.returncode == 0, again.stderr
     assert len(results(tmp_path / "runs" / "ray-smoke")) == 6
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
