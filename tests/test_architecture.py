@@ -32,6 +32,7 @@ BENCH_TESTS: dict[str, set[str]] = {
     "tests.harness.test_run_loop": {"harness.bench.loop_bench"},
     "tests.harness.test_bench_confinement": {"harness.bench.confinement"},
     "tests.harness.test_bench_requests": {"harness.bench.requests"},
+    "tests.harness.test_bench_stopwatch": {"harness.bench.stopwatch"},
     "tests.harness.test_bench_corpus": {"harness.bench.corpus_audit"},
 }
 

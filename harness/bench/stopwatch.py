@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any
 
-from eval.wire import Channel
+from eval import Channel
 from harness.progress import counter_text
 
 
