@@ -4,8 +4,9 @@
  * A timed block's wall time runs from the request's first byte written to the reply's last byte read. The write,
  * the read and both instants are one call, so the parent's other threads (evaluations in flight beside this one)
  * cannot add to the wall time by holding the GIL: a wait for the GIL comes after the interval, never inside it (with
- * the write and the read as two calls, a thread that took the GIL between them added its hold to the interval). Frames are the wire's (eval/wire.py): a 12-byte prefix
- * (header length, big-endian u32; bytes of tensors in the frame, big-endian u64), then both. */
+ * the write and the read as two calls, a thread that took the GIL between them added its hold to the interval).
+ * Frames are the wire's (eval/wire.py): a 12-byte prefix (header length, big-endian u32; bytes of tensors in the
+ * frame, big-endian u64), then both. */
 
 #include <errno.h>
 #include <poll.h>
@@ -49,7 +50,6 @@ int kh_exchange(int wfd, const uint8_t *buf, uint64_t len, int rfd, kh_frame *f,
         }
         f->sent += (uint64_t)n;
     }
-    int fd = rfd;
     for (;;) {
         uint64_t want = f->have < PREFIX ? PREFIX - f->have : PREFIX + f->body_len - f->have;
         if (f->have >= PREFIX && want == 0) {
@@ -58,14 +58,14 @@ int kh_exchange(int wfd, const uint8_t *buf, uint64_t len, int rfd, kh_frame *f,
         }
         int64_t left = deadline_ns - now_ns();
         if (left <= 0) return -ETIMEDOUT;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
+        struct pollfd p = {.fd = rfd, .events = POLLIN};
         int64_t ms = (left + 999999) / 1000000;
         int ready = poll(&p, 1, ms > 86400000 ? 86400000 : (int)ms);
         if (ready < 0) return -errno;
         if (ready == 0) continue;
         if (want > (1u << 24)) want = 1u << 24;
         uint8_t *into = f->have < PREFIX ? f->prefix + f->have : f->body + (f->have - PREFIX);
-        ssize_t n = read(fd, into, want);
+        ssize_t n = read(rfd, into, want);
         if (n < 0) {
             if (errno == EINTR) return -EINTR;
             if (errno == EAGAIN) continue;

@@ -6,8 +6,9 @@ flight in one parent, the GIL changed hands late by 2.4 ms at the 99th percentil
 host, and honest candidates whose every block met such a wait were rejected. Here the request is written and the
 whole reply frame read by one native call (`_stopwatch.c`, called through ctypes, which releases the GIL), and the
 two instants are taken in that call: the first byte written, the last byte read. A wait for the GIL now comes after
-the interval, outside it (only a signal returns to Python inside it, to run its handlers). Everything the parent then judges (the header, the times, the captures) is in the bytes read
-by that instant, so nothing a worker does later can reach the verdict.
+the interval, outside it (only a signal returns to Python inside it, to run its handlers). Everything the parent
+then judges (the header, the times, the captures) is in the bytes read by that instant, so nothing a worker does
+later can reach the verdict.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ _lib: ctypes.CDLL | None = None
 
 
 class Frame(ctypes.Structure):
-    """`kh_frame` in `_stopwatch.c`: one reply frame, read across calls."""
+    """`kh_frame` in `_stopwatch.c`: one request written and its reply frame read, across calls."""
 
-    _fields_ = [("sent", ctypes.c_uint64), ("started_ns", ctypes.c_int64), ("prefix", ctypes.c_uint8 * 12), ("have", ctypes.c_uint64), ("body_len", ctypes.c_uint64),
-                ("body", ctypes.c_void_p), ("finished_ns", ctypes.c_int64)]
+    _fields_ = [("sent", ctypes.c_uint64), ("started_ns", ctypes.c_int64), ("prefix", ctypes.c_uint8 * 12),
+                ("have", ctypes.c_uint64), ("body_len", ctypes.c_uint64), ("body", ctypes.c_void_p),
+                ("finished_ns", ctypes.c_int64)]
 
 
 class Closed(Exception):
