@@ -42,10 +42,12 @@ def test_honest_candidate_with_worker_draws(evaluator):
 
 
 def test_a_draw_that_differs_between_processes_falls_back_to_carried_inputs(evaluator):
-    # get_inputs() mixes in the process id: the worker's draw from a seed is not the parent's
+    # get_inputs() adds a number each process draws once from the OS: the worker's draw from a seed is not the
+    # parent's. (Not the process id: a worker's id in its own PID namespace can equal the parent's modulo anything.)
     source = candidates.problem_source(N).replace(
         "    return [torch.randn(N), torch.randn(N)]",
-        "    import os\n    return [torch.randn(N) + os.getpid() % 1000, torch.randn(N)]")
+        "    return [torch.randn(N) + _PER_PROCESS, torch.randn(N)]") + (
+        "\nimport os\n_PER_PROCESS = 1 + int.from_bytes(os.urandom(6), 'little') / 2 ** 48\n")
     assert source != candidates.problem_source(N)
     problem = problem_from_source(source, name="unrepeatable_draw", problem_id="test/unrepeatable_draw")
     result = evaluator.evaluate(problem, candidates.triton_candidate() + "\n# unrepeatable\n")
