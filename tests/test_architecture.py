@@ -33,6 +33,7 @@ BENCH_TESTS: dict[str, set[str]] = {
     "tests.harness.test_bench_confinement": {"harness.bench.confinement"},
     "tests.harness.test_bench_requests": {"harness.bench.requests"},
     "tests.harness.test_bench_stopwatch": {"harness.bench.stopwatch"},
+    "tests.harness.test_bench_bound_survey": {"harness.bench.bound_survey"},
     "tests.harness.test_bench_corpus": {"harness.bench.corpus_audit"},
 }
 

@@ -13,7 +13,8 @@ steps: the scaling batch with exclusive steps left out, a diagnostic of what bou
 timing shared per window, then with one per candidate (`ref_share.py`; 4 copies make the 24-candidate batch);
 confinement: a worker's start, confined against plain (`confinement.py`); requests: one request to a candidate's
 worker, empty against one that reads the tamper snapshot (`requests.py`); stopwatch: a timed block's wall time
-with the parent quiet and beside busy threads (`stopwatch.py`).
+with the parent quiet and beside busy threads (`stopwatch.py`); bound-survey: 16 x copies honest candidates, 8 at
+once, and how often the wall bound doubted them (`bound_survey.py`).
 `all` runs throughput, latency, scaling and repeatability; on a CPU, throughput alone.
 
 Each part imports its module when it runs, so `harness bench` parses its arguments without
@@ -173,6 +174,14 @@ def _ref_share(o: Options) -> dict[str, Any]:
     return ref_share.run(6 * o.copies)
 
 
+def _bound_survey(o: Options) -> dict[str, Any]:
+    from harness.bench import bound_survey
+
+    report = bound_survey.run(n=16 * o.copies, at_once=8)
+    bound_survey.print_table(report)
+    return report
+
+
 _TIMED = "timings are the point of it"
 PARTS: dict[str, Part] = {
     "throughput": Part("throughput", _throughput, None, in_all=True),
@@ -191,6 +200,7 @@ PARTS: dict[str, Part] = {
     "confinement": Part("confinement", _confinement, None),
     "requests": Part("requests", _requests, None),
     "stopwatch": Part("stopwatch", _stopwatch, None),
+    "bound-survey": Part("bound_survey", _bound_survey, None),
 }
 
 
