@@ -34,6 +34,7 @@ BENCH_TESTS: dict[str, set[str]] = {
     "tests.harness.test_bench_requests": {"harness.bench.requests"},
     "tests.harness.test_bench_stopwatch": {"harness.bench.stopwatch"},
     "tests.harness.test_bench_bound_survey": {"harness.bench.bound_survey"},
+    "tests.harness.test_bench_kernelbench": {"harness.bench.kernelbench_side_by_side"},
     "tests.harness.test_bench_corpus": {"harness.bench.corpus_audit"},
 }
 
