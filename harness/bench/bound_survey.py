@@ -22,7 +22,7 @@ from harness.bench.serve_bench import CPU_N, GPU_N, batch
 from harness.corpus import candidates
 from harness.progress import Tally
 
-RETRIED_ALONE = "evaluated again alone"
+RETRIED_ALONE = "evaluated again alone"  # in the flag the evaluator adds to a result it judged again alone
 
 
 def run(n: int = 64, at_once: int = 8) -> dict[str, Any]:
