@@ -27,9 +27,9 @@ RETRIED_ALONE = "evaluated again alone"  # in the flag the evaluator adds to a r
 
 def run(n: int = 64, at_once: int = 8) -> dict[str, Any]:
     """Evaluate the batch `at_once` at a time; one row per candidate and the summary of the lot."""
-    gpu = bench_device() == "cuda"
-    problem = candidates.problem(GPU_N if gpu else CPU_N)
-    sources = batch(n, GPU_N if gpu else CPU_N, "bound-survey")
+    elements = GPU_N if bench_device() == "cuda" else CPU_N
+    problem = candidates.problem(elements)
+    sources = batch(n, elements, "bound-survey")
     tally = Tally(n)
     with tempfile.TemporaryDirectory() as tmp, Evaluator(bench_config(tmp, workers_per_gpu=at_once)) as ev:
         ev.wait_warm(900)

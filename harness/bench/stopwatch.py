@@ -14,11 +14,10 @@ import statistics
 import subprocess
 import sys
 import threading
-import time
 from typing import Any
 
 from eval import Channel
-from harness.progress import counter_text
+from harness.progress import Tally
 
 
 def _child(read_fd: int, write_fd: int) -> None:
@@ -50,7 +49,7 @@ def run(rounds: int = 20, per_round: int = 100, busy: int = 3) -> dict[str, Any]
     try:
         for _ in range(10):  # the child's start-up and the stopwatch's first build, outside the figures
             channel.exchange_timed({"cmd": "time_block"}, timeout=600)
-        t0 = time.perf_counter()
+        tally = Tally(rounds)
         for r in range(rounds):
             for kind in (("quiet", "busy") if r % 2 == 0 else ("busy", "quiet")):
                 stop = threading.Event()
@@ -64,7 +63,7 @@ def run(rounds: int = 20, per_round: int = 100, busy: int = 3) -> dict[str, Any]
                     stop.set()
                     for t in threads:
                         t.join()
-            print(counter_text(r + 1, rounds, time.perf_counter() - t0), file=sys.stderr, flush=True)
+            print(tally.step(), file=sys.stderr, flush=True)
     finally:
         channel.close()
         child.wait(timeout=60)
