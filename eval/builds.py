@@ -28,6 +28,40 @@ from eval._kernel_symbols import built_kernels
 from eval._reaper import owned_tempdir
 from eval.sandbox import UNPRIVILEGED_UID, WorkerDied, WorkerProcess, WorkerTimeout, can_drop_privileges
 from eval.static_checks import SourceReport, refusal
+from eval.worker.prebuilt import read_record
+
+
+def lazy_reply_margin_s(timeout_s: float) -> float:
+    """How long before a build's limit its lazy builds stop being waited for: the reply must still arrive in time on
+    a loaded host (a sixth of the limit, at most 20 s)."""
+    return min(20.0, timeout_s / 6)
+
+
+def unfinished_builds(ext_dir: Path) -> list[str]:
+    """The names of the `load_inline` calls the build worker began and never finished (its record, which candidate
+    code wrote: used for a note only, trimmed)."""
+    return sorted({str(e.get("name"))[:80] for e in read_record(ext_dir).values() if e.get("building")})
+
+
+def build_note(reply: protocol.PrepareReply, compile_only: bool, unfinished: list[str], limit_s: float) -> str:
+    """What the verdict should say of a build that did not fail: a compile-only check, a build failure the candidate
+    caught, a build for a call in forward that failed or that the limit cut off (`unfinished`)."""
+    def first_line(text: str) -> str:
+        return text.strip().splitlines()[0] if text.strip() else "no message"
+
+    parts = ["compiled with nvcc (compile-only check): CUDA candidates cannot run without a GPU"] if compile_only else []
+    if reply.ok and reply.handled:
+        parts = [f"a load_inline build failed and the candidate caught the error, so it runs its own fallback (as "
+                 f"with torch's load_inline): {first_line(reply.handled)}"]
+        parts += ["CUDA candidates cannot run without a GPU"] if compile_only else []
+    if reply.ok and reply.lazy_failed:
+        parts.append(f"a load_inline build made in forward, built ahead, failed, so the candidate's call to it fails "
+                     f"at once: {first_line(reply.lazy_failed)}")
+    if reply.ok and unfinished:
+        parts.append(f"load_inline({', '.join(map(repr, unfinished))}), made in forward and so built ahead, was "
+                     f"still building when the build's limit of {limit_s:.0f} s ran out (eval.import_timeout_s): the "
+                     f"candidate's call to it fails at once")
+    return "; ".join(parts)
 
 
 def needs_build(report: SourceReport, backend: str, own_kernel_policy: str) -> bool:
@@ -179,21 +213,17 @@ class Builder:
                                isolate_network=self._isolate, extra_env=env, kind="build",
                                memory_limit_bytes=self._memory)
         try:
-            # lazy builds (made later, in forward) only in the first half of the limit: the reply stays inside it
+            # lazy builds (made later, in forward) until a margin before the limit, so the reply stays inside it
+            until = time.monotonic() + self._timeout - lazy_reply_margin_s(self._timeout)
             reply, _ = worker.request(protocol.Prepare(candidate_source=source, compile_only=compile_only,
-                                                       lazy_build_s=self._timeout / 2), timeout=self._timeout)
+                                                       lazy_build_until=until), timeout=self._timeout)
         except WorkerTimeout as exc:
             return Build(ok=False, error=f"building took longer than {self._timeout:.0f} s\n{exc.output}")
         except WorkerDied as exc:
             return Build(ok=False, error=f"the build crashed: {exc.detail}\n{exc.output}")
         finally:
             worker.close()
-        note = "compiled with nvcc (compile-only check): CUDA candidates cannot run without a GPU" if compile_only else ""
-        if reply.ok and reply.handled:
-            failed = reply.handled.strip().splitlines()[0] if reply.handled.strip() else "no message"
-            note = (f"a load_inline build failed and the candidate caught the error, so it runs its own fallback (as "
-                    f"with torch's load_inline): {failed}" + ("; CUDA candidates cannot run without a GPU"
-                                                              if compile_only else ""))
+        note = build_note(reply, compile_only, unfinished_builds(ext_dir), self._timeout)
         # read here, once the build worker is gone: what the build produced, never what the source says
         return Build(ok=reply.ok, error=reply.error, extensions_dir=str(ext_dir), note=note,
                      seconds=round(time.perf_counter() - t0, 3), kernels=built_kernels(ext_dir))

@@ -87,9 +87,11 @@ class Load(Request):
 @dataclass
 class PrepareReply(Reply):
     """`handled`: a build failure the candidate caught itself (it falls back, as it would with torch's own
-    `load_inline`), so the build did not fail."""
+    `load_inline`), so the build did not fail. `lazy_failed`: a build made ahead for a call in forward that failed
+    (the candidate's call to it fails at once, `eval.worker.prebuilt`)."""
 
     handled: str = ""
+    lazy_failed: str = ""
 
 
 @dataclass
@@ -100,7 +102,9 @@ class Prepare(Request):
     reply: ClassVar[type[Reply]] = PrepareReply
     candidate_source: str = ""
     compile_only: bool = False
-    lazy_build_s: float = 0.0  # seconds from the request's start after which no lazy build starts or is waited for
+    # the parent's `time.monotonic()` after which no lazy build starts or is waited for (0: none); one clock for
+    # every process on the host, as the sandbox makes no time namespace, so the worker's start-up counts as well
+    lazy_build_until: float = 0.0
 
 
 @dataclass

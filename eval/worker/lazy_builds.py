@@ -12,9 +12,10 @@ evaluates the arguments in the module's namespace and makes the call through the
 `load_inline` as the import's calls (`eval.worker.prebuilt`). The evaluating worker's later
 call has the same arguments, so the same fingerprint, and imports the library built ahead. A call whose arguments
 cannot be told ahead is left to the evaluating worker, as before. A lazy build that fails is recorded as failed and
-fails the later call at once, as it would; it never fails the import. Lazy builds start only until a deadline that
-keeps the build request well inside its time limit, so a candidate with slow lazy builds it never makes is not
-failed by them.
+fails the later call at once, as it would; it never fails the import. Lazy builds start only until a deadline a
+margin before the build's time limit, so a candidate with slow lazy builds it never makes is not failed by them; one
+still building at the deadline stays recorded as building, and the later call fails at once, naming the limit,
+rather than beginning the build again inside a trial's much shorter call limit.
 """
 
 from __future__ import annotations

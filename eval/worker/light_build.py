@@ -25,6 +25,8 @@ import re
 import sys
 from typing import Any, Callable
 
+from eval.worker.prebuilt import UnfinishedBuild
+
 LIGHT_SUFFIX = "_kh_light"
 _HEAVY_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<torch/(extension|torch)\.h>[ \t]*$", re.MULTILINE)
 
@@ -48,6 +50,8 @@ def wrap(load_inline: Callable[..., Any]) -> Callable[..., Any]:
             return load_inline(name, cpp_sources, cuda_sources, *args, **kwargs)
         try:
             module = load_inline(f"{name}{LIGHT_SUFFIX}", cpp_sources, light, **kwargs)
+        except UnfinishedBuild:  # the build's time ran out here: the sources as written were never built either
+            raise
         except Exception:  # noqa: BLE001  the sources as written decide: their error is the one reported
             return load_inline(name, cpp_sources, cuda_sources, **kwargs)
         sys.modules.setdefault(name, module)

@@ -25,6 +25,10 @@ from typing import Any, Callable
 RECORD = "kh_builds.json"
 
 
+class UnfinishedBuild(RuntimeError):
+    """A call whose build the build worker began but had not finished when its time ran out."""
+
+
 def fingerprint(name: str, cpp_sources: Any, cuda_sources: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     """Identifies one `load_inline` call by everything that shapes its library (not `verbose`)."""
     shaping = sorted((k, repr(v)) for k, v in kwargs.items() if k != "verbose")
@@ -37,15 +41,21 @@ def recording(load_inline: Callable[..., Any], folder: Path) -> Callable[..., An
 
     def record_call(name: str, cpp_sources: Any, cuda_sources: Any = None, *args: Any, **kwargs: Any) -> Any:
         key = fingerprint(name, cpp_sources, cuda_sources, args, kwargs)
+        _save(folder, record, key, {"name": name, "building": True})  # what stays if the build's time runs out
         try:
             module = load_inline(name, cpp_sources, cuda_sources, *args, **kwargs)
         except Exception:
             _save(folder, record, key, {"name": name, "failed": True})
             raise
+        except BaseException:  # a compile-only build's success (`CompileOnlyDone`): nothing was built to load
+            _forget(folder, record, key)
+            raise
         if isinstance(module, types.ModuleType) and getattr(module, "__file__", None):
             _save(folder, record, key, {"name": name, "library": module.__file__})
         elif _loads_ops(kwargs) and isinstance(module, str):  # torch.ops registrations: load_inline gives the path
             _save(folder, record, key, {"name": name, "library": module, "ops": True})
+        else:  # nothing the evaluating worker can import from the record (a standalone executable): made there
+            _forget(folder, record, key)
         return module
 
     return record_call
@@ -60,6 +70,9 @@ def loading(load_inline: Callable[..., Any], folder: Path) -> Callable[..., Any]
         entry = records.get(fingerprint(name, cpp_sources, cuda_sources, args, kwargs), {})
         if entry.get("failed"):
             raise RuntimeError(f"load_inline({name!r}) failed when the candidate was built")
+        if entry.get("building"):
+            raise UnfinishedBuild(f"load_inline({name!r}) was still building when the build's time limit ran out "
+                                  f"(eval.import_timeout_s, which covers the builds made in forward as well)")
         library = Path(str(entry["library"])).resolve() if entry.get("library") else None
         if library and library.is_relative_to(root) and library.is_file():
             if entry.get("ops") and _loads_ops(kwargs):
@@ -74,7 +87,8 @@ def loading(load_inline: Callable[..., Any], folder: Path) -> Callable[..., Any]
 
 
 def read_record(folder: Path) -> dict[str, dict[str, Any]]:
-    """The build's record in `folder`: fingerprint -> {"name", "library" or "failed"}; empty if none or unreadable."""
+    """The build's record in `folder`: fingerprint -> {"name", "library", "failed" or "building"}; empty if none or
+    unreadable."""
     try:
         record = json.loads((folder / RECORD).read_text())
     except (OSError, ValueError):
@@ -90,6 +104,14 @@ def _save(folder: Path, record: dict[str, dict[str, Any]], key: str, entry: dict
         (folder / RECORD).write_text(json.dumps(record, indent=1))
     except OSError:
         pass  # no record: the evaluating worker builds the call itself (slower, same verdict)
+
+
+def _forget(folder: Path, record: dict[str, dict[str, Any]], key: str) -> None:
+    record.pop(key, None)
+    try:
+        (folder / RECORD).write_text(json.dumps(record, indent=1))
+    except OSError:
+        pass
 
 
 def _loads_ops(kwargs: dict[str, Any]) -> bool:

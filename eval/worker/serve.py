@@ -65,6 +65,11 @@ def _tail(text: str, n: int = _TRACEBACK_CHARS) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
+def _first_error(failures: list[BaseException]) -> str:
+    """The first of `failures` as reply text, or "" if none."""
+    return _tail(str(failures[0]) or repr(failures[0])) if failures else ""
+
+
 def _is_cuda_error(exc: BaseException) -> bool:
     text = f"{type(exc).__name__}: {exc}"
     return any(s in text for s in ("CUDA error", "cudaError", "illegal memory access", "CUBLAS_STATUS", "device-side assert"))
@@ -212,28 +217,32 @@ class Worker:
         """Import a candidate only to build its extensions (no GPU needed), each call recorded for the evaluating
         worker (`eval.worker.prebuilt`). A failed build fails the candidate only when its error ends the import,
         as with torch's own `load_inline`: a candidate that catches it and falls back builds fine."""
-        started = time.monotonic()
         failures: list[BaseException] = []
         build = compile_only(_load_inline) if msg.compile_only else _load_inline
         light_first = light_build.wrap(prebuilt.recording(build, Path(os.environ["TORCH_EXTENSIONS_DIR"])))
 
-        def recording_load_inline(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return light_first(*args, **kwargs)
-            except CompileOnlyDone:
-                raise
-            except BaseException as exc:  # noqa: BLE001
-                failures.append(exc)
-                raise
+        lazy_failures: list[BaseException] = []
 
-        cpp_extension.load_inline = recording_load_inline
+        def noting_failures(into: list[BaseException]) -> Callable[..., Any]:
+            def recording_load_inline(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return light_first(*args, **kwargs)
+                except CompileOnlyDone:
+                    raise
+                except BaseException as exc:  # noqa: BLE001
+                    into.append(exc)
+                    raise
+            return recording_load_inline
+
+        cpp_extension.load_inline = noting_failures(failures)
         path = Path.cwd() / "candidate_prepare.py"
         path.write_text(msg.candidate_source)
         ended_by: BaseException | None = None
         try:
             module = _import_file(path, "kh_candidate_prepare")
-            if msg.lazy_build_s > 0 and not msg.compile_only:  # calls made later, in forward (`lazy_builds`)
-                lazy_builds.build_lazy(msg.candidate_source, vars(module), light_first, started + msg.lazy_build_s)
+            if msg.lazy_build_until > 0 and not msg.compile_only:  # calls made later, in forward (`lazy_builds`)
+                lazy_builds.build_lazy(msg.candidate_source, vars(module), noting_failures(lazy_failures),
+                                       msg.lazy_build_until)
         except BaseException as exc:  # noqa: BLE001  non-build failures are judged later, on the GPU
             ended_by = exc
         finally:
@@ -241,7 +250,7 @@ class Worker:
         fatal = next((f for f in failures if _caused_by(ended_by, f)), None)
         if fatal is not None:
             return p.PrepareReply(ok=False, stage="build", error=_tail(str(fatal) or repr(fatal))), []
-        return p.PrepareReply(handled=_tail(str(failures[0]) or repr(failures[0])) if failures else ""), []
+        return p.PrepareReply(handled=_first_error(failures), lazy_failed=_first_error(lazy_failures)), []
 
     def cmd_run(self, msg: p.Run, tensors: list[torch.Tensor]) -> Handled:
         """One correctness trial on the given or drawn inputs, memory poisoned while it runs."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import threading
 import types
 from pathlib import Path
 from typing import Callable
@@ -19,6 +20,7 @@ from eval import protocol as p
 from eval.builds import Builder
 from eval.sandbox import WorkerProcess, sandbox_plan
 from eval.worker import light_build, prebuilt
+from eval.worker.compile_only import CompileOnlyDone
 from harness.corpus.hostile import PROBLEM
 
 HEAVY = "#include <torch/extension.h>\n__global__ void k(float* x) {}\n"
@@ -97,6 +99,67 @@ def test_unrecorded_calls_and_libraries_outside_the_build_folder_are_built_in_th
     assert prebuilt.loading(own, build_folder)("ext_d", "decl;", "int x;").BUILT_AS == "ext_d"
     assert own.calls == ["ext_d", "ext_d"]
 
+
+
+class _Stuck(_FakeBuild):
+    """A build that never ends on its own, as one cut off by the build worker's time limit: the lazy-build thread is
+    still inside it at the deadline, and the process is then killed, leaving the record as it stood."""
+
+    def __init__(self, folder: Path, stuck_on: str, light_fails: bool = False):
+        super().__init__(folder, light_fails)
+        self.stuck_on, self.entered, self.release = stuck_on, threading.Event(), threading.Event()
+
+    def __call__(self, name, cpp_sources, cuda_sources=None, **kwargs):
+        if name != self.stuck_on:
+            return super().__call__(name, cpp_sources, cuda_sources, **kwargs)
+        self.calls.append(name)
+        self.entered.set()
+        self.release.wait(60)
+        raise RuntimeError("the build worker was killed")
+
+
+def _cut_off(build: _Stuck, call: Callable[[], object]) -> None:
+    """Run `call` in the background until `build` is stuck inside its slow build (what the call does once released
+    does not matter: the build worker is killed at that point)."""
+    def in_background() -> None:
+        try:
+            call()
+        except RuntimeError:
+            pass
+
+    threading.Thread(target=in_background, daemon=True).start()
+    assert build.entered.wait(30)
+
+
+@pytest.mark.parametrize("stuck_on, light_fails, built", [("ext_e_kh_light", False, ["ext_e_kh_light"]),
+                                                          ("ext_e", True, ["ext_e_kh_light", "ext_e"])])
+def test_a_build_the_time_limit_cut_off_fails_at_once_and_is_never_begun_again(build_folder: Path, stuck_on: str,
+                                                                               light_fails: bool, built) -> None:
+    """The class of CUDA-L1's L1/10 (a build made in forward, ahead, that ran out the build's time): the record says
+    it was still building, and the evaluating worker's call fails at once, naming the limit, whether the light build
+    or the sources as written were cut off; it never builds inside a trial's call limit (`_never`)."""
+    build = _Stuck(build_folder, stuck_on, light_fails)
+    _cut_off(build, lambda: light_build.wrap(prebuilt.recording(build, build_folder))("ext_e", "decl;", HEAVY))
+    try:
+        assert build.calls == built
+        assert [e.get("building") for e in prebuilt.read_record(build_folder).values() if e["name"] == stuck_on] == \
+            [True]
+        with pytest.raises(prebuilt.UnfinishedBuild, match=r"'ext_e.*still building .*eval\.import_timeout_s"):
+            light_build.wrap(prebuilt.loading(_never, build_folder))("ext_e", "decl;", HEAVY)
+    finally:
+        build.release.set()
+
+
+def test_a_compile_only_success_and_an_unloadable_library_leave_no_record(build_folder: Path) -> None:
+    """Nothing the evaluating worker could import: no record, so its call is made there as before (never taken for a
+    build still running)."""
+    def compiled(*args, **kwargs):
+        raise CompileOnlyDone()
+
+    with pytest.raises(CompileOnlyDone):
+        prebuilt.recording(compiled, build_folder)("ext_f", "decl;")
+    prebuilt.recording(lambda *args, **kwargs: "/bin/ext_g", build_folder)("ext_g", "decl;", is_standalone=True)
+    assert prebuilt.read_record(build_folder) == {}
 
 # -- end to end: a real C++ build, then a sandboxed evaluating worker --------------------------------------------
 PLANT = '''
@@ -256,3 +319,67 @@ def test_cuda_extensions_load_read_only_in_every_form() -> None:
 
     _build_then_load(CUDA_CANDIDATE, [("kh_cu_add_kh_light.so", False), ("kh_cu_add_kh_light_v1.so", False),
                                       ("kh_cu_heavy.so", False), ("kh_cu_ops.so", True)], imported_every_form)
+
+
+NEVER_ENDING_LAZY_BUILD = r'''
+import os
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+# a build that never ends: its source includes a FIFO nobody writes to. /tmp is each worker's own (a private tmpfs),
+# so the path, and with it the call's fingerprint, is the same in the build worker and in the evaluating worker
+HANG = "/tmp/kh_never_written.h"
+if not os.path.exists(HANG):
+    os.mkfifo(HANG)
+SOURCE = '#include "' + HANG + '"\ntorch::Tensor f(torch::Tensor a, torch::Tensor b) { return a + b; }'
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ext = None
+
+    def spare(self):  # never called; its build, made ahead, fails at once (g++ refuses the flag)
+        return load_inline(name="kh_bad_flag", cpp_sources="int x;", extra_cflags=["--kh-no-such-flag"])
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        if self.ext is None:  # built in the first call, so the build worker makes it ahead
+            self.ext = load_inline(name="kh_never_built", cpp_sources=SOURCE, functions=["f"])
+        return self.ext.f(a, b)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.skipif(not (shutil.which("g++") and shutil.which("ninja")), reason="a C++ build needs g++ and ninja")
+def test_a_build_in_forward_that_outlasts_the_build_limit_fails_its_first_call_at_once_naming_the_limit() -> None:
+    """End to end, real compiler and sandboxes: a build made in forward that the build's limit cuts off is not begun
+    again inside the first trial's call limit (which ended CUDA-L1's L1/10 as "no answer to 'run' within 60 s"): the
+    build's note and the call's error both name the limit, and the call fails at once. A build made in forward
+    that failed is in the note as well."""
+    if not sandbox_plan().filesystem:
+        pytest.skip("no mount namespace on this machine: /tmp is not each worker's own")
+    limit = 60.0
+    builder = Builder(parallel=1, arch="9.0", gpu_available=True, timeout_s=limit, log_cap_bytes=1 << 16,
+                      isolate_network=True, extra_env={}, versions={}, kept_bytes=0)
+    worker = None
+    try:
+        build = builder.claim(NEVER_ENDING_LAZY_BUILD).result()
+        assert build.ok, build.error  # the import itself builds nothing
+        assert "load_inline('kh_never_built'), made in forward" in build.note
+        assert f"limit of {limit:.0f} s ran out (eval.import_timeout_s)" in build.note
+        assert "a load_inline build made in forward, built ahead, failed" in build.note
+        assert "'kh_bad_flag'" in build.note
+        worker = WorkerProcess(device="cpu", gpu_index=None, log_cap_bytes=1 << 16, isolate_network=True)
+        load, _ = worker.request(p.Load(problem_source=PROBLEM, candidate_source=NEVER_ENDING_LAZY_BUILD,
+                                        weight_seed=1, extensions_dir=build.extensions_dir), timeout=600)
+        assert load.ok, load.error
+        a, b = torch.randn(1, 4096), torch.randn(1, 4096)
+        run, _ = worker.request(p.Run(args=[{"t": 0}, {"t": 1}]), [a, b], timeout=120)  # building would hang here
+        assert not run.ok and "'kh_never_built') was still building" in run.error
+        assert "eval.import_timeout_s" in run.error
+    finally:
+        if worker is not None:
+            worker.close()
+        builder.close()
