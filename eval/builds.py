@@ -58,7 +58,8 @@ def build_note(reply: protocol.PrepareReply, compile_only: bool, unfinished: lis
         parts.append(f"a load_inline build made in forward, built ahead, failed, so the candidate's call to it fails "
                      f"at once: {first_line(reply.lazy_failed)}")
     if reply.ok and unfinished:
-        parts.append(f"load_inline({', '.join(map(repr, unfinished))}), made in forward and so built ahead, was "
+        named = ", ".join(map(repr, unfinished[:5])) + (f" and {len(unfinished) - 5} more" if len(unfinished) > 5 else "")
+        parts.append(f"load_inline({named}), made in forward and so built ahead, was "
                      f"still building when the build's limit of {limit_s:.0f} s ran out (eval.import_timeout_s): the "
                      f"candidate's call to it fails at once")
     return "; ".join(parts)

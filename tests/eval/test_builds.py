@@ -16,7 +16,8 @@ from typing import Iterator
 
 import pytest
 
-from eval.builds import Build, Builder
+from eval import protocol
+from eval.builds import Build, Builder, build_note
 
 UNIT = 1000  # bytes each build writes
 
@@ -115,3 +116,17 @@ def test_past_the_bound_the_oldest_loaded_folders_go_before_those_waiting_for_th
     held.release()  # three idle, one fits: loaded ones go first ("fourth", then "new"), "ahead" stays
     assert list(builder.kept().values()) == [folders["ahead"]]
     assert builder.built == ["old", "ahead", "new", "fourth"]
+
+
+def test_the_build_note_names_what_the_verdict_should_know_and_bounds_what_the_candidate_wrote() -> None:
+    """A caught failure, a failed build made for a call in forward, and calls the limit cut off (names read from a
+    record candidate code wrote: at most five are named)."""
+    reply = protocol.PrepareReply(handled="Error building extension 'a'\nits log", lazy_failed="Error building 'b'\n")
+    note = build_note(reply, False, [f"c{i}" for i in range(7)], 180.0)
+    assert "the candidate caught the error, so it runs its own fallback" in note and "'a'" in note
+    assert "its log" not in note  # first lines only
+    assert "a load_inline build made in forward, built ahead, failed" in note and "Error building 'b'" in note
+    assert "load_inline('c0', 'c1', 'c2', 'c3', 'c4' and 2 more)" in note and "c5" not in note
+    assert "limit of 180 s ran out (eval.import_timeout_s)" in note
+    assert build_note(protocol.PrepareReply(), True, [], 180.0).startswith("compiled with nvcc (compile-only check)")
+    assert build_note(protocol.PrepareReply(ok=False, error="boom", lazy_failed="x"), False, ["c0"], 180.0) == ""
