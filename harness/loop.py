@@ -55,7 +55,7 @@ from agents import (
 from eval import BACKENDS, DEFAULT_BACKEND, EvalResult, Status, render_feedback
 from harness.progress import Display, RunStats
 from harness.response_cache import ResponseCache, request_key
-from harness.signals import stop_reason
+from harness.signals import deferred as deferred_signals, stop_reason
 from harness.store import Attempt, Outline, RunStore, StoreWriteError
 from problems import Problem
 
@@ -224,11 +224,15 @@ class RunLoop:
         pending = self._plan()
         self._display.start(self._stats)
         pool = ThreadPoolExecutor(max_workers=self.settings.max_concurrency, thread_name_prefix="kh-loop")
-        futures: list[Future[None]] = [pool.submit(self._trajectory, p, s) for p, s in pending]
+        futures: list[Future[None]] = []
         errors: list[str] = []
         abandoned = 0
         try:
             try:
+                # a stop signal while trajectories start (the first may already be asking the agent) is raised once
+                # every one is tracked, so it takes the path below, which lets the attempts in flight finish
+                with deferred_signals():
+                    futures = [pool.submit(self._trajectory, p, s) for p, s in pending]
                 _wait_all(futures)
             except KeyboardInterrupt as exc:
                 self._request_stop(stop_reason(exc))

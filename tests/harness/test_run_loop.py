@@ -7,8 +7,10 @@ one; the end-to-end tests in test_run_e2e.py use the real evaluator.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -202,4 +204,45 @@ def test_attempts_that_could_not_reach_the_agent_are_retried_by_a_resume(tmp_pat
     _, outcome, store = run_loop(tmp_path, again, ScriptedEvaluator(), problems=PROBLEMS[:3], max_concurrency=1)
     assert outcome.finished and again.calls == [("p1", 1, 1)]
     assert [a.problem_id for a in store.attempts()] == ["p0", "p1", "p2"]
+    store.close()
+
+
+def test_a_stop_signal_while_trajectories_start_lets_the_attempts_in_flight_finish(tmp_path: Path, monkeypatch) -> None:
+    """Ctrl-C just after the first trajectory asked the agent, while the loop still starts the others. CI caught this
+    on a loaded machine: the signal escaped the loop, the run quit at once, and the request already sent was lost (a
+    resume would ask it again). Now the loop stops as for any Ctrl-C: every attempt whose request was sent is
+    recorded, and the signal never escapes."""
+    asked = threading.Event()
+
+    class NotingAgent(ScriptedAgent):
+        def respond(self, messages: list[Message], **where: object) -> AgentResponse:
+            asked.set()
+            return super().respond(messages, **where)  # type: ignore[arg-type]
+
+    real_submit = ThreadPoolExecutor.submit
+    submitted: list[object] = []
+
+    def submit_then_signal(self: ThreadPoolExecutor, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        future = real_submit(self, fn, *args, **kwargs)
+        submitted.append(future)
+        if len(submitted) == 1:  # the signal lands while the loop is still starting trajectories
+            assert asked.wait(60), "the first trajectory never asked the agent"
+            signal.raise_signal(signal.SIGINT)
+        return future
+
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", submit_then_signal)
+    agent = NotingAgent(delay=0.3)
+    store = RunStore.open(tmp_path / "run", {"test": True})
+    store.begin_session()
+    loop = RunLoop(store=store, agent=agent, evaluator=ScriptedEvaluator(), problems=PROBLEMS[:2],
+                   prompts=PromptBuilder("triton", hardware=None),
+                   settings=LoopSettings(samples=2, turns=3, max_concurrency=2), display=QuietDisplay())
+    try:
+        outcome = loop.run()
+    except KeyboardInterrupt:
+        pytest.fail("the stop signal escaped the loop while it started its trajectories")
+    assert outcome.stop_reason == "interrupted" and outcome.abandoned == 0
+    recorded = {(a.problem_id, a.sample, a.turn) for a in store.attempts()}
+    assert recorded and recorded == set(agent.calls)  # every request sent is recorded, and no more were sent
+    assert len(recorded) < 12  # it stopped: 2 problems x 2 samples x 3 turns were planned
     store.close()
