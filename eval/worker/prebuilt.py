@@ -100,18 +100,22 @@ def read_record(folder: Path) -> dict[str, dict[str, Any]]:
 
 def _save(folder: Path, record: dict[str, dict[str, Any]], key: str, entry: dict[str, Any]) -> None:
     record[key] = entry
-    try:
-        (folder / RECORD).write_text(json.dumps(record, indent=1))
-    except OSError:
-        pass  # no record: the evaluating worker builds the call itself (slower, same verdict)
+    _write(folder, record)
 
 
 def _forget(folder: Path, record: dict[str, dict[str, Any]], key: str) -> None:
     record.pop(key, None)
+    _write(folder, record)
+
+
+def _write(folder: Path, record: dict[str, dict[str, Any]]) -> None:
+    """Replace the record whole (a build worker killed at its deadline, mid-write, leaves the last whole one)."""
+    partial = folder / f"{RECORD}.partial"
     try:
-        (folder / RECORD).write_text(json.dumps(record, indent=1))
+        partial.write_text(json.dumps(record, indent=1))
+        partial.replace(folder / RECORD)
     except OSError:
-        pass
+        pass  # no record: the evaluating worker builds the call itself (slower, same verdict)
 
 
 def _loads_ops(kwargs: dict[str, Any]) -> bool:
