@@ -231,6 +231,8 @@ def test_a_stop_signal_while_trajectories_start_lets_the_attempts_in_flight_fini
         return future
 
     monkeypatch.setattr(ThreadPoolExecutor, "submit", submit_then_signal)
+    # as in a terminal: a pytest-xdist worker runs with SIGINT ignored, which a run started in the background keeps
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     agent = NotingAgent(delay=0.3)
     store = RunStore.open(tmp_path / "run", {"test": True})
     store.begin_session()
@@ -241,6 +243,8 @@ def test_a_stop_signal_while_trajectories_start_lets_the_attempts_in_flight_fini
         outcome = loop.run()
     except KeyboardInterrupt:
         pytest.fail("the stop signal escaped the loop while it started its trajectories")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert outcome.stop_reason == "interrupted" and outcome.abandoned == 0
     recorded = {(a.problem_id, a.sample, a.turn) for a in store.attempts()}
     assert recorded and recorded == set(agent.calls)  # every request sent is recorded, and no more were sent
