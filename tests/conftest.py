@@ -10,6 +10,7 @@ machine name one group in `SHARED_GROUPS` and run one after another on one proce
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -100,3 +101,17 @@ def eval_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def base(tmp_path: Path, eval_cache: Path) -> list[str]:
     """Overrides for a `harness run` of the tiny problem (`tests.run_fixtures`), kept inside `tmp_path`."""
     return base_overrides(tmp_path, write_problem(tmp_path / "problems"), eval_cache)
+
+
+@pytest.fixture
+def stop_handlers() -> Iterator[None]:
+    """SIGINT raising `KeyboardInterrupt` (as from a terminal; a pytest-xdist worker ignores it) for a test in this
+    process, and every stop handler as it was afterwards."""
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {s: signal.getsignal(s) for s in stops}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)

@@ -207,7 +207,8 @@ def test_attempts_that_could_not_reach_the_agent_are_retried_by_a_resume(tmp_pat
     store.close()
 
 
-def test_a_stop_signal_while_trajectories_start_lets_the_attempts_in_flight_finish(tmp_path: Path, monkeypatch) -> None:
+def test_a_stop_signal_while_trajectories_start_lets_the_attempts_in_flight_finish(tmp_path: Path, monkeypatch,
+                                                                                  stop_handlers: None) -> None:
     """Ctrl-C just after the first trajectory asked the agent, while the loop still starts the others. CI caught this
     on a loaded machine: the signal escaped the loop, the run quit at once, and the request already sent was lost (a
     resume would ask it again). Now the loop stops as for any Ctrl-C: every attempt whose request was sent is
@@ -231,8 +232,6 @@ def test_a_stop_signal_while_trajectories_start_lets_the_attempts_in_flight_fini
         return future
 
     monkeypatch.setattr(ThreadPoolExecutor, "submit", submit_then_signal)
-    # as in a terminal: a pytest-xdist worker runs with SIGINT ignored, which a run started in the background keeps
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     agent = NotingAgent(delay=0.3)
     store = RunStore.open(tmp_path / "run", {"test": True})
     store.begin_session()
@@ -243,8 +242,6 @@ def test_a_stop_signal_while_trajectories_start_lets_the_attempts_in_flight_fini
         outcome = loop.run()
     except KeyboardInterrupt:
         pytest.fail("the stop signal escaped the loop while it started its trajectories")
-    finally:
-        signal.signal(signal.SIGINT, previous)
     assert outcome.stop_reason == "interrupted" and outcome.abandoned == 0
     recorded = {(a.problem_id, a.sample, a.turn) for a in store.attempts()}
     assert recorded and recorded == set(agent.calls)  # every request sent is recorded, and no more were sent

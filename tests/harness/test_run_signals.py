@@ -10,7 +10,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -184,19 +183,6 @@ def test_a_signal_while_the_interpreter_exits_ends_it_with_the_commands_code_and
 
 
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-@pytest.fixture
-def stop_handlers() -> Iterator[None]:
-    """SIGINT raising `KeyboardInterrupt` (as from a terminal) for a test in this process, and every stop handler
-    as it was afterwards."""
-    before = {s: signal.getsignal(s) for s in STOPS}
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        for s, handler in before.items():
-            signal.signal(s, handler)
 
 
 @pytest.mark.parametrize("sig, raised", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Interrupted)],
