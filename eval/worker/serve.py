@@ -65,9 +65,9 @@ def _tail(text: str, n: int = _TRACEBACK_CHARS) -> str:
     return text if len(text) <= n else "..." + text[-n:]
 
 
-def _first_error(failures: list[BaseException]) -> str:
-    """The first of `failures` as reply text, or "" if none."""
-    return _tail(str(failures[0]) or repr(failures[0])) if failures else ""
+def _error_text(exc: BaseException | None) -> str:
+    """A build failure as reply text ("" for none)."""
+    return "" if exc is None else _tail(str(exc) or repr(exc))
 
 
 def _is_cuda_error(exc: BaseException) -> bool:
@@ -249,8 +249,9 @@ class Worker:
             cpp_extension.load_inline = _load_inline
         fatal = next((f for f in failures if _caused_by(ended_by, f)), None)
         if fatal is not None:
-            return p.PrepareReply(ok=False, stage="build", error=_tail(str(fatal) or repr(fatal))), []
-        return p.PrepareReply(handled=_first_error(failures), lazy_failed=_first_error(lazy_failures)), []
+            return p.PrepareReply(ok=False, stage="build", error=_error_text(fatal)), []
+        return p.PrepareReply(handled=_error_text(next(iter(failures), None)),
+                              lazy_failed=_error_text(next(iter(lazy_failures), None))), []
 
     def cmd_run(self, msg: p.Run, tensors: list[torch.Tensor]) -> Handled:
         """One correctness trial on the given or drawn inputs, memory poisoned while it runs."""

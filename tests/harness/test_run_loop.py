@@ -233,13 +233,9 @@ def test_a_stop_signal_while_trajectories_start_lets_the_attempts_in_flight_fini
 
     monkeypatch.setattr(ThreadPoolExecutor, "submit", submit_then_signal)
     agent = NotingAgent(delay=0.3)
-    store = RunStore.open(tmp_path / "run", {"test": True})
-    store.begin_session()
-    loop = RunLoop(store=store, agent=agent, evaluator=ScriptedEvaluator(), problems=PROBLEMS[:2],
-                   prompts=PromptBuilder("triton", hardware=None),
-                   settings=LoopSettings(samples=2, turns=3, max_concurrency=2), display=QuietDisplay())
     try:
-        outcome = loop.run()
+        _, outcome, store = run_loop(tmp_path, agent, ScriptedEvaluator(), problems=PROBLEMS[:2], samples=2, turns=3,
+                                     max_concurrency=2)
     except KeyboardInterrupt:
         pytest.fail("the stop signal escaped the loop while it started its trajectories")
     assert outcome.stop_reason == "interrupted" and outcome.abandoned == 0
