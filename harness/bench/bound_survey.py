@@ -11,19 +11,15 @@ paired candidate-minus-reference gap. Every candidate is honest, so every doubt 
 
 from __future__ import annotations
 
-import statistics
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from eval import Evaluator
-from harness.bench.pools import bench_config, bench_device, environment
+from harness.bench.pools import bench_config, bench_device, bound_row, bound_summary, environment
 from harness.bench.serve_bench import CPU_N, GPU_N, batch
 from harness.corpus import candidates
 from harness.progress import Tally
-
-RETRIED_ALONE = "evaluated again alone"  # in the flag the evaluator adds to a result it judged again alone
-
 
 def run(n: int = 64, at_once: int = 8) -> dict[str, Any]:
     """Evaluate the batch `at_once` at a time; one row per candidate and the summary of the lot."""
@@ -36,9 +32,7 @@ def run(n: int = 64, at_once: int = 8) -> dict[str, Any]:
 
         def judge(source: str) -> dict[str, Any]:
             result = ev.evaluate(problem, source, "triton")
-            row = {"status": result.status.value, "reason": result.reason,
-                   "retried_alone": any(RETRIED_ALONE in f for f in result.flags),
-                   "speedup": result.speedup, **result.wall_bound}
+            row = {**bound_row(result), "speedup": result.speedup}
             print(f"{tally.step()} {row['status']}{' (retried alone)' if row['retried_alone'] else ''}",
                   flush=True)
             return row
@@ -46,27 +40,7 @@ def run(n: int = 64, at_once: int = 8) -> dict[str, Any]:
         with ThreadPoolExecutor(at_once, thread_name_prefix="kh-survey") as runners:
             rows = list(runners.map(judge, sources))
     return {"environment": environment(), "problem": problem.id, "candidates": n, "at_once": at_once,
-            "rows": rows, "summary": summarise(rows)}
-
-
-def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Counts of the doubts, and the spread of the figures the bound judged (where it ran: on a GPU)."""
-    ratios = [r["unexplained_us"] / r["limit_us"] for r in rows if r.get("limit_us")]
-    gaps = [r["paired_gap_median_us"] for r in rows if "paired_gap_median_us" in r]
-    return {"correct": sum(r["status"] == "correct" for r in rows),
-            "rejected": [r["reason"] for r in rows if r["status"] != "correct"],
-            "retried_alone": sum(r["retried_alone"] for r in rows),
-            "second_looks": sum(bool(r.get("second_look")) for r in rows),
-            "unexplained_over_limit": _spread(ratios), "paired_gap_median_us": _spread(gaps)}
-
-
-def _spread(values: list[float]) -> dict[str, float] | None:
-    """10th, 50th and 90th percentiles and the largest, or None with nothing to spread."""
-    if len(values) < 2:
-        return None
-    p10, *_, p90 = statistics.quantiles(values, n=10, method="inclusive")
-    return {"p10": round(p10, 3), "p50": round(statistics.median(values), 3), "p90": round(p90, 3),
-            "max": round(max(values), 3)}
+            "rows": rows, "summary": bound_summary(rows)}
 
 
 def print_table(report: dict[str, Any]) -> None:

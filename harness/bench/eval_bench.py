@@ -174,6 +174,14 @@ def _ref_share(o: Options) -> dict[str, Any]:
     return ref_share.run(6 * o.copies)
 
 
+def _loop_overhead(o: Options) -> dict[str, Any]:
+    from harness.bench import loop_overhead
+
+    report = loop_overhead.run(rounds=o.rounds)
+    loop_overhead.print_table(report)
+    return report
+
+
 def _bound_survey(o: Options) -> dict[str, Any]:
     from harness.bench import bound_survey
 
@@ -201,6 +209,7 @@ PARTS: dict[str, Part] = {
     "requests": Part("requests", _requests, None),
     "stopwatch": Part("stopwatch", _stopwatch, None),
     "bound-survey": Part("bound_survey", _bound_survey, None),
+    "loop-overhead": Part("loop_overhead", _loop_overhead, "the native timing loop runs only there"),
 }
 
 

@@ -156,6 +156,37 @@ def summary(name: str, batch: list[BenchJob], statuses: list[str], wall: float,
             "phase_medians": phase_medians(phases)}
 
 
+RETRIED_ALONE = "evaluated again alone"  # in the flag the evaluator adds to a result it judged again alone
+
+
+def bound_row(result: EvalResult) -> dict[str, Any]:
+    """What the wall bound judged of one result: its verdict, whether it was judged again alone, its figures."""
+    return {"status": result.status.value, "reason": result.reason,
+            "retried_alone": any(RETRIED_ALONE in f for f in result.flags), **result.wall_bound}
+
+
+def bound_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Counts of the wall bound's doubts over `bound_row`s, and the spread of the figures it judged (where it ran: on
+    a GPU), the clean reference process's loop overhead included."""
+    ratios = [r["unexplained_us"] / r["limit_us"] for r in rows if r.get("limit_us")]
+    gaps = [r["paired_gap_median_us"] for r in rows if "paired_gap_median_us" in r]
+    return {"correct": sum(r["status"] == "correct" for r in rows),
+            "rejected": [r["reason"] for r in rows if r["status"] != "correct"],
+            "retried_alone": sum(r["retried_alone"] for r in rows),
+            "second_looks": sum(bool(r.get("second_look")) for r in rows),
+            "unexplained_over_limit": _spread(ratios), "paired_gap_median_us": _spread(gaps),
+            "reference_overhead_us": _spread([r["reference_overhead_us"] for r in rows if "reference_overhead_us" in r])}
+
+
+def _spread(values: list[float]) -> dict[str, float] | None:
+    """10th, 50th and 90th percentiles and the largest, or None with nothing to spread."""
+    if len(values) < 2:
+        return None
+    p10, *_, p90 = statistics.quantiles(values, n=10, method="inclusive")
+    return {"p10": round(p10, 3), "p50": round(statistics.median(values), 3), "p90": round(p90, 3),
+            "max": round(max(values), 3)}
+
+
 def results_summary(name: str, batch: list[BenchJob], results: list[EvalResult], wall: float,
                      busy: float | None) -> dict[str, Any]:
     row = summary(name, batch, [r.status.value for r in results], wall, [r.phase_seconds for r in results], busy,
@@ -163,6 +194,7 @@ def results_summary(name: str, batch: list[BenchJob], results: list[EvalResult],
     row["unexpected_reasons"] = {j.label: r.reason[:300] for j, r in zip(batch, results) if r.status.value != j.expected}
     shared = [r.reference_shared_with for r in results]
     row["reference_shared_with"] = {size: shared.count(size) for size in sorted(set(shared))}  # size -> results
+    row["wall_bound"] = bound_summary([bound_row(r) for r in results])
     return row
 
 
