@@ -2,10 +2,11 @@
 // kh_spin keeps the GPU busy so the host enqueues a timed call before the GPU reaches it;
 // kh_capture_partial / kh_capture_final compute the capture of eval/_capture.py (the
 // specification) in float64, in a fixed order: a fixed grid of per-block partials, reduced by
-// one thread per quantity in block order. No atomics, so the result is deterministic.
+// one block in a fixed tree. No atomics, so the result is deterministic.
 
 #define KH_MAX_DIMS 8
 #define KH_THREADS 256
+#define KH_UNROLL 8
 #define KH_QUANTITIES 14  // 8 projections, sum_abs, sum_sq, nan, +inf, -inf, nonfinite_proj
 
 // Must match struct kh_leaf in timed_loop.c field for field.
@@ -115,20 +116,34 @@ extern "C" __global__ void kh_capture_partial(kh_leaf L, double* partials, doubl
     double acc[KH_QUANTITIES];
 #pragma unroll
     for (int q = 0; q < KH_QUANTITIES; ++q) acc[q] = 0.0;
-    for (long long i = tid; i < L.n; i += stride) {
-        double x = kh_load(L, i);
-        unsigned long long h = kh_splitmix64(L.key_rl ^ (unsigned long long)i);
-        if (x == x && x != inf && x != -inf) {
+    // KH_UNROLL loads in flight per thread before any is used: one at a time left the kernel bound by memory
+    // latency (about 140 us a repetition for 16M fp32 elements on an H200). Each thread still takes its
+    // elements tid, tid + stride, ... in that order, so every partial sum is what one load at a time gave.
+    for (long long base = tid; base < L.n; base += KH_UNROLL * stride) {
+        double xs[KH_UNROLL];
 #pragma unroll
-            for (int k = 0; k < 8; ++k) acc[k] += ((h >> k) & 1ULL) ? -x : x;
-            acc[8] += x < 0 ? -x : x;
-            acc[9] += x * x;
-        } else {
-            double code;
-            if (x != x) { acc[10] += 1.0; code = 1.0; }
-            else if (x > 0) { acc[11] += 1.0; code = 2.0; }
-            else { acc[12] += 1.0; code = 3.0; }
-            acc[13] += (h & 1ULL) ? -code : code;
+        for (int u = 0; u < KH_UNROLL; ++u) {
+            const long long i = base + u * stride;
+            xs[u] = i < L.n ? kh_load(L, i) : 0.0;
+        }
+#pragma unroll
+        for (int u = 0; u < KH_UNROLL; ++u) {
+            const long long i = base + u * stride;
+            if (i >= L.n) break;
+            const double x = xs[u];
+            unsigned long long h = kh_splitmix64(L.key_rl ^ (unsigned long long)i);
+            if (x == x && x != inf && x != -inf) {
+#pragma unroll
+                for (int k = 0; k < 8; ++k) acc[k] += ((h >> k) & 1ULL) ? -x : x;
+                acc[8] += x < 0 ? -x : x;
+                acc[9] += x * x;
+            } else {
+                double code;
+                if (x != x) { acc[10] += 1.0; code = 1.0; }
+                else if (x > 0) { acc[11] += 1.0; code = 2.0; }
+                else { acc[12] += 1.0; code = 3.0; }
+                acc[13] += (h & 1ULL) ? -code : code;
+            }
         }
     }
 
@@ -145,17 +160,33 @@ extern "C" __global__ void kh_capture_partial(kh_leaf L, double* partials, doubl
     }
 }
 
-// One block of 16 threads: thread q < 14 sums quantity q over the blocks in order; then n and
-// the reserved slot. out points at the capture's extra values (after the samples).
+// One block of KH_THREADS threads. Thread t sums blocks t, t + KH_THREADS, ... of every quantity, in that order;
+// then each quantity is reduced over the threads by the same fixed tree as kh_capture_partial, so the result is
+// deterministic. (One thread per quantity summing all blocks in order made 2048 dependent loads in a row: about
+// 260 us a repetition on an H200, more than the flush and the lead together.) Then n and the reserved slot.
+// out points at the capture's extra values (after the samples).
 extern "C" __global__ void kh_capture_final(const double* partials, int blocks, double* out, long long n) {
-    int q = threadIdx.x;
-    if (q < KH_QUANTITIES) {
-        double s = 0.0;
-        for (int b = 0; b < blocks; ++b) s += partials[b * KH_QUANTITIES + q];
-        out[q] = s;
-    } else if (q == KH_QUANTITIES) {
-        out[q] = (double)n;
-    } else if (q == KH_QUANTITIES + 1) {
-        out[q] = 0.0;
+    __shared__ double red[KH_THREADS];
+    double acc[KH_QUANTITIES];
+#pragma unroll
+    for (int q = 0; q < KH_QUANTITIES; ++q) acc[q] = 0.0;
+    for (int b = threadIdx.x; b < blocks; b += KH_THREADS) {
+#pragma unroll
+        for (int q = 0; q < KH_QUANTITIES; ++q) acc[q] += partials[b * KH_QUANTITIES + q];
+    }
+#pragma unroll
+    for (int q = 0; q < KH_QUANTITIES; ++q) {
+        red[threadIdx.x] = acc[q];
+        __syncthreads();
+        for (int half = KH_THREADS / 2; half > 0; half >>= 1) {
+            if (threadIdx.x < half) red[threadIdx.x] += red[threadIdx.x + half];
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) out[q] = red[0];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        out[KH_QUANTITIES] = (double)n;
+        out[KH_QUANTITIES + 1] = 0.0;
     }
 }

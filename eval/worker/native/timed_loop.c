@@ -46,7 +46,6 @@ typedef union { /* CUstreamAttrValue == CUlaunchAttributeValue: 64 bytes since C
 #define KH_QUANTITIES 14
 #define KH_BLOCKS 2048  /* capture blocks: 16 per SM of an H100, so its loads hide memory latency */
 #define KH_THREADS 256
-#define KH_FINAL_THREADS 16
 #define KH_GOLDEN 0x9E3779B97F4A7C15ULL
 #define KH_MIX1 0xBF58476D1CE4E5B9ULL
 #define KH_MIX2 0x94D049BB133111EBULL
@@ -425,7 +424,7 @@ static int launch_capture(Loop *self, kh_leaf *leaf, long long rep, int index, C
     void *partial_args[] = {leaf, &self->partials, &row};
     void *final_args[] = {&self->partials, &blocks, &extra, &leaf->n};
     CU(LaunchKernel, (self->partial, KH_BLOCKS, 1, 1, KH_THREADS, 1, 1, 0, self->stream, partial_args, NULL));
-    CU(LaunchKernel, (self->final, 1, 1, 1, KH_FINAL_THREADS, 1, 1, 0, self->stream, final_args, NULL));
+    CU(LaunchKernel, (self->final, 1, 1, 1, KH_THREADS, 1, 1, 0, self->stream, final_args, NULL));
     return 0;
 fail:
     return -1;
