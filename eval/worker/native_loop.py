@@ -24,9 +24,11 @@ from eval.worker.timing import CAPTURE_SAMPLES, BlockResult, Copies, check_copie
 
 
 class NativeLoop:
-    """The timed loop of one CUDA device. Build it in trusted code, before any candidate import."""
+    """The timed loop of one CUDA device. Build it in trusted code, before any candidate import. `cubin` holds its
+    kernels (default: capture.cu as shipped, compiled once per machine); benches pass variants."""
 
-    def __init__(self, device: torch.device, key: int, samples: int = CAPTURE_SAMPLES, lead_us: float = 200.0):
+    def __init__(self, device: torch.device, key: int, samples: int = CAPTURE_SAMPLES, lead_us: float = 200.0,
+                 cubin: bytes | None = None):
         device = torch.device(device)
         if device.type != "cuda":
             raise ValueError(f"NativeLoop needs a CUDA device, not {device}")
@@ -43,7 +45,7 @@ class NativeLoop:
         base = torch._C.TensorBase
         self.samples = samples
         self._loop = module.Loop(
-            cubin=kernels.cached_cubin(f"sm_{props.major}{props.minor}"),
+            cubin=cubin or kernels.cached_cubin(f"sm_{props.major}{props.minor}"),
             key=key, samples=samples, flush_bytes=max(2 * l2, 8 << 20), device_index=index, device=device,
             get_stream=torch._C._cuda_getCurrentRawStream, tensor_type=torch.Tensor,
             data_ptr=base.data_ptr, size=base.size, stride=base.stride,

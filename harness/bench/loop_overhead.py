@@ -5,8 +5,10 @@ per-repetition overhead beyond it, so the larger that overhead, the more noise t
 native loop (`eval.worker.native_loop`) times blocks of one elementwise call over `elements` fp32 elements in this
 process, once per variant with parts of the repetition turned off, alternating variants over `rounds` rounds:
 per variant the median over rounds of (block wall time - sum of its events) / repetitions, and the same with the
-worker's fresh-input draw (`problems.runtime.draw_inputs`, as `TimeBlock.seeds` asks) inside the wall time. A
-diagnostic of the loop, never a way to evaluate.
+worker's fresh-input draw (`problems.runtime.draw_inputs`, as `TimeBlock.seeds` asks) inside the wall time. The
+whole repetition is also timed with the capture kernels built as in `KERNEL_VARIANTS` (a second loop, alternating
+with the first), so a change to capture.cu is measured side by side. A diagnostic of the loop, never a way to
+evaluate.
 """
 
 from __future__ import annotations
@@ -26,15 +28,24 @@ VARIANTS: dict[str, dict[str, bool]] = {  # name -> the loop's switches
     "call alone": dict(flush=False, lead=False, capture=False, copies=False),
 }
 
+KERNEL_VARIANTS: dict[str, dict[str, int]] = {  # row name -> capture.cu macros
+    "whole repetition, capture one load at a time per thread": {"KH_UNROLL": 1},
+}
+
 
 def run(elements: int = 1 << 24, reps: int = 16, rounds: int = 5) -> dict[str, Any]:
     """One row per variant (and the draw): median excess per repetition in us over `rounds` rounds."""
+    from eval.worker.native import kernels
     from eval.worker.native_loop import NativeLoop
     from harness.corpus import candidates
     from problems.runtime import draw_inputs, load_source
 
     device = torch.device("cuda", 0)
     loop = NativeLoop(device, key=0x5EED)
+    props = torch.cuda.get_device_properties(device)
+    arch = f"sm_{props.major}{props.minor}"
+    variants = {name: NativeLoop(device, key=0x5EED, cubin=kernels.compile_cubin(arch, defines=defines))
+                for name, defines in KERNEL_VARIANTS.items()}
     problem = load_source(candidates.problem_source(elements), "loop_overhead_problem")
     sources = [x for x in draw_inputs(problem, 1, device) if isinstance(x, torch.Tensor)]
     buffers = [s.clone() for s in sources]
@@ -42,23 +53,26 @@ def run(elements: int = 1 << 24, reps: int = 16, rounds: int = 5) -> dict[str, A
     def forward(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return torch.relu(x + y) * 1.5
 
-    def block(switches: dict[str, bool], draw: bool) -> float:
+    def block(switches: dict[str, bool], draw: bool, timer: NativeLoop = loop) -> float:
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         drawn = [[x for x in draw_inputs(problem, 100 + i, device) if isinstance(x, torch.Tensor)]
                  for i in range(reps)] if draw else [sources] * reps
         copies = [list(zip(buffers, d)) for d in drawn] if switches["copies"] else None
-        result = loop.block(forward, buffers, reps, first_rep=0, flush=switches["flush"], lead=switches["lead"],
+        result = timer.block(forward, buffers, reps, first_rep=0, flush=switches["flush"], lead=switches["lead"],
                             capture=switches["capture"], copies=copies)
         wall_ms = (time.perf_counter() - t0) * 1000.0
         return (wall_ms - sum(result.times_ms)) / reps * 1000.0
 
-    rows: dict[str, list[float]] = {name: [] for name in [*VARIANTS, "whole repetition + fresh draws"]}
+    rows: dict[str, list[float]] = {name: [] for name in [*VARIANTS, "whole repetition + fresh draws", *variants]}
     for _ in range(rounds):
         for name, switches in VARIANTS.items():
             block(switches, draw=False)  # warm
             rows[name].append(block(switches, draw=False))
         rows["whole repetition + fresh draws"].append(block(VARIANTS["whole repetition"], draw=True))
+        for name, timer in variants.items():
+            block(VARIANTS["whole repetition"], draw=False, timer=timer)  # warm
+            rows[name].append(block(VARIANTS["whole repetition"], draw=False, timer=timer))
     table = {name: {"median_us": round(statistics.median(v), 1), "min_us": round(min(v), 1),
                     "max_us": round(max(v), 1)} for name, v in rows.items()}
     return {"elements": elements, "reps": reps, "rounds": rounds, "loop": loop.info(), "excess_per_rep": table}
@@ -68,4 +82,4 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"loop overhead: {report['elements']} elements, blocks of {report['reps']}, {report['rounds']} rounds; "
           f"{report['loop']}")
     for name, row in report["excess_per_rep"].items():
-        print(f"  {name:34s} median {row['median_us']:9.1f} us/rep  (min {row['min_us']}, max {row['max_us']})")
+        print(f"  {name:58s} median {row['median_us']:9.1f} us/rep  (min {row['min_us']}, max {row['max_us']})")

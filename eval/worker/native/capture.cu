@@ -6,7 +6,9 @@
 
 #define KH_MAX_DIMS 8
 #define KH_THREADS 256
+#ifndef KH_UNROLL  // loads in flight per thread in kh_capture_partial
 #define KH_UNROLL 8
+#endif
 #define KH_QUANTITIES 14  // 8 projections, sum_abs, sum_sq, nan, +inf, -inf, nonfinite_proj
 
 // Must match struct kh_leaf in timed_loop.c field for field.

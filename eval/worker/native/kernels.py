@@ -29,8 +29,9 @@ def _nvrtc_library() -> ctypes.CDLL:
         return ctypes.CDLL(str(found[0]))
 
 
-def compile_cubin(arch: str, nvrtc: ctypes.CDLL | None = None) -> bytes:
-    """The cubin of capture.cu for `arch` (e.g. "sm_90"); RuntimeError with NVRTC's log on failure."""
+def compile_cubin(arch: str, nvrtc: ctypes.CDLL | None = None, defines: dict[str, int] | None = None) -> bytes:
+    """The cubin of capture.cu for `arch` (e.g. "sm_90"), with `defines` overriding its tunable macros (benches
+    compare variants this way); RuntimeError with NVRTC's log on failure."""
     nvrtc = nvrtc or _nvrtc_library()
 
     def check(result: int, call: str) -> None:
@@ -42,7 +43,8 @@ def compile_cubin(arch: str, nvrtc: ctypes.CDLL | None = None) -> bytes:
     check(nvrtc.nvrtcCreateProgram(ctypes.byref(prog), SOURCE.read_bytes(), b"capture.cu", 0, None, None),
           "nvrtcCreateProgram")
     try:
-        opts = [f"--gpu-architecture={arch}".encode(), b"-default-device"]
+        opts = [f"--gpu-architecture={arch}".encode(), b"-default-device",
+                *(f"-D{name}={value}".encode() for name, value in (defines or {}).items())]
         result = nvrtc.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
         if result != 0:
             size = ctypes.c_size_t()
