@@ -21,6 +21,7 @@ from harness.bench.serve_bench import CPU_N, GPU_N, batch
 from harness.corpus import candidates
 from harness.progress import Tally
 
+
 def run(n: int = 64, at_once: int = 8) -> dict[str, Any]:
     """Evaluate the batch `at_once` at a time; one row per candidate and the summary of the lot."""
     elements = GPU_N if bench_device() == "cuda" else CPU_N

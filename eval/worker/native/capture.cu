@@ -118,9 +118,10 @@ extern "C" __global__ void kh_capture_partial(kh_leaf L, double* partials, doubl
     double acc[KH_QUANTITIES];
 #pragma unroll
     for (int q = 0; q < KH_QUANTITIES; ++q) acc[q] = 0.0;
-    // KH_UNROLL loads in flight per thread before any is used: one at a time left the kernel bound by memory
-    // latency (about 140 us a repetition for 16M fp32 elements on an H200). Each thread still takes its
-    // elements tid, tid + stride, ... in that order, so every partial sum is what one load at a time gave.
+    // KH_UNROLL loads issued per thread before any is used, so that memory latency is not paid once per element.
+    // Whether 8 beats 1 is not settled: `harness bench eval --part loop-overhead` times both side by side. Each
+    // thread still takes its elements tid, tid + stride, ... in that order, so every partial sum is the same
+    // whatever KH_UNROLL is.
     for (long long base = tid; base < L.n; base += KH_UNROLL * stride) {
         double xs[KH_UNROLL];
 #pragma unroll
