@@ -218,11 +218,31 @@ def environment() -> dict[str, Any]:
     import triton
 
     env: dict[str, Any] = {"torch": torch.__version__, "triton": triton.__version__, "cpu_cores": os.cpu_count(),
-                           "date": time.strftime("%Y-%m-%d")}
+                           "date": time.strftime("%Y-%m-%d"), "numa_nodes": numa_nodes()}
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         env.update(device=props.name, gpus=torch.cuda.device_count(), sm_count=props.multi_processor_count,
-                   cuda=torch.version.cuda)
+                   cuda=torch.version.cuda, gpu_numa_nodes=[gpu_numa_node(i) for i in range(torch.cuda.device_count())])
     else:
         env["device"] = "cpu (Triton interpreter)"
     return env
+
+
+def numa_nodes(root: Path = Path("/sys/devices/system/node")) -> dict[str, str]:
+    """Each NUMA node's CPU list (node name -> "0-15,32-47"): where the timing cores sit against each GPU's node
+    bears on the wall bound's figures, so every bench records it."""
+    return {node.name: (node / "cpulist").read_text().strip()
+            for node in sorted(root.glob("node[0-9]*")) if (node / "cpulist").is_file()}
+
+
+def gpu_numa_node(index: int) -> int | None:
+    """The NUMA node of GPU `index`'s PCI device (None where the system does not say)."""
+    props = torch.cuda.get_device_properties(index)
+    if not hasattr(props, "pci_bus_id"):
+        return None
+    bus = f"{getattr(props, 'pci_domain_id', 0):04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+    try:
+        node = int(Path(f"/sys/bus/pci/devices/{bus}/numa_node").read_text())
+    except (OSError, ValueError):
+        return None
+    return node if node >= 0 else None
