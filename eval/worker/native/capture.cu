@@ -6,8 +6,8 @@
 
 #define KH_MAX_DIMS 8
 #define KH_THREADS 256
-#ifndef KH_UNROLL  // loads in flight per thread in kh_capture_partial
-#define KH_UNROLL 8
+#ifndef KH_UNROLL  // loads issued per thread before any is used, in kh_capture_partial
+#define KH_UNROLL 1
 #endif
 #define KH_QUANTITIES 14  // 8 projections, sum_abs, sum_sq, nan, +inf, -inf, nonfinite_proj
 
@@ -118,10 +118,10 @@ extern "C" __global__ void kh_capture_partial(kh_leaf L, double* partials, doubl
     double acc[KH_QUANTITIES];
 #pragma unroll
     for (int q = 0; q < KH_QUANTITIES; ++q) acc[q] = 0.0;
-    // KH_UNROLL loads issued per thread before any is used, so that memory latency is not paid once per element.
-    // Whether 8 beats 1 is not settled: `harness bench eval --part loop-overhead` times both side by side. Each
-    // thread still takes its elements tid, tid + stride, ... in that order, so every partial sum is the same
-    // whatever KH_UNROLL is.
+    // KH_UNROLL > 1 issues that many loads per thread before using any. At 8 it took 92 registers against 64,
+    // which halves the blocks an SM holds, and the capture measured 230 us a repetition (16M fp32, an H200) against
+    // 143 us at 1 on another H200 host; `harness bench eval --part loop-overhead` times both side by side. Each
+    // thread takes its elements tid, tid + stride, ... in that order whatever KH_UNROLL is, so the sums are too.
     for (long long base = tid; base < L.n; base += KH_UNROLL * stride) {
         double xs[KH_UNROLL];
 #pragma unroll
