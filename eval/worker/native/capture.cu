@@ -96,6 +96,22 @@ extern "C" __global__ void kh_spin(unsigned long long ns) {
     } while (now - start < ns);
 }
 
+// Each quantity q of the block's threads' acc[q], summed in a fixed tree (so the result is deterministic); thread 0
+// writes it to dst[q]. Every thread of a block of KH_THREADS must call it; red is the block's shared scratch.
+__device__ __forceinline__ void kh_block_sums(const double (&acc)[KH_QUANTITIES], double* red, double* dst) {
+#pragma unroll
+    for (int q = 0; q < KH_QUANTITIES; ++q) {
+        red[threadIdx.x] = acc[q];
+        __syncthreads();
+        for (int half = KH_THREADS / 2; half > 0; half >>= 1) {
+            if (threadIdx.x < half) red[threadIdx.x] += red[threadIdx.x + half];
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) dst[q] = red[0];
+        __syncthreads();
+    }
+}
+
 // Grid: a fixed number of blocks of KH_THREADS. Writes the samples to out[0, samples) and
 // block b's partial sums to partials[b * KH_QUANTITIES + q].
 extern "C" __global__ void kh_capture_partial(kh_leaf L, double* partials, double* out) {
@@ -150,21 +166,11 @@ extern "C" __global__ void kh_capture_partial(kh_leaf L, double* partials, doubl
         }
     }
 
-#pragma unroll
-    for (int q = 0; q < KH_QUANTITIES; ++q) {
-        red[threadIdx.x] = acc[q];
-        __syncthreads();
-        for (int half = KH_THREADS / 2; half > 0; half >>= 1) {
-            if (threadIdx.x < half) red[threadIdx.x] += red[threadIdx.x + half];
-            __syncthreads();
-        }
-        if (threadIdx.x == 0) partials[blockIdx.x * KH_QUANTITIES + q] = red[0];
-        __syncthreads();
-    }
+    kh_block_sums(acc, red, partials + blockIdx.x * KH_QUANTITIES);
 }
 
 // One block of KH_THREADS threads. Thread t sums blocks t, t + KH_THREADS, ... of every quantity, in that order;
-// then each quantity is reduced over the threads by the same fixed tree as kh_capture_partial, so the result is
+// then each quantity is reduced over the threads by kh_block_sums, as in kh_capture_partial, so the result is
 // deterministic. (One thread per quantity summing all blocks in order made 2048 dependent loads in a row: about
 // 260 us a repetition on an H200, more than the flush and the lead together.) Then n and the reserved slot.
 // out points at the capture's extra values (after the samples).
@@ -177,17 +183,7 @@ extern "C" __global__ void kh_capture_final(const double* partials, int blocks, 
 #pragma unroll
         for (int q = 0; q < KH_QUANTITIES; ++q) acc[q] += partials[b * KH_QUANTITIES + q];
     }
-#pragma unroll
-    for (int q = 0; q < KH_QUANTITIES; ++q) {
-        red[threadIdx.x] = acc[q];
-        __syncthreads();
-        for (int half = KH_THREADS / 2; half > 0; half >>= 1) {
-            if (threadIdx.x < half) red[threadIdx.x] += red[threadIdx.x + half];
-            __syncthreads();
-        }
-        if (threadIdx.x == 0) out[q] = red[0];
-        __syncthreads();
-    }
+    kh_block_sums(acc, red, out);
     if (threadIdx.x == 0) {
         out[KH_QUANTITIES] = (double)n;
         out[KH_QUANTITIES + 1] = 0.0;
