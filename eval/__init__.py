@@ -51,6 +51,8 @@ _EXPORTS = {
     "Channel": "eval.wire",
     "new_region_fd": "eval.wire",
     "lightened": "eval.worker.light_build",
+    "compile_cubin": "eval.worker.native.kernels",
+    "NativeLoop": "eval.worker.native_loop",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -36,6 +36,8 @@ BENCH_TESTS: dict[str, set[str]] = {
     "tests.harness.test_bench_bound_survey": {"harness.bench.bound_survey"},
     "tests.harness.test_bench_kernelbench": {"harness.bench.kernelbench_side_by_side"},
     "tests.harness.test_bench_corpus": {"harness.bench.corpus_audit"},
+    "tests.harness.test_bench_loop_overhead": {"harness.bench.loop_overhead"},
+    "tests.harness.test_bench_pools": {"harness.bench.pools"},
 }
 
 

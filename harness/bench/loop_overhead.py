@@ -35,16 +35,15 @@ KERNEL_VARIANTS: dict[str, dict[str, int]] = {  # row name -> capture.cu macros
 
 def run(elements: int = 1 << 24, reps: int = 16, rounds: int = 5) -> dict[str, Any]:
     """One row per variant (and the draw): median excess per repetition in us over `rounds` rounds."""
-    from eval.worker.native import kernels
-    from eval.worker.native_loop import NativeLoop
+    from eval import NativeLoop, compile_cubin
     from harness.corpus import candidates
-    from problems.runtime import draw_inputs, load_source
+    from problems import draw_inputs, load_source
 
     device = torch.device("cuda", 0)
     loop = NativeLoop(device, key=0x5EED)
     props = torch.cuda.get_device_properties(device)
     arch = f"sm_{props.major}{props.minor}"
-    variants = {name: NativeLoop(device, key=0x5EED, cubin=kernels.compile_cubin(arch, defines=defines))
+    variants = {name: NativeLoop(device, key=0x5EED, cubin=compile_cubin(arch, defines=defines))
                 for name, defines in KERNEL_VARIANTS.items()}
     problem = load_source(candidates.problem_source(elements), "loop_overhead_problem")
     sources = [x for x in draw_inputs(problem, 1, device) if isinstance(x, torch.Tensor)]
