@@ -10,11 +10,11 @@ traceback the agent can act on, instead of being silently glued together.
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
 
 from agents.base import AgentError
+from problems import parse_python
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*)$")
 _MODELNEW = re.compile(r"^(?:class[ \t]+ModelNew\b|ModelNew[ \t]*=(?!=))", re.MULTILINE)
@@ -98,7 +98,7 @@ def _strip_indent(line: str, indent: int) -> str:
 
 def _parses(source: str) -> bool:
     try:
-        ast.parse(source)
+        parse_python(source)
     except (SyntaxError, ValueError):
         return False
     return True

@@ -26,6 +26,7 @@ from typing import Any, Mapping, Sequence
 from agents.base import Message
 from agents._hardware import hardware_facts
 from eval import BACKENDS, DEFAULT_BACKEND
+from problems import parse_python
 
 PROMPTS_DIR = Path(__file__).parent / "prompts"
 EXAMPLES_DIR = PROMPTS_DIR / "examples"
@@ -83,7 +84,7 @@ def visible_source(source: str) -> str:
     """The problem source as the agent sees it: without `META` and `get_extra_inputs` (and the
     comment lines right above them), since extra input shapes are checked but never shown."""
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except SyntaxError as exc:
         raise PromptError(f"problem source does not parse (line {exc.lineno}: {exc.msg})") from None
     lines = source.splitlines()

@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 
 from eval.result import Status
+from problems import parse_python
 
 _LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")  # between __global__ and the name
 _CUDA_KERNEL = re.compile(r"__global__\s+(?:[\w:<>,\s\*&]+?\s+)?\**\s*(\w+)\s*\(")
@@ -207,7 +208,7 @@ def analyze(source: str) -> SourceReport:
                          f"limit of {MAX_SOURCE_BYTES >> 20} MiB (eval/static_checks.py: MAX_SOURCE_BYTES)")
         return report
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except SyntaxError as exc:
         report.status = Status.COMPILE_ERROR
         report.reason = f"syntax error at line {exc.lineno}: {exc.msg}"

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from problems.syntax import literal_value, parse_python
+
 REQUIRED_NAMES = ("Model", "get_inputs", "get_init_inputs")
 
 
@@ -73,7 +75,7 @@ def _literal_meta(tree: ast.Module, origin: str) -> dict[str, Any]:
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "META" for t in node.targets):
             try:
-                meta = ast.literal_eval(node.value)
+                meta = literal_value(node.value)
             except ValueError as exc:
                 raise ProblemError(f"{origin}: META must be a literal dict ({exc})") from None
             if not isinstance(meta, dict):
@@ -93,7 +95,7 @@ def problem_from_source(
     """Parse and validate a KernelBench-format source; raise `ProblemError` naming what is missing."""
     origin = path or f"<problem {name}>"
     try:
-        tree = ast.parse(source, filename=origin)
+        tree = parse_python(source, origin)
     except SyntaxError as exc:
         where = f"syntax error at line {exc.lineno}" if exc.lineno else "not Python source"  # no line: NUL bytes
         raise ProblemError(f"{origin}: {where}: {exc.msg}") from None

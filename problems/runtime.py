@@ -28,6 +28,7 @@ from typing import Any, Iterator
 import torch
 
 from problems.problem import Problem, ProblemError
+from problems.syntax import parse_python
 
 _counter = itertools.count()
 _rng_lock = threading.RLock()
@@ -58,7 +59,7 @@ def load_source(source: str, label: str, overrides: dict[str, Any] | None = None
 def input_only_constants(source: str) -> list[str]:
     """Module-level names that get_inputs() reads and nothing else in the problem does (a batch size, a sequence
     length): changing one changes the inputs, never the model, so the model built once runs on both workloads."""
-    tree = ast.parse(source)
+    tree = parse_python(source)
     reads: dict[str, set[str]] = {}
     assigned: set[str] = set()
     for node in tree.body:

@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from problems import compile_expression, parse_python
+
 _UNKNOWABLE = (ast.Call, ast.Lambda, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom, ast.ListComp, ast.SetComp,
                ast.DictComp, ast.GeneratorExp, ast.Starred)
 
@@ -42,7 +44,7 @@ class LazyCall:
 def lazy_calls(source: str) -> list[LazyCall]:
     """The `load_inline(...)` calls inside functions of `source` whose arguments can be told before they run."""
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except SyntaxError:
         return []
     found: dict[str, list[LazyCall | None]] = {}  # call -> as seen from each function that holds it
@@ -142,4 +144,4 @@ def _knowable(call: ast.Call, constants: dict[str, ast.Assign | ast.AnnAssign], 
 
 
 def _value(node: ast.expr, namespace: dict[str, Any]) -> Any:
-    return eval(compile(ast.Expression(node), "<lazy load_inline argument>", "eval"), namespace)  # noqa: S307
+    return eval(compile_expression(node, "<lazy load_inline argument>"), namespace)  # noqa: S307
