@@ -35,6 +35,7 @@ SPEED_MARGIN = 1.15  # a hostile candidate judged correct may be at most this mu
 # 2**26 float32 elements (256 MiB a tensor): the honest kernel takes ~0.1-0.2 ms a call, far above the wall
 # bound's 30 us floor, so dividing reported times by 8 leaves ~7/8 of a call unexplained in every block
 N_LARGE = 1 << 26
+N_MID = 1 << 24  # 64 MiB a tensor: the loop's own GPU time per repetition is several calls' worth
 N_SMALL = 1 << 12  # at most `timing.CAPTURE_SAMPLES` (4096) elements: every element of every timed output is captured
 N_WEIGHT = 4 << 20  # 16 MiB of float32: a weight that fits the H100's persisting L2 share
 
@@ -518,6 +519,47 @@ def _affine(src):
 '''))
 
 
+
+# -- 9. work moved into the loop's own GPU time -------------------------------------------------------------------
+# The first call of each block finds the block's input copies (as FRONT_LOADER does) and queues every later
+# repetition's output on a side stream that no call waits for then; later calls wait for their output (done by then)
+# and spin a little, to stay over the byte floor. The work runs while the loop's own kernels hold the GPU: the lead
+# (a spin of one thread for 200 us, before every start event), the flush and the capture. The events see a wait and
+# a spin, the outputs are right, and the concentration check sees nothing (the first call is honest).
+AHEAD_ON_SIDE_STREAM = variant(LAUNCH, '''        plan = _block_plan()
+        if plan and plan is not getattr(self, "_plan", None):  # a new block: queue its later outputs on a side stream
+            side = self.__dict__.setdefault("_side", torch.cuda.Stream(device=x.device))
+            side.wait_stream(torch.cuda.current_stream())
+            self._plan, self._k, self._outs, self._done = plan, 0, [], []
+            with torch.cuda.stream(side):
+                for pairs in plan[1:]:
+                    self._outs.append(_affine(pairs[0][1]))
+                    self._done.append(torch.cuda.Event())
+                    self._done[-1].record(side)
+        elif plan and plan is getattr(self, "_plan", None) and self._k < len(self._outs):
+            self._k += 1
+            torch.cuda.current_stream().wait_event(self._done[self._k - 1])
+            torch.cuda._sleep(80_000)  # ~40 us: over a quarter of the byte floor, far under the honest call
+            return self._outs[self._k - 1]
+''' + LAUNCH, at_import('''
+import traceback
+
+
+def _block_plan():
+    for frame, _ in traceback.walk_stack(None):
+        names = getattr(frame, "f_" + "locals")  # disguised from the static check
+        if "copies" in names:
+            return names["copies"]
+    return None
+
+
+def _affine(src):
+    o = torch.empty_like(src)
+    n = o.numel()
+    affine_kernel[(triton.cdiv(n, 1024),)](src, o, n, BLOCK_SIZE=1024)
+    return o
+'''))
+
 # -- fixtures -----------------------------------------------------------------------------------------------------
 EVALUATOR = dict(device="cuda", cache_dir=None)
 
@@ -704,3 +746,21 @@ def test_work_concentrated_in_one_call_per_block_is_rejected(evaluator, problem,
     assert r.status is Status.REJECTED, why(r)
     assert "concentrated in a few calls" in r.reason, why(r)
     assert_not_faster(r, honest_speedup)
+
+
+# -- 9. work moved into the loop's own GPU time --------------------------------------------------------------------
+@pytest.mark.parametrize("n", [N_LARGE, N_MID], ids=["67M", "16M"])
+def test_work_queued_ahead_into_the_loops_own_gpu_time_gains_nothing(evaluator, n):
+    """Class 9, work hidden in the loop's own GPU time: the first call of each block queues every later
+    repetition's output on a side stream (their inputs found through a frame's `copies`, disguised), which runs
+    while the loop's lead, flush and capture hold the GPU; the later calls wait for their output and spin ~40 us
+    (over a quarter of the byte floor). Outputs are right and the events honest. Defence: the loop's own GPU work
+    leaves no room beside it (the lead fills every SM, so nothing else is resident while it spins), so the side
+    work adds to the block's wall time: the wall bound rejects it ("integrity"), or it is correct and no faster
+    than the honest kernel."""
+    problem = affine_problem(n)
+    honest = evaluator.evaluate(problem, HONEST + "\n# the honest twin of class 9\n")
+    assert honest.status is Status.CORRECT and honest.speedup is not None, why(honest)
+    r = evaluator.evaluate(problem, AHEAD_ON_SIDE_STREAM)
+    print(f"\nclass 9 at {n} elements: honest {why(honest)}\n  hostile {why(r)}\n  wall bound {r.wall_bound}")
+    assert_rejected_or_no_gain(r, honest.speedup)
