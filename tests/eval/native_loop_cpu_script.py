@@ -114,8 +114,16 @@ except RuntimeError as e:
 ctypes.c_int.in_dll(fake, "fake_fail_record").value = 0
 assert run(loop, lambda: x)[3] == []
 
+# the loop's own kernels fill every SM: 4 SMs of 2048 thread slots, blocks of 1024 threads
+assert loop.info()["fills_sms"] == 1 and (loop.info()["fill_blocks"], loop.info()["fill_threads"]) == (8, 1024)
+loop.set_lead(1.0)
+assert run(loop, lambda: x)[3] == []
+assert (ctypes.c_uint.in_dll(fake, "fake_spin_blocks").value, ctypes.c_uint.in_dll(fake, "fake_spin_threads").value) == (8, 1024)
+# the capture's partial sums: as many blocks of 256 as the 4 SMs hold at once (4 each, by registers)
+assert loop.info()["capture_blocks"] == 16 == ctypes.c_uint.in_dll(fake, "fake_capture_blocks").value
+
 # the flush: -1 writes the default size before each call, 0 nothing, a larger size grows the buffer first
-words = ctypes.c_size_t.in_dll(fake, "fake_memset_words")
+words = ctypes.c_size_t.in_dll(fake, "fake_fill_words")
 for flush_bytes, per_call in ((-1, (1 << 20) // 4), (0, 0), (16 << 20, (16 << 20) // 4), (-1, (1 << 20) // 4)):
     words.value = 0
     assert loop.run(lambda: x, (), 3, 10, flush_bytes, False, True, False, None)[3] == []

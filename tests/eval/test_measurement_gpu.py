@@ -521,26 +521,29 @@ def _affine(src):
 
 
 # -- 9. work moved into the loop's own GPU time -------------------------------------------------------------------
-# The first call of each block finds the block's input copies (as FRONT_LOADER does) and queues every later
-# repetition's output on a side stream that no call waits for then; later calls wait for their output (done by then)
-# and spin a little, to stay over the byte floor. The work runs while the loop's own kernels hold the GPU: the lead
-# (a spin of one thread for 200 us, before every start event), the flush and the capture. The events see a wait and
-# a spin, the outputs are right, and the concentration check sees nothing (the first call is honest).
+# Each call of a block finds the block's input copies (a frame's `copies`, as FRONT_LOADER does) and queues the
+# next repetition's output on a side stream that nothing waits for then; the next call waits for it (done by then)
+# and spins ~30 % of the byte floor's time, to stay over the floor's rejection. The work runs while the loop's own
+# kernels hold the GPU before that call: the lead (200 us a repetition), the flush, the input copies. The events see
+# a wait and a spin, every output is right, and each call takes about the same time (no concentration).
 AHEAD_ON_SIDE_STREAM = variant(LAUNCH, '''        plan = _block_plan()
-        if plan and plan is not getattr(self, "_plan", None):  # a new block: queue its later outputs on a side stream
-            side = self.__dict__.setdefault("_side", torch.cuda.Stream(device=x.device))
-            side.wait_stream(torch.cuda.current_stream())
-            self._plan, self._k, self._outs, self._done = plan, 0, [], []
-            with torch.cuda.stream(side):
-                for pairs in plan[1:]:
-                    self._outs.append(_affine(pairs[0][1]))
-                    self._done.append(torch.cuda.Event())
-                    self._done[-1].record(side)
-        elif plan and plan is getattr(self, "_plan", None) and self._k < len(self._outs):
+        if plan is not None:
+            if plan is not getattr(self, "_plan", None):  # a new block: its first call is honest
+                self._plan, self._k, self._next = plan, 0, None
+                self._side = getattr(self, "_side", None) or torch.cuda.Stream(device=x.device)
+                self._side.wait_stream(torch.cuda.current_stream())  # after the block's input draws
+            k, ready = self._k, self._next
             self._k += 1
-            torch.cuda.current_stream().wait_event(self._done[self._k - 1])
-            torch.cuda._sleep(80_000)  # ~40 us: over a quarter of the byte floor, far under the honest call
-            return self._outs[self._k - 1]
+            if k + 1 < len(plan):  # the next repetition's output, queued aside now
+                done = torch.cuda.Event()
+                with torch.cuda.stream(self._side):
+                    out_next = _affine(plan[k + 1][0][1])
+                    done.record(self._side)
+                self._next = (out_next, done)
+            if ready is not None:
+                torch.cuda.current_stream().wait_event(ready[1])
+                torch.cuda._sleep(max(1, n_elements // 840))  # ~10 us at 2**24, ~40 us at 2**26
+                return ready[0]
 ''' + LAUNCH, at_import('''
 import traceback
 
@@ -559,6 +562,7 @@ def _affine(src):
     affine_kernel[(triton.cdiv(n, 1024),)](src, o, n, BLOCK_SIZE=1024)
     return o
 '''))
+
 
 # -- fixtures -----------------------------------------------------------------------------------------------------
 EVALUATOR = dict(device="cuda", cache_dir=None)
@@ -726,6 +730,7 @@ def test_forged_block_times_are_rejected(evaluator, problem, honest_speedup):
     finding is judged again alone, in a new worker (honest candidates beside other evaluations can exceed the bound):
     the forger is rejected there too."""
     r = evaluator.evaluate(problem, FORGER)
+    print(f"\nforger: {why(r)}\n  wall bound {r.wall_bound}")
     if r.status is Status.COMPILE_ERROR and "kh-forge" in r.error:
         pytest.fail("the attack was not mounted: the candidate found no NativeLoop (by type name, or as a "
                     "Worker's `loop`) to patch; update the attack to the worker's current layout. " + why(r))
@@ -751,13 +756,17 @@ def test_work_concentrated_in_one_call_per_block_is_rejected(evaluator, problem,
 # -- 9. work moved into the loop's own GPU time --------------------------------------------------------------------
 @pytest.mark.parametrize("n", [N_LARGE, N_MID], ids=["67M", "16M"])
 def test_work_queued_ahead_into_the_loops_own_gpu_time_gains_nothing(evaluator, n):
-    """Class 9, work hidden in the loop's own GPU time: the first call of each block queues every later
-    repetition's output on a side stream (their inputs found through a frame's `copies`, disguised), which runs
-    while the loop's lead, flush and capture hold the GPU; the later calls wait for their output and spin ~40 us
-    (over a quarter of the byte floor). Outputs are right and the events honest. Defence: the loop's own GPU work
-    leaves no room beside it (the lead fills every SM, so nothing else is resident while it spins), so the side
-    work adds to the block's wall time: the wall bound rejects it ("integrity"), or it is correct and no faster
-    than the honest kernel."""
+    """Class 9, work hidden in the loop's own GPU time: each call queues the next repetition's output on a side
+    stream (its input found through a frame's `copies`, disguised), which runs while the loop's own kernels hold
+    the GPU before the next call; that call waits for it and spins ~30 % of the byte floor. Outputs are right, the
+    events honest, the calls even. With a lead of one thread and a capture in waves the work ran beside them for
+    free: correct at 5.9x against an honest 2.0x at 2**26 elements (H200, 2026-11-28). Defence: the loop's copies,
+    flush, lead and capture fill every SM (`eval/worker/native/capture.cu`), so the side work waits for them and
+    adds to the block's wall time: the wall bound rejects it ("integrity"), or it is correct and no faster than the
+    honest kernel. OPEN at 2**24 elements: the side work shows in the wall time (~22-29 us a repetition), but the
+    bound allows 5 % of the reference process's ~0.8 ms loop overhead (~38 us), more than the honest call (~37 us);
+    in 3 runs it came out correct at 5.2x and 5.1x (honest 1.9x) and once rejected by the concentration check, so
+    this case fails until the bound's allowance for host noise is smaller than such a call."""
     problem = affine_problem(n)
     honest = evaluator.evaluate(problem, HONEST + "\n# the honest twin of class 9\n")
     assert honest.status is Status.CORRECT and honest.speedup is not None, why(honest)

@@ -242,3 +242,49 @@ def test_the_lead_lasts_its_time_whatever_the_clock(loop: Any) -> None:
     assert info["lead_us"] == 200.0 and abs(info["lead_measured_us"] - 200.0) < 10.0, info
     assert 195.0 < per_rep_us < 230.0, (per_rep_us, info)  # the GPU spends the lead on every repetition
     assert max(res.times_ms) < 0.03, res.times_ms  # and it stays outside the events
+
+
+def test_the_loops_own_kernels_fill_every_sm() -> None:
+    """The copies, the flush, the lead and the capture's partial sums are launched to take every SM whole."""
+    from eval.worker.native_loop import NativeLoop
+
+    info = NativeLoop(DEV, KEY, samples=S).info()
+    props = torch.cuda.get_device_properties(DEV)
+    assert info["fills_sms"] == 1, info
+    assert info["fill_blocks"] * info["fill_threads"] == props.multi_processor_count * props.max_threads_per_multi_processor, info
+    assert info["capture_blocks"] % props.multi_processor_count == 0 and info["capture_blocks"] <= 2048, info
+
+
+@pytest.mark.parametrize("n, flush, capture", [(1024, False, False), (1 << 24, True, True)],
+                         ids=["lead", "whole_repetition_16M"])
+def test_work_queued_on_a_side_stream_cannot_hide_in_the_loops_gpu_time(loop: Any, n: int, flush: bool,
+                                                                          capture: bool) -> None:
+    """Class 9 of the measurement attacks, at the loop: each call queues ~150 us of GPU work on a side stream that
+    nothing waits for, while the loop's own kernels (lead; with a large output also the flush, the input copy and
+    the capture) hold the GPU around the next call. With a lead of one thread that work ran beside it for free;
+    with the loop's kernels filling every SM it cannot run beside them, so the block takes longer by about that
+    work (the wall time the parent bounds), though the events stay the same."""
+    import time
+
+    side = torch.cuda.Stream(device=DEV)
+    x = torch.ones(n, device=DEV)
+    src = torch.ones(n, device=DEV)
+    cycles = int(_cycles_per_us() * 150)
+
+    def hiding(a: torch.Tensor) -> torch.Tensor:
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(cycles)
+        return a + 1
+
+    def per_rep_us(forward: Any) -> tuple[float, float]:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        res = loop.block(forward, [x], 50, first_rep=0, capture=capture, flush=flush, copies=[[(x, src)]] * 50)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) * 1e6 / 50, 1000 * statistics.median(res.times_ms)
+
+    honest = min(per_rep_us(lambda a: a + 1) for _ in range(3))
+    hidden = min(per_rep_us(hiding) for _ in range(3))
+    print(f"per repetition (wall us, median event us) at {n}: honest {honest}, with 150 us queued aside {hidden}")
+    assert hidden[0] - honest[0] > 100.0, (honest, hidden)  # the side work shows in the wall time
+    assert hidden[1] < honest[1] + 10.0, (honest, hidden)  # while the events still see a + 1

@@ -1,11 +1,16 @@
 // Device kernels of the native timing loop, compiled at run time with NVRTC (no headers needed).
-// kh_spin keeps the GPU busy so the host enqueues a timed call before the GPU reaches it;
+// kh_spin keeps the GPU busy so the host enqueues a timed call before the GPU reaches it; kh_fill (the L2
+// flush) and kh_copy (a repetition's inputs) are the loop's other work outside the timed calls. The three are
+// launched to fill every SM (`fill_geometry` in timed_loop.c: all thread slots taken), so no block of another
+// kernel is resident beside them: work a candidate queued on another stream cannot run hidden in the loop's
+// own GPU time, it waits and adds to the block's wall time;
 // kh_capture_partial / kh_capture_final compute the capture of eval/_capture.py (the
 // specification) in float64, in a fixed order: a fixed grid of per-block partials, reduced by
 // one block in a fixed tree. No atomics, so the result is deterministic.
 
 #define KH_MAX_DIMS 8
 #define KH_THREADS 256
+#define KH_BLOCKS 2048  // the capture's partial sums: as in timed_loop.c
 #ifndef KH_UNROLL  // loads issued per thread before any is used, in kh_capture_partial
 #define KH_UNROLL 1
 #endif
@@ -88,12 +93,48 @@ __device__ double kh_load(const kh_leaf& L, long long i) {
 // Spins on the global timer (nanoseconds), not clock64: the SM clock changes with load and power, so a
 // lead counted in cycles lasted a different time in each process that calibrated it, and that difference
 // showed up in the parent's wall bound as a per-process offset.
+// Thread 0 of each block spins; the others hold their thread slots at the barrier.
 extern "C" __global__ void kh_spin(unsigned long long ns) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    } while (now - start < ns);
+    if (threadIdx.x == 0) {
+        unsigned long long start, now;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+        do {
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        } while (now - start < ns);
+    }
+    __syncthreads();
+}
+
+// words[0..n) = value, grid-stride (the L2 flush).
+extern "C" __global__ void kh_fill(unsigned int* words, unsigned long long n, unsigned int value) {
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        words[i] = value;
+}
+
+// dst[0..n) = src[0..n) in bytes, grid-stride, 16 bytes at a time where both ends and n allow it, with
+// KH_COPY_LOADS loads in flight per thread; its launch bounds keep it to 32 registers a thread, so that it still fills
+// every SM (2048 threads of 64K registers).
+#define KH_COPY_LOADS 4
+extern "C" __global__ void __launch_bounds__(1024, 2) kh_copy(unsigned char* dst, const unsigned char* src, unsigned long long n) {
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if ((((unsigned long long)dst | (unsigned long long)src | n) & 15) == 0) {
+        uint4* d = (uint4*)dst;
+        const uint4* s = (const uint4*)src;
+        const unsigned long long n16 = n / 16;
+        for (unsigned long long i = first; i < n16; i += KH_COPY_LOADS * stride) {
+            uint4 v[KH_COPY_LOADS];
+#pragma unroll
+            for (int k = 0; k < KH_COPY_LOADS; ++k)
+                if (i + k * stride < n16) v[k] = s[i + k * stride];
+#pragma unroll
+            for (int k = 0; k < KH_COPY_LOADS; ++k)
+                if (i + k * stride < n16) d[i + k * stride] = v[k];
+        }
+    } else {
+        for (unsigned long long i = first; i < n; i += stride) dst[i] = src[i];
+    }
 }
 
 // Each quantity q of the block's threads' acc[q], summed in a fixed tree (so the result is deterministic); thread 0
@@ -112,13 +153,12 @@ __device__ __forceinline__ void kh_block_sums(const double (&acc)[KH_QUANTITIES]
     }
 }
 
-// Grid: a fixed number of blocks of KH_THREADS. Writes the samples to out[0, samples) and
-// block b's partial sums to partials[b * KH_QUANTITIES + q].
-extern "C" __global__ void kh_capture_partial(kh_leaf L, double* partials, double* out) {
+// Logical block b of kh_capture_partial (threads b * KH_THREADS + t, elements tid, tid + stride, ...).
+__device__ void kh_capture_block(const kh_leaf& L, int b, double* partials, double* out) {
     __shared__ double red[KH_THREADS];
     const double inf = __longlong_as_double(0x7ff0000000000000LL);
-    const long long tid = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long tid = (long long)b * KH_THREADS + threadIdx.x;
+    const long long stride = (long long)KH_BLOCKS * KH_THREADS;
 
     for (long long j = tid; j < L.samples; j += stride) {
         double v;
@@ -166,7 +206,16 @@ extern "C" __global__ void kh_capture_partial(kh_leaf L, double* partials, doubl
         }
     }
 
-    kh_block_sums(acc, red, partials + blockIdx.x * KH_QUANTITIES);
+    kh_block_sums(acc, red, partials + b * KH_QUANTITIES);
+}
+
+// KH_BLOCKS logical blocks of KH_THREADS: writes the samples to out[0, samples) and logical block b's partial sums to
+// partials[b * KH_QUANTITIES + q]. The grid holds as many blocks as the SMs hold at once (timed_loop.c); each takes
+// logical blocks blockIdx.x, blockIdx.x + gridDim.x, ... So no block retires before its last one, and no block of
+// another kernel gets a retiring block's place mid-capture (work queued on another stream ran there for free, while
+// 2048 blocks went through in waves). The sums do not depend on the grid.
+extern "C" __global__ void kh_capture_partial(kh_leaf L, double* partials, double* out) {
+    for (int b = blockIdx.x; b < KH_BLOCKS; b += gridDim.x) kh_capture_block(L, b, partials, out);
 }
 
 // One block of KH_THREADS threads. Thread t sums blocks t, t + KH_THREADS, ... of every quantity, in that order;

@@ -2,7 +2,7 @@
 
 It calls the NVRTC library torch loads (`torch.cuda._utils._get_nvrtc_library`) directly
 rather than `torch.cuda._utils._nvrtc_compile`: that helper needs CUDA_HOME for header paths
-these kernels do not use, and registers only one kernel name; all three here are extern "C".
+these kernels do not use, and registers only one kernel name; all of them here are extern "C".
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import ctypes
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("capture.cu")
-KERNELS = ("kh_spin", "kh_capture_partial", "kh_capture_final")
+KERNELS = ("kh_spin", "kh_fill", "kh_copy", "kh_capture_partial", "kh_capture_final")
 
 
 def _nvrtc_library() -> ctypes.CDLL:

@@ -19,6 +19,7 @@
 /* ---- the few CUDA driver API types and constants used (values as in cuda.h) ---- */
 typedef int CUresult;
 typedef void *CUcontext, *CUstream, *CUevent, *CUfunction, *CUmodule;
+typedef int CUdevice;
 typedef unsigned long long CUdeviceptr;
 
 typedef struct {
@@ -37,6 +38,12 @@ typedef union { /* CUstreamAttrValue == CUlaunchAttributeValue: 64 bytes since C
 #define CU_LIMIT_PERSISTING_L2_CACHE_SIZE 0x06
 #define CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW 1
 #define CU_EVENT_DEFAULT 0
+#define CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK 1
+#define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
+#define CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR 39
+#define CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR 82
+#define CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR 106
+#define CU_FUNC_ATTRIBUTE_NUM_REGS 4
 
 /* ---- capture constants, shared with capture.cu and eval/_capture.py ---- */
 #define KH_MAX_DIMS 8
@@ -76,6 +83,10 @@ typedef struct {
 static struct {
     CUresult (*GetErrorName)(CUresult, const char **);
     CUresult (*CtxGetCurrent)(CUcontext *);
+    CUresult (*CtxGetDevice)(CUdevice *);
+    CUresult (*DeviceGetAttribute)(int *, int, CUdevice);
+    CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int *, CUfunction, int, size_t);
+    CUresult (*FuncGetAttribute)(int *, int, CUfunction);
     CUresult (*CtxGetLimit)(size_t *, int);
     CUresult (*CtxSetLimit)(int, size_t);
     CUresult (*CtxResetPersistingL2Cache)(void);
@@ -88,9 +99,7 @@ static struct {
     CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
     CUresult (*MemAlloc)(CUdeviceptr *, size_t);
     CUresult (*MemFree)(CUdeviceptr);
-    CUresult (*MemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
     CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
-    CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
     CUresult (*ModuleLoadData)(CUmodule *, const void *);
     CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
     CUresult (*LaunchKernel)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
@@ -123,6 +132,10 @@ static int load_driver(void) {
     } while (0)
     RESOLVE(GetErrorName, "cuGetErrorName");
     RESOLVE(CtxGetCurrent, "cuCtxGetCurrent");
+    RESOLVE(CtxGetDevice, "cuCtxGetDevice");
+    RESOLVE(DeviceGetAttribute, "cuDeviceGetAttribute");
+    RESOLVE(OccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    RESOLVE(FuncGetAttribute, "cuFuncGetAttribute");
     RESOLVE(CtxGetLimit, "cuCtxGetLimit");
     RESOLVE(CtxSetLimit, "cuCtxSetLimit");
     RESOLVE(CtxResetPersistingL2Cache, "cuCtxResetPersistingL2Cache");
@@ -135,9 +148,7 @@ static int load_driver(void) {
     RESOLVE(EventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime");
     RESOLVE(MemAlloc, "cuMemAlloc_v2");
     RESOLVE(MemFree, "cuMemFree_v2");
-    RESOLVE(MemsetD32Async, "cuMemsetD32Async");
     RESOLVE(MemcpyDtoH, "cuMemcpyDtoH_v2");
-    RESOLVE(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
     RESOLVE(ModuleLoadData, "cuModuleLoadData");
     RESOLVE(ModuleGetFunction, "cuModuleGetFunction");
     RESOLVE(LaunchKernel, "cuLaunchKernel");
@@ -169,6 +180,14 @@ static unsigned long long splitmix64(unsigned long long z) {
     return z ^ (z >> 31);
 }
 
+/* A launch of one of the loop's own kernels (kh_spin, kh_fill, kh_copy, kh_capture_partial) that fills every SM
+ * (`fill_geometry`). `fills` is 0 when its blocks leave room on an SM: another kernel's blocks could then be
+ * resident beside it. */
+typedef struct {
+    unsigned int blocks, threads;
+    int fills;
+} kh_geometry;
+
 /* ---- the Loop object ---- */
 typedef struct {
     PyObject_HEAD
@@ -182,7 +201,8 @@ typedef struct {
     unsigned long long key;
     unsigned long long spin_ns;     /* the GPU lead before each start event, in global-timer nanoseconds */
     double lead_measured_us;        /* one spin of that length, as the events measured it */
-    CUfunction spin, partial, final;
+    CUfunction spin, fill, copy, partial, final;
+    kh_geometry spin_at, fill_at, copy_at, capture_at;
     CUdeviceptr flush_buf;
     size_t flush_words;             /* the default flush: words written before each call */
     size_t flush_cap;               /* words the buffer holds (grown for a larger flush on request) */
@@ -415,6 +435,52 @@ done:
     return rc;
 }
 
+/* The launch of `fn` that fills every SM of the current context's device (see kh_geometry): blocks of `threads`
+ * (0: the most threads that divide an SM's thread slots), as many as all SMs hold at once (at most `most`, 0: no
+ * limit). It fills an SM when the blocks it holds take all its thread slots or all its registers. */
+static int fill_geometry(CUfunction fn, int threads, unsigned int most, kh_geometry *g) {
+    static const int sizes[] = {1024, 768, 512, 384, 256, 128};
+    CUdevice dev;
+    int sms = 0, per_sm = 0, per_block = 0, blocks_per_sm = 0, regs_per_sm = 0, regs = 0, resident = 0;
+    CU(CtxGetDevice, (&dev));
+    CU(DeviceGetAttribute, (&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    CU(DeviceGetAttribute, (&per_sm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev));
+    CU(DeviceGetAttribute, (&per_block, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, dev));
+    CU(DeviceGetAttribute, (&blocks_per_sm, CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, dev));
+    CU(DeviceGetAttribute, (&regs_per_sm, CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR, dev));
+    CU(FuncGetAttribute, (&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn));
+    if (threads <= 0) {
+        threads = 256;
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; ++k) {
+            if (sizes[k] <= per_block && per_sm % sizes[k] == 0 && per_sm / sizes[k] <= blocks_per_sm) {
+                threads = sizes[k];
+                break;
+            }
+        }
+    }
+    CU(OccupancyMaxActiveBlocksPerMultiprocessor, (&resident, fn, threads, 0));
+    if (resident < 1) resident = 1;
+    if (sms < 1) sms = 1;
+    unsigned int all = (unsigned int)sms * (unsigned int)resident;
+    g->threads = (unsigned int)threads;
+    g->blocks = most && all > most ? most : all;
+    /* registers are allocated per warp in units of 256 */
+    long long warp_regs = ((long long)regs * 32 + 255) / 256 * 256;
+    long long used = (long long)resident * ((threads + 31) / 32) * warp_regs;
+    g->fills = g->blocks == all && (resident * threads == per_sm || used + 256 > regs_per_sm);
+    return 0;
+fail:
+    return -1;
+}
+
+/* Launch one of the loop's own kernels so that it fills every SM. */
+static int launch_filling(Loop *self, CUfunction fn, const kh_geometry *g, void **args) {
+    CU(LaunchKernel, (fn, g->blocks, 1, 1, g->threads, 1, 1, 0, self->stream, args, NULL));
+    return 0;
+fail:
+    return -1;
+}
+
 static int launch_capture(Loop *self, kh_leaf *leaf, long long rep, int index, CUdeviceptr row) {
     unsigned long long rl = splitmix64((unsigned long long)rep * KH_GOLDEN + (unsigned long long)index * KH_MIX1);
     leaf->key_rl = self->key ^ rl;
@@ -423,7 +489,7 @@ static int launch_capture(Loop *self, kh_leaf *leaf, long long rep, int index, C
     int blocks = KH_BLOCKS;
     void *partial_args[] = {leaf, &self->partials, &row};
     void *final_args[] = {&self->partials, &blocks, &extra, &leaf->n};
-    CU(LaunchKernel, (self->partial, KH_BLOCKS, 1, 1, KH_THREADS, 1, 1, 0, self->stream, partial_args, NULL));
+    if (launch_filling(self, self->partial, &self->capture_at, partial_args) < 0) goto fail;
     CU(LaunchKernel, (self->final, 1, 1, 1, KH_THREADS, 1, 1, 0, self->stream, final_args, NULL));
     return 0;
 fail:
@@ -533,16 +599,24 @@ static PyObject *Loop_run(Loop *self, PyObject *args) {
         long long rep = first_rep + i;
         for (Py_ssize_t c = 0; c < per_rep; ++c) {
             const unsigned long long *t = copies + 3 * ((Py_ssize_t)i * per_rep + c);
-            if (t[2]) CU(MemcpyDtoDAsync, ((CUdeviceptr)t[0], (CUdeviceptr)t[1], (size_t)t[2], self->stream));
+            if (t[2]) {
+                void *copy_args[] = {(void *)&t[0], (void *)&t[1], (void *)&t[2]};
+                if (launch_filling(self, self->copy, &self->copy_at, copy_args) < 0) goto fail;
+            }
         }
         int ok = check_stream(self, violations, "before a timed call");
         if (ok < 0) goto fail;
         if (!ok) break;
         if (check_reset_l2(self, violations) < 0) goto fail;
-        if (flush_words) CU(MemsetD32Async, (self->flush_buf, 0, flush_words, self->stream));
+        if (flush_words) {
+            unsigned long long n_words = flush_words;
+            unsigned int zero = 0;
+            void *fill_args[] = {&self->flush_buf, &n_words, &zero};
+            if (launch_filling(self, self->fill, &self->fill_at, fill_args) < 0) goto fail;
+        }
         if (lead && self->spin_ns) {
             void *spin_args[] = {&self->spin_ns};
-            CU(LaunchKernel, (self->spin, 1, 1, 1, 1, 1, 1, 0, self->stream, spin_args, NULL));
+            if (launch_filling(self, self->spin, &self->spin_at, spin_args) < 0) goto fail;
         }
         CU(EventRecord, (self->starts[i], self->stream));
         out = PyObject_Call(forward, fargs, NULL);
@@ -645,9 +719,9 @@ static PyObject *Loop_set_lead(Loop *self, PyObject *args) {
     unsigned long long ns = (unsigned long long)(lead_us * 1000.0);
     void *spin_args[] = {&ns};
     float ms = 0.0f;
-    CU(LaunchKernel, (self->spin, 1, 1, 1, 1, 1, 1, 0, self->stream, spin_args, NULL));  /* load the module */
+    if (launch_filling(self, self->spin, &self->spin_at, spin_args) < 0) goto fail;  /* load the module */
     CU(EventRecord, (self->starts[0], self->stream));
-    CU(LaunchKernel, (self->spin, 1, 1, 1, 1, 1, 1, 0, self->stream, spin_args, NULL));
+    if (launch_filling(self, self->spin, &self->spin_at, spin_args) < 0) goto fail;
     CU(EventRecord, (self->ends[0], self->stream));
     CU(StreamSynchronize, (self->stream));
     CU(EventElapsedTime, (&ms, self->starts[0], self->ends[0]));
@@ -663,9 +737,12 @@ fail:
 }
 
 static PyObject *Loop_info(Loop *self, PyObject *Py_UNUSED(ignored)) {
-    return Py_BuildValue("{s:d,s:d,s:n,s:i,s:i,s:i}", "lead_us", self->spin_ns / 1000.0, "lead_measured_us",
-                         self->lead_measured_us, "flush_bytes", (Py_ssize_t)(self->flush_words * 4), "samples",
-                         self->samples, "checks_l2_limit", self->checks_limit, "checks_window", self->checks_window);
+    return Py_BuildValue("{s:d,s:d,s:n,s:i,s:i,s:i,s:i,s:I,s:I,s:I}", "lead_us", self->spin_ns / 1000.0,
+                         "lead_measured_us", self->lead_measured_us, "flush_bytes", (Py_ssize_t)(self->flush_words * 4),
+                         "samples", self->samples, "checks_l2_limit", self->checks_limit, "checks_window",
+                         self->checks_window, "fills_sms", self->spin_at.fills && self->fill_at.fills &&
+                         self->copy_at.fills && self->capture_at.fills, "fill_blocks", self->spin_at.blocks,
+                         "fill_threads", self->spin_at.threads, "capture_blocks", self->capture_at.blocks);
 }
 
 /* Probe whether a driver query works here (e.g. the access-policy window of the legacy default stream). */
@@ -731,8 +808,14 @@ static PyObject *Loop_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     CUmodule module;
     CU(ModuleLoadData, (&module, cubin.buf));
     CU(ModuleGetFunction, (&self->spin, module, "kh_spin"));
+    CU(ModuleGetFunction, (&self->fill, module, "kh_fill"));
+    CU(ModuleGetFunction, (&self->copy, module, "kh_copy"));
     CU(ModuleGetFunction, (&self->partial, module, "kh_capture_partial"));
     CU(ModuleGetFunction, (&self->final, module, "kh_capture_final"));
+    if (fill_geometry(self->spin, 0, 0, &self->spin_at) < 0 || fill_geometry(self->fill, 0, 0, &self->fill_at) < 0 ||
+        fill_geometry(self->copy, 0, 0, &self->copy_at) < 0 ||
+        fill_geometry(self->partial, KH_THREADS, KH_BLOCKS, &self->capture_at) < 0)
+        goto fail;
     self->flush_words = self->flush_cap = (size_t)flush_bytes / 4;
     CU(MemAlloc, (&self->flush_buf, self->flush_words * 4));
     CU(MemAlloc, (&self->partials, sizeof(double) * KH_BLOCKS * KH_QUANTITIES));
