@@ -179,6 +179,13 @@ class TimeBlockReply(Reply):
     fresh_inputs: bool = False  # every repetition had fresh inputs staged for it
     timing_mode: str = "eager"  # "cuda_graph": replays of a captured graph; "capture_failed": nothing timed
     graph_note: str = ""
+    outside_ms: list[float] = field(default_factory=list)  # the loop's own GPU time, by OUTSIDE_PARTS; GPU only
+
+
+# The parts of `TimeBlockReply.outside_ms`, each summed over the block's repetitions: before each start event (the
+# input copies, flush and lead), from each end event through the capture, and from one repetition's capture to the
+# next one's copies (the GPU waiting for the host).
+OUTSIDE_PARTS = ("lead_in", "capture", "between")
 
 
 @dataclass

@@ -83,11 +83,12 @@ class NativeLoop:
             plan = array.array("Q", [v for pairs in copies for dst, src in pairs
                                      for v in (dst.data_ptr(), src.data_ptr(), span_bytes(src))]).tobytes()
         flush_arg = (flush_bytes or -1) if flush else 0
-        times, raw, leaves, violations = self._loop.run(forward, tuple(args), reps, first_rep, flush_arg, lead,
-                                                        sync_each, capture, plan)
+        times, raw, leaves, violations, outside = self._loop.run(forward, tuple(args), reps, first_rep, flush_arg,
+                                                                 lead, sync_each, capture, plan)
         if capture:
             captures = torch.frombuffer(raw, dtype=torch.float64) if len(raw) else torch.empty(0, dtype=torch.float64)
             captures = captures.view(len(times), len(leaves), self.samples + CAPTURE_EXTRA)
         else:
             captures = torch.empty(0, dtype=torch.float64)
-        return BlockResult(times_ms=times, captures=captures, leaves=leaves, violations=violations)
+        return BlockResult(times_ms=times, captures=captures, leaves=leaves, violations=violations,
+                           outside_ms=list(outside))

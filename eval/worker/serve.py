@@ -382,6 +382,7 @@ class Worker:
         reply.times_ms = [float(t) for t in result.times_ms]
         reply.leaves = [[dtype, list(shape)] for dtype, shape in result.leaves]
         reply.violations = list(result.violations)  # the loop's; the snapshot is compared apart (`Integrity`)
+        reply.outside_ms = [float(t) for t in result.outside_ms]
         return reply, ([result.captures] if msg.capture and result.captures.numel() else [])
 
     def cmd_integrity(self, msg: p.Integrity, tensors: list[torch.Tensor]) -> Handled:

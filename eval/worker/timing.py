@@ -16,7 +16,7 @@ wall against a hostile candidate. It exists so that the whole two-process pipeli
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -98,12 +98,14 @@ def output_leaves(out: Any) -> tuple[list[torch.Tensor], str]:
 @dataclass
 class BlockResult:
     """What one block of timed repetitions gives: raw event times, captures [reps, leaves, samples + extra] (CPU
-    float64), each output tensor's (dtype, shape) from the first repetition, and what was found wrong."""
+    float64), each output tensor's (dtype, shape) from the first repetition, what was found wrong, and (on a GPU)
+    the GPU time of the loop's own work over the block, from events around it (`protocol.OUTSIDE_PARTS`)."""
 
     times_ms: list[float]
     captures: torch.Tensor
     leaves: list[tuple[str, list[int]]]
     violations: list[str]
+    outside_ms: list[float] = field(default_factory=list)
 
 
 class PythonLoop:

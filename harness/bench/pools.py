@@ -167,7 +167,7 @@ def bound_row(result: EvalResult) -> dict[str, Any]:
 
 def bound_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Counts of the wall bound's doubts over `bound_row`s, and the spread of the figures it judged (where it ran: on
-    a GPU), the clean reference process's loop overhead included."""
+    a GPU), the clean reference process's loop overhead and the loop's own GPU time by part included."""
     ratios = [r["unexplained_us"] / r["limit_us"] for r in rows if r.get("limit_us")]
     gaps = [r["paired_gap_median_us"] for r in rows if "paired_gap_median_us" in r]
     return {"correct": sum(r["status"] == "correct" for r in rows),
@@ -175,7 +175,9 @@ def bound_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "retried_alone": sum(r["retried_alone"] for r in rows),
             "second_looks": sum(bool(r.get("second_look")) for r in rows),
             "unexplained_over_limit": _spread(ratios), "paired_gap_median_us": _spread(gaps),
-            "reference_overhead_us": _spread([r["reference_overhead_us"] for r in rows if "reference_overhead_us" in r])}
+            "reference_overhead_us": _spread([r["reference_overhead_us"] for r in rows if "reference_overhead_us" in r]),
+            # the loop's own GPU time, candidate less reference (`measure._outside_gaps`): host noise or GPU work?
+            **{key: _spread([r[key] for r in rows if key in r]) for key in ("lead_in_gap_us", "capture_gap_us")}}
 
 
 def _spread(values: list[float]) -> dict[str, float] | None:

@@ -25,7 +25,7 @@ def make(get_stream=lambda i: 0):
 
 
 def run(loop, forward, reps=2, capture=True, copies=None):
-    return loop.run(forward, (), reps, 10, -1, True, False, capture, copies)
+    return loop.run(forward, (), reps, 10, -1, True, False, capture, copies)[:4]
 
 
 loop = make()
@@ -40,8 +40,11 @@ def forward(a):
 
 
 plan = array.array("Q", [v for s in sources for v in (buffer.data_ptr(), s.data_ptr(), 48)]).tobytes()
-times, raw, leaves, violations = loop.run(forward, (buffer,), 3, 10, -1, True, False, True, plan)
+times, raw, leaves, violations, outside = loop.run(forward, (buffer,), 3, 10, -1, True, False, True, plan)
 assert times == [1.0, 1.0, 1.0] and violations == [] and seen == [0.0, 1.0, 2.0], (times, violations, seen)
+# the fake's events count records: per repetition copies' event, start, end, capture's event, so each part is one
+# tick a repetition (between: one fewer)
+assert outside == (3.0, 3.0, 2.0), outside
 assert leaves == [("float32", [3, 4]), ("float32", [4, 3]), ("float32", [4])], leaves
 cap = torch.frombuffer(raw, dtype=torch.float64).view(3, 3, S + 16)
 assert cap[:, :, S + 14].tolist() == [[12.0, 12.0, 4.0]] * 3 and (cap[:, :, S] == 7).all()  # rows where expected

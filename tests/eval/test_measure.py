@@ -104,6 +104,22 @@ def test_a_side_that_reports_too_few_or_bad_times_is_forged() -> None:
         measure.time_pair(reference, candidate, TimingRule(warmup_ms=1.0), nonce=1, graphs=False, timeout=10)
 
 
+@pytest.mark.parametrize("outside", [[-1.0, 0.2, 0.0], [0.1, 0.2], [float("nan"), 0.2, 0.0]])
+def test_a_side_that_reports_an_impossible_loop_gpu_time_is_forged(outside: list[float]) -> None:
+    class Impossible(FakeProcess):
+        def request(self, message, tensors=None, timeout=None, device=None):
+            reply, caps = super().request(message, tensors, timeout, device)
+            if isinstance(message, p.TimeBlock) and message.capture:
+                reply.outside_ms = list(outside)
+            return reply, caps
+
+    log: list = []
+    reference = Side("reference", FakeProcess("reference", log), "ref0")
+    candidate = Side("candidate", Impossible("candidate", log), "candidate")
+    with pytest.raises(measure.Forged, match="loop's own GPU time"):
+        measure.time_pair(reference, candidate, TimingRule(warmup_ms=1.0), nonce=1, graphs=False, timeout=10)
+
+
 def test_statistics_are_computed_here_from_raw_samples() -> None:
     s = measure.summarize([1.0, 2.0, 3.0, 10.0])
     assert s["mean_ms"] == 4.0 and s["median_ms"] == 2.5 and s["max_ms"] == 10.0 and s["min_ms"] == 1.0
@@ -361,3 +377,25 @@ def test_the_reference_failing_in_a_window_stops_every_candidate_with_its_failur
     assert all(isinstance(m.failure, measure.BlockFailed) and m.failure.side == "reference" for m in metas)
     with pytest.raises(measure.BlockFailed):
         measure.time_pair(*pairs[0], TimingRule(warmup_ms=1.0), nonce=7, graphs=False, timeout=10)
+
+
+def test_the_loops_own_gpu_time_is_recorded_by_part_not_judged() -> None:
+    """Each block's loop GPU time (lead-in, capture, between; ms over the block) gives the candidate's lowest less the
+    reference's lowest, per repetition, beside the wall bound's figures; a block without it (off a GPU) gives none."""
+
+    def with_outside(blocks: list[Block], lead_in: list[float], capture: float) -> list[Block]:
+        for b, li in zip(blocks, lead_in):
+            b.outside_ms = (li * b.reps, capture * b.reps, 0.01 * (b.reps - 1))
+        return blocks
+
+    ref = with_outside(_blocks([0.5] * 3, 0.3), [0.31, 0.30, 0.32], 0.15)
+    cand = with_outside(_blocks([0.52] * 3, 0.1), [0.33, 0.325, 0.34], 0.15)  # 25 us more in the lead-in, at best
+    meas = Measurement(samples={"candidate": [0.1] * 60, "reference": [0.3] * 60},
+                       blocks={"reference": ref, "candidate": cand})
+    finding, numbers = measure.wall_bound(meas)
+    assert finding is None  # recorded only: the wall bound alone judges
+    assert numbers["lead_in_gap_us"] == pytest.approx(25.0)
+    assert numbers["capture_gap_us"] == pytest.approx(0.0, abs=1e-6)
+    assert numbers["reference_lead_in_us"] == pytest.approx(300.0)
+    meas.blocks["candidate"] = _blocks([0.52] * 3, 0.1)
+    assert "lead_in_gap_us" not in measure.wall_bound(meas)[1]

@@ -276,15 +276,36 @@ def test_work_queued_on_a_side_stream_cannot_hide_in_the_loops_gpu_time(loop: An
             torch.cuda._sleep(cycles)
         return a + 1
 
-    def per_rep_us(forward: Any) -> tuple[float, float]:
+    def per_rep_us(forward: Any) -> tuple[float, float, float]:
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         res = loop.block(forward, [x], 50, first_rep=0, capture=capture, flush=flush, copies=[[(x, src)]] * 50)
         torch.cuda.synchronize()
-        return (time.perf_counter() - t0) * 1e6 / 50, 1000 * statistics.median(res.times_ms)
+        return ((time.perf_counter() - t0) * 1e6 / 50, 1000 * statistics.median(res.times_ms),
+                1000 * sum(res.outside_ms) / 50)
 
     honest = min(per_rep_us(lambda a: a + 1) for _ in range(3))
     hidden = min(per_rep_us(hiding) for _ in range(3))
-    print(f"per repetition (wall us, median event us) at {n}: honest {honest}, with 150 us queued aside {hidden}")
+    print(f"per repetition (wall us, median event us, loop's own GPU us) at {n}: honest {honest}, "
+          f"with 150 us queued aside {hidden}")
     assert hidden[0] - honest[0] > 100.0, (honest, hidden)  # the side work shows in the wall time
     assert hidden[1] < honest[1] + 10.0, (honest, hidden)  # while the events still see a + 1
+    assert hidden[2] - honest[2] > 100.0, (honest, hidden)  # and in the loop's own GPU time, at GPU precision
+
+
+def test_the_loops_own_gpu_time_is_measured_by_part(loop: Any) -> None:
+    """`outside_ms`: the lead-in holds the 200 us lead (plus the flush and copies), the capture and the gaps between
+    repetitions are small and positive, and together they are no more than the block's wall time."""
+    import time
+
+    x, src = torch.ones(1 << 20, device=DEV), torch.ones(1 << 20, device=DEV)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    res = loop.block(lambda a: a + 1, [x], 40, first_rep=0, copies=[[(x, src)]] * 40)
+    wall_us = (time.perf_counter() - t0) * 1e6
+    lead_in, captured, between = (1000 * t for t in res.outside_ms)
+    print(f"40 repetitions on 2**20 elements: wall {wall_us:.0f} us, lead-in {lead_in:.0f}, capture {captured:.0f}, "
+          f"between {between:.0f}, calls {1000 * sum(res.times_ms):.0f}")
+    assert 200.0 * 40 <= lead_in < 400.0 * 40, res.outside_ms
+    assert 0.0 < captured < 100.0 * 40 and 0.0 <= between, res.outside_ms
+    assert lead_in + captured + between + 1000 * sum(res.times_ms) <= wall_us, (wall_us, res.outside_ms)

@@ -209,7 +209,8 @@ typedef struct {
     CUdeviceptr partials;
     CUdeviceptr captures;
     size_t captures_bytes;
-    CUevent *starts, *ends;
+    CUevent *starts, *ends;     /* around each timed call */
+    CUevent *pres, *posts;      /* each repetition's first and last work: its input copies, its capture */
     int n_events;
     /* trusted Python objects, saved before any candidate code was imported */
     PyObject *get_stream;   /* torch._C._cuda_getCurrentRawStream */
@@ -241,26 +242,26 @@ static int add_violation(PyObject *violations, const char *fmt, ...) {
 
 static int grow_events(Loop *self, int n) {
     if (n <= self->n_events) return 0;
-    CUevent *starts = PyMem_Realloc(self->starts, sizeof(CUevent) * n);
-    if (!starts) goto nomem;
-    self->starts = starts;
-    CUevent *ends = PyMem_Realloc(self->ends, sizeof(CUevent) * n);
-    if (!ends) goto nomem;
-    self->ends = ends;
+    CUevent **arrays[] = {&self->starts, &self->ends, &self->pres, &self->posts};
+    for (int a = 0; a < 4; ++a) {
+        CUevent *grown = PyMem_Realloc(*arrays[a], sizeof(CUevent) * n);
+        if (!grown) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        *arrays[a] = grown;
+    }
     for (; self->n_events < n; ++self->n_events) {
-        CU(EventCreate, (&self->starts[self->n_events], CU_EVENT_DEFAULT));
-        CUresult r = cu.EventCreate(&self->ends[self->n_events], CU_EVENT_DEFAULT);
-        if (r != 0) {
-            cu.EventDestroy(self->starts[self->n_events]);
-            cu_error("cuEventCreate", r);
-            goto fail;
+        for (int a = 0; a < 4; ++a) {
+            CUresult r = cu.EventCreate(&(*arrays[a])[self->n_events], CU_EVENT_DEFAULT);
+            if (r != 0) {
+                for (int b = 0; b < a; ++b) cu.EventDestroy((*arrays[b])[self->n_events]);
+                cu_error("cuEventCreate", r);
+                return -1;
+            }
         }
     }
     return 0;
-nomem:
-    PyErr_NoMemory();
-fail:
-    return -1;
 }
 
 /* 1: the thread's CUDA context and torch's current stream are the ones saved at init; 0: a
@@ -534,14 +535,18 @@ fail:
 }
 
 PyDoc_STRVAR(run_doc,
-"run(forward, args, reps, first_rep, flush_bytes, lead, sync_each, capture, copies) -> (times_ms, captures, leaves, violations)\n\n"
+"run(forward, args, reps, first_rep, flush_bytes, lead, sync_each, capture, copies) -> (times_ms, captures, leaves, violations,\n"
+"outside_ms)\n\n"
 "Time `reps` calls of forward(*args) between CUDA events (see eval/worker/native_loop.py). flush_bytes: bytes\n"
 "written before each call to evict the L2 (-1: the default size, 0: no flush); lead: queue the spin kernel\n"
 "before each start event. copies: None, or\n"
 "bytes of (dst, src, nbytes) uint64 triples, the same number per repetition: device copies enqueued before\n"
 "each call (its inputs), so no Python runs between one call's end and the next one's start. captures is a\n"
 "bytearray of float64 [reps_done, leaves, samples + 16] (None unless capture); a violation that makes the\n"
-"output meaningless ends the block early, and only the repetitions completed before it are returned.");
+"output meaningless ends the block early, and only the repetitions completed before it are returned.\n"
+"outside_ms: the GPU time of the completed repetitions' own work, in events around it: (lead-in: the input\n"
+"copies, flush and lead before each start event; capture: from each end event to the capture's last kernel;\n"
+"between: from one repetition's capture to the next one's copies, the GPU waiting for the host).");
 
 static PyObject *Loop_run(Loop *self, PyObject *args) {
     PyObject *forward, *fargs, *copies_obj;
@@ -578,7 +583,8 @@ static PyObject *Loop_run(Loop *self, PyObject *args) {
     }
     self->busy = 1;
 
-    PyObject *times = NULL, *violations = NULL, *leaves = NULL, *captures = NULL, *out = NULL, *result = NULL;
+    PyObject *times = NULL, *violations = NULL, *leaves = NULL, *captures = NULL, *outside = NULL, *out = NULL,
+             *result = NULL;
     PyObject *items[KH_MAX_LEAVES];
     int n_items = 0, n_leaves = 0, done = 0;
     kh_sig sigs[KH_MAX_LEAVES];
@@ -597,6 +603,7 @@ static PyObject *Loop_run(Loop *self, PyObject *args) {
 
     for (int i = 0; i < reps; ++i) {
         long long rep = first_rep + i;
+        CU(EventRecord, (self->pres[i], self->stream));
         for (Py_ssize_t c = 0; c < per_rep; ++c) {
             const unsigned long long *t = copies + 3 * ((Py_ssize_t)i * per_rep + c);
             if (t[2]) {
@@ -662,6 +669,7 @@ static PyObject *Loop_run(Loop *self, PyObject *args) {
                 if (launch_capture(self, &descs[l], rep, l, at) < 0) goto fail;
             }
         }
+        CU(EventRecord, (self->posts[i], self->stream));
         for (; n_items > 0; --n_items) Py_DECREF(items[n_items - 1]);
         Py_CLEAR(out);
         ++done;
@@ -673,12 +681,21 @@ static PyObject *Loop_run(Loop *self, PyObject *args) {
     CU(StreamSynchronize, (self->stream));
 
     if (!(times = PyList_New(done))) goto fail;
+    double lead_in = 0.0, captured = 0.0, between = 0.0;
     for (int i = 0; i < done; ++i) {
-        float ms = 0.0f;
+        float ms = 0.0f, part = 0.0f;
         CU(EventElapsedTime, (&ms, self->starts[i], self->ends[i]));
         PyObject *v = PyFloat_FromDouble(ms);
         if (!v) goto fail;
         PyList_SET_ITEM(times, i, v);
+        CU(EventElapsedTime, (&part, self->pres[i], self->starts[i]));
+        lead_in += part;
+        CU(EventElapsedTime, (&part, self->ends[i], self->posts[i]));
+        captured += part;
+        if (i > 0) {
+            CU(EventElapsedTime, (&part, self->posts[i - 1], self->pres[i]));
+            between += part;
+        }
     }
     if (!(leaves = leaves_list(self, sigs, done ? n_leaves : 0))) goto fail;
     if (capture) {
@@ -688,7 +705,8 @@ static PyObject *Loop_run(Loop *self, PyObject *args) {
     } else {
         captures = Py_NewRef(Py_None);
     }
-    result = PyTuple_Pack(4, times, captures, leaves, violations);
+    if (!(outside = Py_BuildValue("(ddd)", lead_in, captured, between))) goto fail;
+    result = PyTuple_Pack(5, times, captures, leaves, violations, outside);
 fail:
     for (; n_items > 0; --n_items) Py_DECREF(items[n_items - 1]);
     Py_XDECREF(out);
@@ -696,6 +714,7 @@ fail:
     Py_XDECREF(violations);
     Py_XDECREF(leaves);
     Py_XDECREF(captures);
+    Py_XDECREF(outside);
     self->busy = 0;
     return result;
 }
@@ -838,6 +857,8 @@ static void Loop_dealloc(Loop *self) {
         for (int k = 0; k < self->n_events; ++k) {
             cu.EventDestroy(self->starts[k]);
             cu.EventDestroy(self->ends[k]);
+            cu.EventDestroy(self->pres[k]);
+            cu.EventDestroy(self->posts[k]);
         }
         if (self->flush_buf) cu.MemFree(self->flush_buf);
         if (self->partials) cu.MemFree(self->partials);
