@@ -526,18 +526,26 @@ def wall_bound(meas: Measurement, reference: str = "reference", candidate: str =
 
 
 def _outside_gaps(ref_blocks: list[Block], cand_blocks: list[Block]) -> dict[str, float]:
-    """The loop's own GPU time a repetition, by part (`protocol.OUTSIDE_PARTS`), the candidate's lowest block less the
-    reference's lowest (us). Work queued aside that competes with the loop's kernels shows here at GPU precision,
-    where the wall time also holds host noise. The candidate's figures are its own report, so these are recorded
-    for audits, not judged: the wall bound is the verdict."""
+    """The loop's own GPU time a repetition, by part (`protocol.OUTSIDE_PARTS`), and the rest of each block's excess
+    (`host`: the time no event accounts for, the draws, the request and the reply), each the candidate's lowest
+    block less the reference's lowest (us). Work queued aside that competes with the loop's kernels shows in the
+    GPU parts at GPU precision, where the wall time also holds host noise; a steady offset between the processes'
+    host work shows in `host_gap_us`. The candidate's figures are its own report, so these are recorded for audits,
+    not judged: the wall bound is the verdict."""
     refs = [b for b in ref_blocks if b.outside_ms]
     cands = [b for b in cand_blocks if b.outside_ms]
     if not refs or not cands:
         return {}
-    lowest = lambda blocks, k: min(b.outside_ms[k] / max(b.reps, 1) for b in blocks)  # noqa: E731
-    gaps = {f"{part}_gap_us": round((lowest(cands, k) - lowest(refs, k)) * 1000, 3)
-            for k, part in enumerate(p.OUTSIDE_PARTS)}
-    return {**gaps, "reference_lead_in_us": round(lowest(refs, 0) * 1000, 3)}
+
+    def per_rep(b: Block) -> list[float]:
+        parts = [t / max(b.reps, 1) for t in b.outside_ms]
+        return [*parts, b.excess_ms - sum(parts)]
+
+    names = [*p.OUTSIDE_PARTS, "host"]
+    lowest = lambda blocks, k: min(per_rep(b)[k] for b in blocks)  # noqa: E731
+    gaps = {f"{name}_gap_us": round((lowest(cands, k) - lowest(refs, k)) * 1000, 3) for k, name in enumerate(names)}
+    return {**gaps, "reference_lead_in_us": round(lowest(refs, 0) * 1000, 3),
+            "reference_host_us": round(lowest(refs, len(names) - 1) * 1000, 3)}
 
 
 # A block's calls may take at most this many times their median in total, in every block: the speedup is a ratio of

@@ -177,7 +177,8 @@ def bound_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "unexplained_over_limit": _spread(ratios), "paired_gap_median_us": _spread(gaps),
             "reference_overhead_us": _spread([r["reference_overhead_us"] for r in rows if "reference_overhead_us" in r]),
             # the loop's own GPU time, candidate less reference (`measure._outside_gaps`): host noise or GPU work?
-            **{key: _spread([r[key] for r in rows if key in r]) for key in ("lead_in_gap_us", "capture_gap_us")}}
+            **{key: _spread([r[key] for r in rows if key in r])
+               for key in ("lead_in_gap_us", "capture_gap_us", "between_gap_us", "host_gap_us")}}
 
 
 def _spread(values: list[float]) -> dict[str, float] | None:

@@ -397,5 +397,8 @@ def test_the_loops_own_gpu_time_is_recorded_by_part_not_judged() -> None:
     assert numbers["lead_in_gap_us"] == pytest.approx(25.0)
     assert numbers["capture_gap_us"] == pytest.approx(0.0, abs=1e-6)
     assert numbers["reference_lead_in_us"] == pytest.approx(300.0)
+    # the rest of the excess is host time: 500 - 300 - 150 - 9.5 us for the reference, 520 - 325 - 150 - 9.5 at best
+    assert numbers["reference_host_us"] == pytest.approx(500 - 320 - 150 - 9.5)
+    assert numbers["host_gap_us"] == pytest.approx((520 - 340 - 150 - 9.5) - (500 - 320 - 150 - 9.5))
     meas.blocks["candidate"] = _blocks([0.52] * 3, 0.1)
     assert "lead_in_gap_us" not in measure.wall_bound(meas)[1]
