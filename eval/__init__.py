@@ -27,6 +27,7 @@ _EXPORTS = {
     "Hello": "eval.protocol",
     "Integrity": "eval.protocol",
     "Load": "eval.protocol",
+    "OUTSIDE_PARTS": "eval.protocol",
     "Sync": "eval.protocol",
     "EvalResult": "eval.result",
     "KernelShare": "eval.result",

@@ -7,8 +7,9 @@ process, once per variant with parts of the repetition turned off, alternating v
 per variant the median over rounds of (block wall time - sum of its events) / repetitions, and the same with the
 worker's fresh-input draw (`problems.runtime.draw_inputs`, as `TimeBlock.seeds` asks) inside the wall time. The
 whole repetition is also timed with the capture kernels built as in `KERNEL_VARIANTS` (a second loop, alternating
-with the first), so a change to capture.cu is measured side by side. A diagnostic of the loop, never a way to
-evaluate.
+with the first), so a change to capture.cu is measured side by side. Each row also gives the loop's own GPU time a
+repetition by part, from its events (`protocol.OUTSIDE_PARTS`), so the GPU's share of the excess is seen directly
+and the rest is host time. A diagnostic of the loop, never a way to evaluate.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ KERNEL_VARIANTS: dict[str, dict[str, int]] = {  # row name -> capture.cu macros
 
 def run(elements: int = 1 << 24, reps: int = 16, rounds: int = 5) -> dict[str, Any]:
     """One row per variant (and the draw): median excess per repetition in us over `rounds` rounds."""
-    from eval import NativeLoop, compile_cubin
+    from eval import OUTSIDE_PARTS, NativeLoop, compile_cubin
     from harness.corpus import candidates
     from problems import draw_inputs, load_source
 
@@ -52,7 +53,7 @@ def run(elements: int = 1 << 24, reps: int = 16, rounds: int = 5) -> dict[str, A
     def forward(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return torch.relu(x + y) * 1.5
 
-    def block(switches: dict[str, bool], draw: bool, timer: NativeLoop = loop) -> float:
+    def block(switches: dict[str, bool], draw: bool, timer: NativeLoop = loop) -> tuple[float, list[float]]:
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         drawn = [[x for x in draw_inputs(problem, 100 + i, device) if isinstance(x, torch.Tensor)]
@@ -61,19 +62,29 @@ def run(elements: int = 1 << 24, reps: int = 16, rounds: int = 5) -> dict[str, A
         result = timer.block(forward, buffers, reps, first_rep=0, flush=switches["flush"], lead=switches["lead"],
                             capture=switches["capture"], copies=copies)
         wall_ms = (time.perf_counter() - t0) * 1000.0
-        return (wall_ms - sum(result.times_ms)) / reps * 1000.0
+        return (wall_ms - sum(result.times_ms)) / reps * 1000.0, [t / reps * 1000.0 for t in result.outside_ms]
 
-    rows: dict[str, list[float]] = {name: [] for name in [*VARIANTS, "whole repetition + fresh draws", *variants]}
+    names = [*VARIANTS, "whole repetition + fresh draws", *variants]
+    rows: dict[str, list[float]] = {name: [] for name in names}
+    parts: dict[str, list[list[float]]] = {name: [] for name in names}
+
+    def keep(name: str, seen: tuple[float, list[float]]) -> None:
+        rows[name].append(seen[0])
+        parts[name].append(seen[1])
+
     for _ in range(rounds):
         for name, switches in VARIANTS.items():
             block(switches, draw=False)  # warm
-            rows[name].append(block(switches, draw=False))
-        rows["whole repetition + fresh draws"].append(block(VARIANTS["whole repetition"], draw=True))
+            keep(name, block(switches, draw=False))
+        keep("whole repetition + fresh draws", block(VARIANTS["whole repetition"], draw=True))
         for name, timer in variants.items():
             block(VARIANTS["whole repetition"], draw=False, timer=timer)  # warm
-            rows[name].append(block(VARIANTS["whole repetition"], draw=False, timer=timer))
+            keep(name, block(VARIANTS["whole repetition"], draw=False, timer=timer))
     table = {name: {"median_us": round(statistics.median(v), 1), "min_us": round(min(v), 1),
-                    "max_us": round(max(v), 1)} for name, v in rows.items()}
+                    "max_us": round(max(v), 1),
+                    "gpu_us": {part: round(statistics.median(p[k] for p in parts[name]), 1)
+                               for k, part in enumerate(OUTSIDE_PARTS)}}
+             for name, v in rows.items()}
     return {"elements": elements, "reps": reps, "rounds": rounds, "loop": loop.info(), "excess_per_rep": table}
 
 
@@ -81,4 +92,6 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"loop overhead: {report['elements']} elements, blocks of {report['reps']}, {report['rounds']} rounds; "
           f"{report['loop']}")
     for name, row in report["excess_per_rep"].items():
-        print(f"  {name:58s} median {row['median_us']:9.1f} us/rep  (min {row['min_us']}, max {row['max_us']})")
+        gpu = ", ".join(f"{part} {us}" for part, us in row["gpu_us"].items())
+        print(f"  {name:58s} median {row['median_us']:9.1f} us/rep  (min {row['min_us']}, max {row['max_us']}; "
+              f"the loop's GPU time: {gpu})")

@@ -27,6 +27,10 @@ def test_each_part_of_a_repetition_costs_its_share(capsys):
     # the lead alone spins the GPU for about 200 us a repetition, and the call alone has none of it
     assert whole - rows["without lead"]["median_us"] > 150
     assert rows["call alone"]["median_us"] < whole and rows["without capture"]["median_us"] < whole
+    # the loop's own GPU time: the lead in the lead-in, none without it, and never more than the whole excess
+    assert rows["whole repetition"]["gpu_us"]["lead_in"] > 190 > rows["without lead"]["gpu_us"]["lead_in"]
+    assert rows["without capture"]["gpu_us"]["capture"] < rows["whole repetition"]["gpu_us"]["capture"]
+    assert sum(rows["whole repetition"]["gpu_us"].values()) <= whole
     loop_overhead.print_table(report)
     assert "whole repetition" in capsys.readouterr().out
 
