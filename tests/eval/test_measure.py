@@ -89,33 +89,29 @@ def test_fixed_method_is_kernelbench_timer_one_side_after_the_other() -> None:
     assert len(meas.samples["candidate"]) == 100 == len(meas.samples["reference"])  # the dropped call is not kept
 
 
-def test_a_side_that_reports_too_few_or_bad_times_is_forged() -> None:
-    class Short(FakeProcess):
+def _candidate_whose_blocks(edit) -> tuple[Side, Side]:
+    """A reference and a candidate whose captured blocks' replies `edit(reply)` changes."""
+    class Edited(FakeProcess):
         def request(self, message, tensors=None, timeout=None, device=None):
             reply, caps = super().request(message, tensors, timeout, device)
             if isinstance(message, p.TimeBlock) and message.capture:
-                reply.times_ms = reply.times_ms[:-1]
+                edit(reply)
             return reply, caps
 
     log: list = []
-    reference = Side("reference", FakeProcess("reference", log), "ref0")
-    candidate = Side("candidate", Short("candidate", log), "candidate")
+    return Side("reference", FakeProcess("reference", log), "ref0"), Side("candidate", Edited("candidate", log),
+                                                                          "candidate")
+
+
+def test_a_side_that_reports_too_few_or_bad_times_is_forged() -> None:
+    reference, candidate = _candidate_whose_blocks(lambda reply: setattr(reply, "times_ms", reply.times_ms[:-1]))
     with pytest.raises(measure.Forged, match="valid times"):
         measure.time_pair(reference, candidate, TimingRule(warmup_ms=1.0), nonce=1, graphs=False, timeout=10)
 
 
 @pytest.mark.parametrize("outside", [[-1.0, 0.2, 0.0], [0.1, 0.2], [float("nan"), 0.2, 0.0]])
 def test_a_side_that_reports_an_impossible_loop_gpu_time_is_forged(outside: list[float]) -> None:
-    class Impossible(FakeProcess):
-        def request(self, message, tensors=None, timeout=None, device=None):
-            reply, caps = super().request(message, tensors, timeout, device)
-            if isinstance(message, p.TimeBlock) and message.capture:
-                reply.outside_ms = list(outside)
-            return reply, caps
-
-    log: list = []
-    reference = Side("reference", FakeProcess("reference", log), "ref0")
-    candidate = Side("candidate", Impossible("candidate", log), "candidate")
+    reference, candidate = _candidate_whose_blocks(lambda reply: setattr(reply, "outside_ms", list(outside)))
     with pytest.raises(measure.Forged, match="loop's own GPU time"):
         measure.time_pair(reference, candidate, TimingRule(warmup_ms=1.0), nonce=1, graphs=False, timeout=10)
 
