@@ -55,8 +55,10 @@ from problems import (
     input_only_constants,
     kernelbench_trial_seeds,
     load_source,
+    magnitude,
     make_inputs,
     precision,
+    scaled_atol,
 )
 
 ERROR_CHARS = 3000
@@ -278,6 +280,7 @@ def trials(ctx: Context) -> None:
     if ctx.config.distribution_trials and not ctx.kernelbench_seeding:
         plan += [(f"dist-{name}", None, name) for name in DISTRIBUTIONS]
     public = kernelbench_trial_seeds(ctx.config.public_seed, len(plan)) if ctx.kernelbench_seeding else []
+    published: list[float] = []  # mean |output| per output on the first trial's published inputs
     for trial, (label, extra, distribution) in enumerate(plan):
         seed = public[trial] if public else derive_seed(ctx.secret, label)
         with ctx.lease.gate.hold("shared"):
@@ -294,14 +297,18 @@ def trials(ctx: Context) -> None:
             reply, outputs = _run_trial(ctx, inputs, fingerprint, p.Run(seed=seed, extra=-1 if extra is None else extra,
                                                                          on_cpu=bool(public), distribution=distribution))
             ctx.result.trials += 1
-            mismatch = _trial_mismatch(ctx, expected, reply, outputs, trial)
+            if not published:
+                published = [magnitude(t) for t in expected]
+            atol = scaled_atol(ctx.tolerance()[0], published, [magnitude(t) for t in expected]) if distribution else None
+            mismatch = _trial_mismatch(ctx, expected, reply, outputs, trial, atol)
             del inputs, expected, outputs
         if distribution:
             ctx.result.distributions[distribution] = "failed" if mismatch is not None else "passed"
         if mismatch is not None:
             note = f" on hidden input shapes #{extra}" if extra is not None else ""
             if distribution:
-                note += f", inputs off the published distribution: {DISTRIBUTIONS[distribution][0]}"
+                note += (f", inputs off the published distribution: {DISTRIBUTIONS[distribution][0]}; atol grown "
+                         "with the outputs' mean |value| (`problems._compare.scaled_atol`)")
             _incorrect(ctx, mismatch, f"trial {trial}{note}")
         if reply.mutated_inputs:
             raise Verdict(Status.INCORRECT, f"the candidate modified input(s) {reply.mutated_inputs} in place; "
@@ -344,11 +351,13 @@ def derived_workload_trial(ctx: Context, trial: int) -> None:
 
 
 def _trial_mismatch(ctx: Context, expected: list[torch.Tensor], reply: p.RunReply, outputs: list[torch.Tensor],
-                    trial: int) -> Mismatch | None:
-    """How a trial's outputs differ from the reference's: their containers first, then their values."""
+                    trial: int, atol: list[float] | None = None) -> Mismatch | None:
+    """How a trial's outputs differ from the reference's: their containers first, then their values (`atol`: per
+    output, off the published distribution; else the problem's)."""
     assert ctx.reference is not None
+    problem_atol, rtol = ctx.tolerance()
     return (compare_structure(ctx.reference.structure, reply.output_structure, trial)
-            or compare(expected, outputs, *ctx.tolerance(), trial=trial))
+            or compare(expected, outputs, problem_atol if atol is None else atol, rtol, trial=trial))
 
 
 def _incorrect(ctx: Context, mismatch: Mismatch, where: str) -> NoReturn:

@@ -14,6 +14,8 @@ _EXPORTS = {
     "Mismatch": "problems._compare",
     "compare": "problems._compare",
     "compare_structure": "problems._compare",
+    "magnitude": "problems._compare",
+    "scaled_atol": "problems._compare",
     "tolerance": "problems._compare",
     "Cost": "problems.cost",
     "describe_bytes": "problems.cost",

@@ -161,3 +161,73 @@ def test_constants_the_model_reads_are_never_scaled():
     source = KB_PROBLEM.replace("return torch.clamp(x, min=-10.0)", "return torch.clamp(x, min=-10.0)[:, :dim]")
     assert input_only_constants(KB_PROBLEM) == ["batch_size", "dim"]
     assert input_only_constants(source) == ["batch_size"]  # Model reads dim: the model built once could not follow
+
+
+CUBES_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+META = {"atol": 1e-3, "rtol": 0.0}
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return (x ** 3).sum(-1)
+
+
+def get_inputs():
+    return [torch.randn(64, 1024)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+CUBES_CANDIDATE = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def cubes_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros((), dtype=tl.float32)
+    for start in range(0, n, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * n + offs, mask=offs < n, other=0.0)
+        acc += tl.sum(x * x * x)
+    tl.store(out_ptr + row, acc)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        out = torch.empty(x.shape[0], device=x.device, dtype=x.dtype)
+        cubes_kernel[(x.shape[0],)](x, out, x.shape[1], BLOCK=64)
+        return out
+'''
+
+
+def test_an_honest_sum_whose_rounding_grows_with_its_inputs_passes_every_distribution(evaluator, monkeypatch):
+    """The same sum in another order (64-element pieces, as a Triton reduction loop runs it): its rounding error
+    grows with the inputs as its outputs do, 64 times with the inputs scaled by 4, past the problem's fixed atol.
+    The evaluator grows atol with the outputs there and judges it correct (the false reject of CUDA-L1's L3/50, in
+    small); with atol held fixed, as before, the same evaluation is incorrect on the scaled trial."""
+    import eval.checks
+
+    problem = problem_from_source(CUBES_PROBLEM, name="cubes", problem_id="t/cubes")
+    r = evaluator.evaluate(problem, CUBES_CANDIDATE)
+    assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
+    assert r.distributions == {"scaled": "passed", "shifted": "passed", "flipped": "passed"}, r.distributions
+
+    monkeypatch.setattr(eval.checks, "scaled_atol", lambda atol, published, trial: [atol] * len(trial))
+    r = evaluator.evaluate(problem, CUBES_CANDIDATE)
+    assert r.status is Status.INCORRECT, f"{r.status}: {r.reason}"
+    assert "every floating-point input multiplied by 4" in r.reason, r.reason
