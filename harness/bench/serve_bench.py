@@ -49,6 +49,8 @@ def batch(n: int, elements: int, tag: str) -> list[str]:
 
 
 PHASES = ("queue_s", "eval_s", "handoff_s", "store_s", "http_s")
+REQUEST_FAILED = "request_failed"  # the call raised (the service unreachable, an error answer): no verdict
+_SERVER_TAIL_LINES = 40
 
 
 def closed_loop(call: Callable[[str], dict[str, Any]], sources: list[str], callers: int,
@@ -68,7 +70,10 @@ def closed_loop(call: Callable[[str], dict[str, Any]], sources: list[str], calle
                     return
                 i, source = todo.pop(0)
             t0 = time.perf_counter()
-            answers[i] = call(source)
+            try:
+                answers[i] = call(source)
+            except Exception as exc:  # noqa: BLE001  a failed request is a row of the figures, not a dead caller
+                answers[i] = {"status": REQUEST_FAILED, "reason": f"{type(exc).__name__}: {exc}"}
             latencies[i] = time.perf_counter() - t0
             why = "" if answers[i]["status"] == "correct" else f" ({_reason(answers[i])[:300]})"
             print(f"{tally.step()} {label}: {answers[i]['status']}{why}", file=sys.stderr, flush=True)
@@ -149,6 +154,9 @@ def main(n: int | None = None, callers: int | None = None, out: str | None = Non
             body = {"source": problem.source, "name": problem.name}
             served = closed_loop(lambda s: client.evaluate(body, s), batch(n, elements, "served"), width, "served")
             client.close()
+            if REQUEST_FAILED in served["statuses"]:
+                print("requests failed; the service's last lines:\n" + "".join(server.output[-_SERVER_TAIL_LINES:]),
+                      file=sys.stderr)
     rows = [_summary("in-process", inproc, gpus), _summary("harness serve", served, gpus)]
     report.update(callers=width, at_once=at_once, rows=rows,
                   overhead=round(rows[1]["wall_s"] / rows[0]["wall_s"] - 1, 4),

@@ -13,6 +13,7 @@ import ipaddress
 import os
 import socket
 import sys
+from typing import Any
 
 TOKEN_ENV = "HARNESS_SERVE_TOKEN"
 
@@ -100,7 +101,14 @@ def serve(service: object, host: str, port: int, *, token: str | None, max_body_
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5, access_log=False)
-    server = uvicorn.Server(config)
+    stopping = service.stopping  # type: ignore[attr-defined]
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:  # the stop signal: tell waiting requests first
+            stopping.set()
+            super().handle_exit(sig, frame)
+
+    server = Server(config)
     print(f"harness serve: listening on http://{shown}:{bound} ({'bearer token' if token else 'no auth'}; "
           f"audit trail {service.run_dir})", flush=True)  # type: ignore[attr-defined]
     server.run(sockets=[sock])

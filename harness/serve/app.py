@@ -25,7 +25,8 @@ from harness.serve.queue import QueueFull
 from harness.serve.catalog import BadRequest, NotFound
 from harness.serve.service import Pending, Service
 
-_POLL_S = 0.5  # how often a waiting request checks that its client is still there
+_POLL_S = 0.5  # how often a waiting request checks that its client is still there, and that the service goes on
+_RETRY_AFTER_STOP_S = 5  # what a request cut off by a stop is told to wait before retrying (a restart, a replica)
 
 
 class HTTPError(Exception):
@@ -110,16 +111,25 @@ def create_app(service: Service, *, token: str | None, max_body_bytes: int = 8 <
         except (ValueError, RecursionError) as exc:
             raise HTTPError(400, f"the body is not JSON: {exc}", field="body") from None
 
+    def stopping_error() -> HTTPError:
+        return HTTPError(503, "the service is stopping: retry this request, with its id, once it is back",
+                         headers={"Retry-After": str(_RETRY_AFTER_STOP_S)})
+
     async def answer(request: Request, pending: list[Pending]) -> list[dict[str, Any]] | None:
         """Wait for every pending item (woken when the last one finishes, checking the client every `_POLL_S`);
-        None, and the queued work released, when the client went away."""
+        None, and the queued work released, when the client went away. When the service is stopping, a request
+        still waiting is answered 503 at once: cut off at the end of the grace period, it would get a bare 500,
+        which clients do not retry."""
         loop = asyncio.get_running_loop()
         done = asyncio.Event()
         futures = [p.ticket.future for p in pending if p.ticket is not None]
 
         def wake(_: Any) -> None:
             if all(f.done() for f in futures):
-                loop.call_soon_threadsafe(done.set)
+                try:
+                    loop.call_soon_threadsafe(done.set)
+                except RuntimeError:  # the loop closed at shutdown: nobody waits any more
+                    pass
 
         for f in futures:
             f.add_done_callback(wake)
@@ -132,9 +142,14 @@ def create_app(service: Service, *, token: str | None, max_body_bytes: int = 8 <
                 if await request.is_disconnected():
                     service.release(pending)
                     return None
+                if service.stopping.is_set():
+                    service.release(pending)
+                    raise stopping_error() from None
         return await asyncio.to_thread(lambda: [service.finish(p) for p in pending])
 
     def submit(requests: list[Any]) -> list[Pending]:
+        if service.stopping.is_set():
+            raise stopping_error()
         try:
             return service.submit(requests)
         except QueueFull as exc:

@@ -98,6 +98,7 @@ class Service:
         self.metrics = Metrics()
         self.catalog = Catalog(self.config, allow_problem_source=allow_problem_source)
         self._log = log
+        self.stopping = threading.Event()  # set by a stop signal: waiting requests are told to retry (503)
         self._lock = threading.Lock()
         self._finish_lock = threading.Lock()  # held while an answer is stored (the store writes one at a time anyway)
         self._lane_lock = threading.Lock()  # held while a preset's evaluator starts (slow); requests go on meanwhile

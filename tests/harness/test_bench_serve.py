@@ -28,6 +28,19 @@ def test_closed_loop_counts_each_completion_and_splits_latency(capsys) -> None:
         assert t["eval_s"] == 0.01 and t["http_s"] >= 0.04 and sum(t.values()) == pytest.approx(latency)
 
 
+def test_a_failed_request_is_an_answer_of_its_own_and_the_loop_goes_on(capsys) -> None:
+    """A call that raises (the service gone, a 500) is counted as `request_failed` with its reason; before, it
+    killed its caller thread, and the bench lost the answer and waited on."""
+    def call(source: str) -> dict:
+        if source == "s1":
+            raise ConnectionError("refused")
+        return {"status": "correct", "timings": {}}
+
+    run = serve_bench.closed_loop(call, [f"s{i}" for i in range(4)], 2, "served")
+    assert run["statuses"] == ["correct", serve_bench.REQUEST_FAILED, "correct", "correct"]
+    assert "served: request_failed (ConnectionError: refused)" in capsys.readouterr().err
+
+
 def test_in_process_side_runs_as_many_at_once_as_the_evaluator_has_workers() -> None:
     lock, running, most = threading.Lock(), [0], [0]
 

@@ -73,3 +73,52 @@ def test_kill9_mid_batch_then_restart(tmp_path, capsys):
         assert (got["mismatch"] is None) == (expected["mismatch"] is None)
         assert (got["kernels"] or {}).get("own_kernels_launched") == (expected["kernels"] or {}).get("own_kernels_launched")
         assert got["speedup"] is None and expected["speedup"] is None
+
+
+def test_a_stop_signal_answers_waiting_requests_503_and_their_retries_complete_after_a_restart(tmp_path):
+    """SIGTERM (what Kubernetes and SLURM send) while requests wait: each is answered 503 with a Retry-After, which
+    clients retry, not a bare 500 when the grace period cuts it off (as a device run of `harness bench serve` showed);
+    a client's retries then complete on the restarted server with the right verdict."""
+    import httpx
+
+    port = free_port()
+    args = [*cpu_overrides(tmp_path, workers=1), "--name", "stop"]
+    slow = [reply(f"import time\ntime.sleep(4)\n{GOOD}\n# stop {i}\n") for i in range(2)]
+    policy = RetryPolicy(max_attempts=60, initial_delay_s=0.5, max_delay_s=5.0)
+    raw: dict[str, httpx.Response] = {}
+    retried: dict[str, object] = {}
+    first = Server(args, token=TOKEN, port=port)
+    try:
+        client = EvalClient(first.url, TOKEN, policy=policy, timeout=600)
+
+        def post_once() -> None:
+            raw["response"] = httpx.post(f"{first.url}/v1/evaluate", json={"problem": CUSTOM, "code": slow[0]},
+                                         headers={"Authorization": f"Bearer {TOKEN}"}, timeout=600)
+
+        def with_retries() -> None:
+            try:
+                retried["answer"] = client.evaluate(CUSTOM, slow[1])
+            except Exception as exc:  # noqa: BLE001  reported by the assertion below
+                retried["error"] = exc
+
+        threads = [threading.Thread(target=post_once), threading.Thread(target=with_retries)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 120
+        while first.metrics()["harness_serve_in_flight"] < 1:
+            assert time.monotonic() < deadline, "no evaluation started"
+            time.sleep(0.2)
+        first.stop()  # SIGTERM; neither evaluation can have ended (each sleeps 4 s at import)
+    finally:
+        first.stop()
+    threads[0].join(120)
+    response = raw["response"]
+    assert response.status_code == 503, (response.status_code, response.text)
+    assert response.headers["Retry-After"] == "5" and "the service is stopping" in response.json()["error"]["message"]
+    second = Server(args, token=TOKEN, port=port)
+    try:
+        threads[1].join(600)
+    finally:
+        second.stop()
+    assert "error" not in retried, retried.get("error")
+    assert retried["answer"]["status"] == "correct", retried["answer"]
