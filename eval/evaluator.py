@@ -98,6 +98,15 @@ def host_gpu_index(host_gpu_ids: Sequence[str], index: int | None) -> int | None
     return index
 
 
+# Verdicts a process's end decides are never cached: the end may be the host's doing (a stop signal sent to the
+# whole process group, the out-of-memory killer, a busy machine), and a cached verdict outlives the evaluator.
+_NOT_CACHED = (Status.TIMEOUT, Status.CRASH)
+
+
+class EvaluatorClosed(RuntimeError):
+    """An evaluation ended after `close()` began: its verdict may be the closing's doing, so there is none."""
+
+
 class Evaluator:
     """Evaluates candidates against problems. Use as a context manager; reuse across calls."""
 
@@ -257,16 +266,23 @@ class Evaluator:
         if self._cache is not None and (hit := self._cache.get(key)) is not None:
             return EvalResult.from_dict({**hit, "cached": True, "node": hit.get("node") or socket.gethostname()})
         result = self._new_result(job)
+        closed = f"the evaluator closed while {job.problem.id} was being evaluated; evaluate it again"
         try:
             self._judge(job, report, build, result)
         except Verdict as verdict:
             result.status, result.reason, result.error = verdict.status, verdict.reason, trim(verdict.error)
+        except Exception as exc:  # the closing took the worker or its channel away mid-exchange
+            if self._closing:
+                raise EvaluatorClosed(closed) from exc
+            raise
         if result.status is Status.PENDING:
             raise RuntimeError("the check pipeline ended without a verdict")  # a harness bug, never a candidate's
         if self.config.compile_baseline and result.is_correct:
             self.compile_speedup(job.problem, result)
         result.eval_seconds = time.perf_counter() - t0
-        if self._cache is not None and result.status is not Status.TIMEOUT:
+        if self._closing:  # its worker may have been stopped under it: no verdict, and nothing cached
+            raise EvaluatorClosed(closed)
+        if self._cache is not None and result.status not in _NOT_CACHED:
             self._cache.put(key, result.to_dict())
         return result
 

@@ -52,7 +52,7 @@ from agents import (
     Usage,
     extract_code,
 )
-from eval import BACKENDS, DEFAULT_BACKEND, EvalResult, Status, render_feedback
+from eval import BACKENDS, DEFAULT_BACKEND, EvalResult, EvaluatorClosed, Status, render_feedback
 from harness.progress import Display, RunStats
 from harness.response_cache import ResponseCache, request_key
 from harness.signals import deferred as deferred_signals, stop_reason
@@ -535,6 +535,8 @@ def evaluate_safely(evaluator: Evaluates, problem: Problem, code: str, backend: 
     candidate), so neither a run nor a served request ends because of one."""
     try:
         return evaluator.evaluate(problem, code, backend=backend)
+    except EvaluatorClosed:  # no verdict at all: the attempt is not recorded, and a resume evaluates it again
+        raise
     except Exception as exc:  # noqa: BLE001 (a harness-side failure must not end the run)
         return EvalResult(
             status=Status.CRASH,

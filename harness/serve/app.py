@@ -20,7 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from agents import TurnRecord
-from eval import BACKENDS, DEFAULT_BACKEND
+from eval import BACKENDS, DEFAULT_BACKEND, EvaluatorClosed
 from harness.serve.queue import QueueFull
 from harness.serve.catalog import BadRequest, NotFound
 from harness.serve.service import Pending, Service
@@ -72,6 +72,12 @@ class _CountResponses:
         await self.app(scope, receive, counting_send)
 
 
+def stopping_error() -> HTTPError:
+    """The answer to a request the service cannot finish because it is stopping: clients retry a 503."""
+    return HTTPError(503, "the service is stopping: retry this request, with its id, once it is back",
+                     headers={"Retry-After": str(_RETRY_AFTER_STOP_S)})
+
+
 def create_app(service: Service, *, token: str | None, max_body_bytes: int = 8 << 20, max_batch: int = 256) -> FastAPI:
     """The ASGI app. `token`: the bearer token every route but /v1/health requires (None: no auth)."""
     app = FastAPI(title="harness serve", version=service.health()["version"], docs_url=None, redoc_url=None)
@@ -79,6 +85,10 @@ def create_app(service: Service, *, token: str | None, max_body_bytes: int = 8 <
     @app.exception_handler(HTTPError)
     async def _http_error(request: Request, exc: HTTPError) -> JSONResponse:
         return exc.response()
+
+    @app.exception_handler(EvaluatorClosed)
+    async def _closed(request: Request, exc: EvaluatorClosed) -> JSONResponse:  # the service is closing: no verdict
+        return stopping_error().response()
 
     @app.exception_handler(Exception)
     async def _any_error(request: Request, exc: Exception) -> JSONResponse:  # a harness bug: answered, not fatal
@@ -111,15 +121,13 @@ def create_app(service: Service, *, token: str | None, max_body_bytes: int = 8 <
         except (ValueError, RecursionError) as exc:
             raise HTTPError(400, f"the body is not JSON: {exc}", field="body") from None
 
-    def stopping_error() -> HTTPError:
-        return HTTPError(503, "the service is stopping: retry this request, with its id, once it is back",
-                         headers={"Retry-After": str(_RETRY_AFTER_STOP_S)})
-
     async def answer(request: Request, pending: list[Pending]) -> list[dict[str, Any]] | None:
         """Wait for every pending item (woken when the last one finishes, checking the client every `_POLL_S`);
-        None, and the queued work released, when the client went away. When the service is stopping, a request
-        still waiting is answered 503 at once: cut off at the end of the grace period, it would get a bare 500,
-        which clients do not retry."""
+        None, and the queued work released, when the client went away. Once the service is stopping, no request
+        is answered from its result: each still waiting, or whose work ended since, is answered 503 at once. Cut
+        off at the end of the grace period it would get a bare 500, which clients do not retry; and a stop signal
+        sent to the whole process group ends the evaluation workers too, so work that ends then may end as a
+        `crash` that is the stop's doing, not the candidate's. The retry is evaluated afresh."""
         loop = asyncio.get_running_loop()
         done = asyncio.Event()
         futures = [p.ticket.future for p in pending if p.ticket is not None]
@@ -145,6 +153,8 @@ def create_app(service: Service, *, token: str | None, max_body_bytes: int = 8 <
                 if service.stopping.is_set():
                     service.release(pending)
                     raise stopping_error() from None
+        if service.stopping.is_set():  # set before this coroutine resumed: a signal is handled first
+            raise stopping_error()
         return await asyncio.to_thread(lambda: [service.finish(p) for p in pending])
 
     def submit(requests: list[Any]) -> list[Pending]:

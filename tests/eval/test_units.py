@@ -318,3 +318,42 @@ def test_steps_left_out_leaves_them_out_for_a_while_and_refuses_a_name_that_is_n
         with steps_left_out(frozenset({"tming"})):
             pass
     assert checks.PIPELINE is whole
+
+
+@pytest.mark.slow  # starts two evaluators
+def test_a_crash_is_never_cached_and_an_evaluation_cut_by_close_has_no_verdict(tmp_path):
+    """A process's end may be the host's doing: a stop signal to the whole process group, or `close()` stopping
+    the worker under an evaluation. On a CPU evaluator: a candidate whose worker exits is a `crash`, evaluated
+    again rather than answered from the cache; an evaluation that `close()` cuts raises `EvaluatorClosed` instead
+    of a `crash` verdict, caches nothing, and the same candidate is correct in the next evaluator."""
+    import threading
+    import time
+
+    from eval import EvaluatorClosed
+
+    problem = problem_from_source(PROBLEM, name="add_relu")
+    exits = "import os\nos._exit(3)\n" + GOOD
+    slow = "import time\ntime.sleep(8)\n" + GOOD + "\n# slow\n"
+    config = EvalConfig(device="cpu", cache_dir=str(tmp_path), workers_per_gpu=1)
+    with Evaluator(config) as ev:
+        first = ev.evaluate(problem, exits)
+        assert first.status is Status.CRASH, first.reason
+        assert not ev.evaluate(problem, exits).cached
+    ev = Evaluator(config)
+    ended: dict[str, object] = {}
+
+    def evaluate() -> None:
+        try:
+            ended["result"] = ev.evaluate(problem, slow)
+        except EvaluatorClosed as exc:
+            ended["closed"] = exc
+
+    thread = threading.Thread(target=evaluate)
+    thread.start()
+    time.sleep(3)  # the worker is importing the candidate (8 s); an earlier close only makes the start fail sooner
+    ev.close()
+    thread.join(120)
+    assert "closed" in ended and "result" not in ended, ended
+    with Evaluator(config) as ev:
+        again = ev.evaluate(problem, slow)
+    assert again.status is Status.CORRECT and not again.cached, again.reason

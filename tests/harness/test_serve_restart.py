@@ -121,4 +121,4 @@ def test_a_stop_signal_answers_waiting_requests_503_and_their_retries_complete_a
     finally:
         second.stop()
     assert "error" not in retried, retried.get("error")
-    assert retried["answer"]["status"] == "correct", retried["answer"]
+    assert retried["answer"]["status"] == "correct", retried["answer"]["result"]["reason"]
