@@ -102,6 +102,7 @@ class LintReport:
     checks: list[Check] = field(default_factory=list)
     scale: str = "full"
     seconds: float = 0.0
+    needs_bytes: int | None = None  # set when the budget stopped a full-size run: what lint needed
 
     @property
     def ok(self) -> bool:
@@ -191,9 +192,9 @@ def _lint_need(cost: Cost) -> int:
     return cost.peak_bytes + 2 * cost.input_bytes + 2 * cost.output_bytes + scratch
 
 
-def _memory_check(problem: Problem, budget: int) -> tuple[Check, Check | None, str | None, int | None]:
-    """(memory check, metadata check or None, why not to run at full size or None, lower bound) from
-    a traced full-size cost.
+def _memory_check(problem: Problem, budget: int) -> tuple[Check, Check | None, str | None, int | None, int | None]:
+    """(memory check, metadata check or None, why not to run at full size or None, lower bound, the bytes
+    lint needed where the budget is why) from a traced full-size cost.
 
     The memory check judges the problem (does an evaluation fit?); lint runs it only if lint's own
     larger working set fits too.
@@ -209,16 +210,16 @@ def _memory_check(problem: Problem, budget: int) -> tuple[Check, Check | None, s
         try:
             lower = 2 * sum(static_bytes(problem))
         except Exception:
-            return Check("memory", "skip", f"full size could not be traced ({reason})"), None, None, None
+            return Check("memory", "skip", f"full size could not be traced ({reason})"), None, None, None, None
         if lower > budget:
             detail = (f"inputs and parameters alone need {describe_bytes(lower)} with a candidate copy, "
                       f"over {describe_bytes(budget)}")
-            return Check("memory", "fail", detail), None, _TOO_BIG, lower
+            return Check("memory", "fail", detail), None, _TOO_BIG, lower, None  # intermediates unknown
         detail = (
             f"forward not traceable without data ({reason}); inputs+params with a candidate copy need "
             f"{describe_bytes(lower)}, intermediates unknown"
         )
-        return Check("memory", "skip", detail), None, None, lower
+        return Check("memory", "skip", detail), None, None, lower, None
     need, own = estimate_memory(cost), _lint_need(cost)
     detail = (
         f"needs ~{describe_bytes(need)} (reference peak {describe_bytes(cost.peak_bytes)} + candidate copy of "
@@ -249,19 +250,20 @@ def _memory_check(problem: Problem, budget: int) -> tuple[Check, Check | None, s
             "fail" if stale else "pass",
             "; ".join(stale) + " (run python -m problems.update_meta --write)" if stale else "flops/bytes match",
         )
-    return memory, metadata, not_run, None
+    return memory, metadata, not_run, None, max(need, own) if not_run else None
 
 
 def _run_checks(problem: Problem, device: str, scale: str, budget: int, report: LintReport) -> None:
     checks = report.checks
     small = scale == "small" or (scale == "auto" and device == "cpu" and has_small_sizes(problem))
     report.scale = "small" if small and has_small_sizes(problem) else "full"
-    memory, metadata, not_run, lower_bound = _memory_check(problem, budget)
+    memory, metadata, not_run, lower_bound, needed = _memory_check(problem, budget)
     checks.append(memory)
     if metadata is not None:
         checks.append(metadata)
     if report.scale == "full" and not_run:
         checks.append(Check("run", "skip", not_run))
+        report.needs_bytes = needed
         return
     try:
         module = load_module(problem, small=report.scale == "small")
@@ -580,27 +582,46 @@ def lint_entry(entry: Entry, *, device: str = "cpu", scale: str = "auto", budget
         detail = f"lint worker exited with {proc.returncode}: {tail}"
         return LintReport(entry.id, [Check("run", "fail", detail)], seconds=time.perf_counter() - start)
     data = json.loads(lines[-1])
-    return LintReport(data["problem_id"], [Check(**c) for c in data["checks"]], data["scale"], data["seconds"])
+    return LintReport(data["problem_id"], [Check(**c) for c in data["checks"]], data["scale"], data["seconds"],
+                      data.get("needs_bytes"))
 
 
 def lint_entries(entries: list[Entry], *, device: str = "cpu", scale: str = "auto",
                  budget: int = DEFAULT_BUDGET_BYTES, timeout_s: float = 300.0, jobs: int = 1,
                  on_report: Callable[[LintReport], None] | None = None) -> list[LintReport]:
-    """Lint many problems, `jobs` subprocesses at a time; `on_report(report)` is called as each finishes."""
+    """Lint many problems, `jobs` subprocesses at a time, each within `budget`; `on_report(report)` is called once
+    per problem, as it finishes.
+
+    With several jobs, a problem whose full-size run needs more than `budget` but fits what the jobs share
+    (`jobs` x `budget`) is linted again at the end, alone, within that; only that report is given. So one command
+    lints a whole checkout, the few large problems one at a time."""
     threads = max(1, (os.cpu_count() or 1) // jobs) if device == "cpu" else None
     lock = threading.Lock()
+    alone_budget = jobs * budget
 
-    def one(entry: Entry) -> LintReport:
-        report = lint_entry(entry, device=device, scale=scale, budget=budget, timeout_s=timeout_s, threads=threads)
+    def report(r: LintReport) -> LintReport:
         if on_report is not None:
             with lock:  # reports from parallel jobs print whole, one at a time
-                on_report(report)
-        return report
+                on_report(r)
+        return r
+
+    def one(entry: Entry) -> LintReport:
+        r = lint_entry(entry, device=device, scale=scale, budget=budget, timeout_s=timeout_s, threads=threads)
+        return r if _later_alone(r, jobs, alone_budget) else report(r)
 
     if jobs <= 1:
         return [one(e) for e in entries]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(one, entries))
+        reports = list(pool.map(one, entries))
+    alone_threads = os.cpu_count() if device == "cpu" else None
+    return [report(lint_entry(e, device=device, scale=scale, budget=alone_budget, timeout_s=timeout_s,
+                              threads=alone_threads))
+            if _later_alone(r, jobs, alone_budget) else r for e, r in zip(entries, reports)]
+
+
+def _later_alone(report: LintReport, jobs: int, alone_budget: int) -> bool:
+    """Whether the budget alone stopped this problem's full-size run, and the jobs' whole budget would not."""
+    return jobs > 1 and report.needs_bytes is not None and report.needs_bytes <= alone_budget
 
 
 def _worker_main() -> int:
@@ -610,7 +631,7 @@ def _worker_main() -> int:
     problem = problem_from_source(p["source"], name=p["name"], problem_id=p["id"], level=p["level"], path=p["path"])
     report = lint_problem_here(problem, device=data["device"], scale=data["scale"], budget=int(data["budget"]))
     result = {"problem_id": report.problem_id, "checks": [asdict(c) for c in report.checks], "scale": report.scale,
-              "seconds": report.seconds}
+              "seconds": report.seconds, "needs_bytes": report.needs_bytes}
     sys.stdout.write("\n" + json.dumps(result) + "\n")  # after anything the problem itself printed
     return 0
 

@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lint.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     lint.add_argument("--scale", choices=("auto", "full", "small"), default="auto",
                       help="auto: META['small'] sizes on the CPU when declared, full size otherwise")
-    lint.add_argument("--budget-gb", type=float, default=DEFAULT_BUDGET_BYTES / 1e9, help="device memory budget (GB)")
+    lint.add_argument("--budget-gb", type=float, default=DEFAULT_BUDGET_BYTES / 1e9, help="device memory budget per job (GB); a problem over it is linted again alone at the end, within --jobs x this")
     lint.add_argument("--timeout", type=float, default=300.0, help="seconds per problem before it counts as hung")
     lint.add_argument("--jobs", type=int, default=1, help="problems checked in parallel, each in its own process (on cuda, keep jobs x budget within the GPU's memory)")
     lint.add_argument("--verbose", action="store_true", help="print every check, not only failures")

@@ -226,3 +226,48 @@ def test_inputs_the_byte_floor_counts_must_change_the_output(extra, meta, verdic
     assert check.status == verdict, check
     if verdict == "fail":
         assert "[1]" in check.detail, check.detail
+
+
+_SIZED = '''
+import torch
+import torch.nn as nn
+
+N = {n}
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(N)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.slow  # four lint subprocesses
+def test_a_problem_over_the_per_job_budget_is_linted_again_alone_within_the_jobs_budget():
+    """Three jobs at 40 GB on an H200 left 23 of KernelBench's 250 problems unlinted ("raise --budget-gb"). With
+    several jobs, a problem over the per-job budget but within jobs x budget is now linted again at the end, alone,
+    within that, and reported once; with one job the budget stays the limit."""
+    from problems.cost import estimate_memory, measure_cost
+    from problems.lint import _lint_need
+
+    small = problem_from_source(_SIZED.format(n=1 << 10), name="small", problem_id="t/small")
+    large = problem_from_source(_SIZED.format(n=1 << 16), name="large", problem_id="t/large")
+    cost = measure_cost(large)
+    need = max(estimate_memory(cost), _lint_need(cost))
+    budget = need * 2 // 3  # over it for one job, within it for two
+    reported: list[str] = []
+    reports = lint_entries([large, small], device="cpu", budget=budget, timeout_s=900, jobs=2,
+                           on_report=lambda r: reported.append(r.problem_id))
+    assert sorted(reported) == ["t/large", "t/small"] and [r.problem_id for r in reports] == ["t/large", "t/small"]
+    checks = {c.name: c.status for c in reports[0].checks}
+    assert checks["memory"] == "pass" and checks["run"] == "pass", reports[0].checks
+    assert reports[0].needs_bytes is None and reports[0].ok
+    (alone,) = lint_entries([large], device="cpu", budget=budget, timeout_s=900, jobs=1)
+    assert {c.name: c.status for c in alone.checks}["run"] == "skip" and alone.needs_bytes == need
