@@ -110,11 +110,16 @@ class EvaluatorClosed(RuntimeError):
 class Evaluator:
     """Evaluates candidates against problems. Use as a context manager; reuse across calls."""
 
-    def __init__(self, config: EvalConfig | None = None, *, host_gpu_ids: Sequence[str] = ()):
+    def __init__(self, config: EvalConfig | None = None, *, host_gpu_ids: Sequence[str] = (),
+                 confined: bool = True):
         """`host_gpu_ids`: the host's names of the GPUs this process sees, in order, where they differ from the
-        visible indices (Ray renumbers an actor's GPUs from 0), so that a result names the host's GPU."""
+        visible indices (Ray renumbers an actor's GPUs from 0), so that a result names the host's GPU.
+        `confined=False` starts evaluation workers with no namespace, mount or memory limit: only for measuring
+        what confinement costs (`harness bench eval --part confinement`); every result says so
+        (`filesystem_isolated`)."""
         self.config = config or EvalConfig()
         self._host_gpu_ids = list(host_gpu_ids)
+        self._confined = confined
         protect_parent()
         strict_precision()
         reaper.sweep_stale()
@@ -448,9 +453,11 @@ class Evaluator:
         # the same arch list as the builds made ahead, so loading a built extension finds it up to date
         env = {"TORCH_CUDA_ARCH_LIST": self._arch, **self.config.extra_env}
         worker = WorkerProcess(device="cuda" if gpu_index is not None else "cpu", gpu_index=gpu_index,
-                               log_cap_bytes=self.config.log_cap_bytes, isolate_network=self.config.isolate_network,
-                               extra_env=env, max_reply_bytes=checks.reply_cap(self.config),
-                               memory_limit_bytes=self._memory_limit,
+                               log_cap_bytes=self.config.log_cap_bytes,
+                               isolate_network=self.config.isolate_network and self._confined,
+                               isolate_filesystem=self._confined, extra_env=env,
+                               max_reply_bytes=checks.reply_cap(self.config),
+                               memory_limit_bytes=self._memory_limit if self._confined else None,
                                max_processes=self.config.max_worker_processes)
         # keys the captures of its timed outputs; sent before any candidate code exists in the worker
         worker.capture_key = secrets.randbits(63) | 1

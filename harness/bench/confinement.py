@@ -1,4 +1,4 @@
-"""`harness bench eval --part confinement`: what confining a worker costs when it starts.
+"""`harness bench eval --part confinement`: what confining a worker costs when it starts, and on throughput.
 
 The evaluator starts a fresh sandboxed worker for every candidate, so the sandbox's price is paid at each
 start: the namespaces, the mounts (private tmpfs folders, the read-only view of the host), the process limit
@@ -6,7 +6,10 @@ start: the namespaces, the mounts (private tmpfs folders, the read-only view of 
 measurable afterwards; the start is where the cost is. This part starts workers confined as the evaluator
 does and unconfined (no namespace, no limit, the same environment), alternately, and times each from spawn
 to its reply to `Hello` (which initialises CUDA, Triton and the timing loop on a GPU). The medians and their
-difference are the cost per candidate.
+difference are the cost per candidate. Then the same batch of honest Triton candidates goes through the warm pool
+on GPU 0 with its workers confined and plain, in rounds that alternate the order: the candidates a minute of each,
+and their ratio, are the cost on throughput (spares start off the candidates' path, so most of the start cost is
+hidden there).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any
 import torch
 
 from eval import Hello, WorkerProcess, process_limit_plan, sandbox_plan
+from harness.bench.pools import CPU_SIZES, GPU_SIZES, bench_device, run_pool
+from harness.corpus import candidates
 from harness.progress import counter_text
 
 
@@ -60,8 +65,33 @@ def run(starts: int = 10) -> dict[str, Any]:
             "seconds": {way: [round(s, 3) for s in values] for way, values in seconds.items()}}
 
 
+def throughput(copies: int = 2, rounds: int = 2) -> dict[str, Any]:
+    """Candidates a minute through the pool on GPU 0, workers confined and plain, `rounds` times each, alternating."""
+    gpu = bench_device() == "cuda"
+    rates: dict[str, list[float]] = {"confined": [], "plain": []}
+    unexpected: dict[str, list[dict[str, str]]] = {"confined": [], "plain": []}
+    isolated: dict[str, set[str]] = {"confined": set(), "plain": set()}
+    for i in range(rounds):
+        for way in (("confined", "plain") if i % 2 == 0 else ("plain", "confined")):
+            batch = candidates.honest_triton_batch(GPU_SIZES if gpu else CPU_SIZES, copies)  # each run: a new cache
+            row = run_pool(batch, confined=way == "confined", gpus=[0] if gpu else None)
+            rates[way].append(row["candidates_per_min"])
+            unexpected[way].append(row["unexpected"])
+            isolated[way].update(row["filesystem_isolated"])
+            print(f"round {i + 1}/{rounds} {way}: {row['candidates_per_min']:.1f}/min", file=sys.stderr, flush=True)
+    confined, plain = statistics.median(rates["confined"]), statistics.median(rates["plain"])
+    return {"candidates": 6 * copies, "rounds": rounds, "candidates_per_min": rates,
+            "median_per_min": {"confined": confined, "plain": plain}, "ratio": round(confined / plain, 3),
+            "unexpected": unexpected, "filesystem_isolated": {way: sorted(v) for way, v in isolated.items()}}
+
+
 def print_table(report: dict[str, Any]) -> None:
     print(f"confinement ({report['device']}, sandbox {report['sandbox']}, process limit "
           f"{', '.join(report['process_limit'])}): {report['starts']} starts each way, spawn to Hello reply, median "
           f"confined {report['median_s']['confined']:.3f} s, plain {report['median_s']['plain']:.3f} s: "
           f"+{report['cost_s']:.3f} s per worker ({report['ratio']:.3f}x)")
+    t = report.get("throughput")
+    if t:
+        print(f"throughput ({t['candidates']} honest Triton candidates, GPU 0, {t['rounds']} rounds each way): median "
+              f"confined {t['median_per_min']['confined']:.1f}/min, plain {t['median_per_min']['plain']:.1f}/min: "
+              f"{t['ratio']:.3f}x")

@@ -142,6 +142,7 @@ def _confinement(o: Options) -> dict[str, Any]:
     from harness.bench import confinement
 
     report = confinement.run(starts=o.sessions)
+    report["throughput"] = confinement.throughput(o.copies)
     confinement.print_table(report)
     return report
 

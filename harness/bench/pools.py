@@ -198,15 +198,16 @@ def results_summary(name: str, batch: list[BenchJob], results: list[EvalResult],
     shared = [r.reference_shared_with for r in results]
     row["reference_shared_with"] = {size: shared.count(size) for size in sorted(set(shared))}  # size -> results
     row["wall_bound"] = bound_summary([bound_row(r) for r in results])
+    row["filesystem_isolated"] = sorted({str(r.filesystem_isolated) for r in results})  # how the workers were confined
     return row
 
 
-def run_pool(batch: list[BenchJob], **overrides: Any) -> dict[str, Any]:
-    """The warm pool over every GPU (or `overrides`), the whole batch in flight."""
+def run_pool(batch: list[BenchJob], confined: bool = True, **overrides: Any) -> dict[str, Any]:
+    """The warm pool over every GPU (or `overrides`), the whole batch in flight (`confined`: see `Evaluator`)."""
     with tempfile.TemporaryDirectory() as cache:
         config = bench_config(cache, **overrides)
         t_start = time.perf_counter()
-        with Evaluator(config) as ev:
+        with Evaluator(config, confined=confined) as ev:
             ev.wait_warm(600)
             warm_s = time.perf_counter() - t_start
             with GpuBusySampler(config.gpus) as sampler, Load(ev) as load:

@@ -21,3 +21,15 @@ def test_workers_start_both_ways_and_the_report_says_how_they_were_confined(caps
     else:
         assert report["sandbox"] == "none" and report["process_limit"] == ["none"]
     assert "[1/1, " in capsys.readouterr().err
+
+
+def test_throughput_runs_the_same_batch_with_workers_confined_and_plain(capsys):
+    """The throughput arm really changes the workers: the plain pool's results say its workers could write outside
+    their folder, the confined pool's that they could not (where this machine confines workers)."""
+    report = confinement.throughput(copies=1, rounds=1)
+    assert report["candidates"] == 6 and report["unexpected"] == {"confined": [{}], "plain": [{}]}, report
+    assert all(rate > 0 for rates in report["candidates_per_min"].values() for rate in rates)
+    assert report["filesystem_isolated"]["plain"] == ["False"], report["filesystem_isolated"]
+    if sandbox_plan().filesystem:
+        assert report["filesystem_isolated"]["confined"] == ["True"], report["filesystem_isolated"]
+    assert "round 1/1 confined" in capsys.readouterr().err
