@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from eval import EvalConfig, EvalResult, Evaluator, Job
+from eval import OUTSIDE_PARTS, EvalConfig, EvalResult, Evaluator, Job
 from harness.corpus.candidates import BenchJob
 from harness.progress import Tally
 
@@ -178,7 +178,7 @@ def bound_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "reference_overhead_us": _spread([r["reference_overhead_us"] for r in rows if "reference_overhead_us" in r]),
             # the loop's own GPU time, candidate less reference (`measure._outside_gaps`): host noise or GPU work?
             **{key: _spread([r[key] for r in rows if key in r])
-               for key in ("lead_in_gap_us", "capture_gap_us", "between_gap_us", "host_gap_us")}}
+               for key in (f"{part}_gap_us" for part in (*OUTSIDE_PARTS, "host"))}}
 
 
 def _spread(values: list[float]) -> dict[str, float] | None:
