@@ -54,6 +54,7 @@ _EXPORTS = {
     "new_region_fd": "eval.wire",
     "lightened": "eval.worker.light_build",
     "compile_cubin": "eval.worker.native.kernels",
+    "prepare_native": "eval.worker.native",
     "NativeLoop": "eval.worker.native_loop",
 }
 __all__ = sorted(_EXPORTS)

@@ -147,10 +147,9 @@ class Evaluator:
                                 extra_env=self.config.extra_env, versions=self.versions,
                                 kept_bytes=int(self.config.kept_builds_gib * GIB), memory_limit_bytes=self._memory_limit)
         if use_cuda:  # built here, where the project is writable; workers load them read-only
-            from eval.worker.native import build, kernels
+            from eval.worker.native import prepare_native
 
-            build.ensure_built()
-            kernels.cached_cubin(f"sm_{cap[0]}{cap[1]}")
+            prepare_native(cap)
             stopwatch.library()  # the parent's own, for timed blocks (elsewhere built on first use)
         self._starting: set[WorkerProcess] = set()  # spawned, not yet answered Hello (`close` stops them)
         self._starting_lock = threading.Lock()

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from eval import Hello, WorkerProcess, process_limit_plan, sandbox_plan
+from eval import Hello, WorkerProcess, prepare_native, process_limit_plan, sandbox_plan
 from harness.bench.pools import CPU_SIZES, GPU_SIZES, bench_device, run_pool
 from harness.corpus import candidates
 from harness.progress import counter_text
@@ -47,6 +47,8 @@ def run(starts: int = 10) -> dict[str, Any]:
     seconds: dict[str, list[float]] = {"confined": [], "plain": []}
     plans: set[str] = set()
     process_limit_plan(sandbox_plan())  # the one-time probes of what confinement this host allows: not timed
+    if gpu:  # as the evaluator does before its workers start: a confined worker sees the project read-only
+        prepare_native(torch.cuda.get_device_capability(0))
     t0 = time.perf_counter()
     for i in range(starts):
         order = ("confined", "plain") if i % 2 == 0 else ("plain", "confined")
