@@ -49,6 +49,7 @@ def batch(n: int, elements: int, tag: str) -> list[str]:
 
 
 PHASES = ("queue_s", "eval_s", "handoff_s", "store_s", "http_s")
+RETRIED_ALONE = "evaluated again alone"  # the flag of an evaluation the wall bound doubted: it ran twice
 REQUEST_FAILED = "request_failed"  # the call raised (the service unreachable, an error answer): no verdict
 _SERVER_TAIL_LINES = 40
 
@@ -86,7 +87,13 @@ def closed_loop(call: Callable[[str], dict[str, Any]], sources: list[str], calle
         t.join()
     wall = time.perf_counter() - t0
     return {"wall_s": round(wall, 2), "latencies": latencies, "statuses": [a["status"] for a in answers],
+            "retried_alone": sum(any(RETRIED_ALONE in f for f in _flags(a)) for a in answers),
             "timings": [_phases(a.get("timings", {}), lat) for a, lat in zip(answers, latencies)]}
+
+
+def _flags(answer: dict[str, Any]) -> list[str]:
+    """An answer's result flags (an in-process answer's own, or the served result's)."""
+    return list(answer.get("flags") or answer.get("result", {}).get("flags") or [])
 
 
 def _reason(answer: dict[str, Any]) -> str:
@@ -111,7 +118,7 @@ def in_process_call(ev: Evaluator, problem: Any, runners: ThreadPoolExecutor) ->
         def run() -> dict[str, Any]:
             started = time.perf_counter()
             result = ev.evaluate(problem, source, "triton")
-            return {"status": result.status.value, "reason": result.reason,
+            return {"status": result.status.value, "reason": result.reason, "flags": result.flags,
                     "timings": {"queue_s": started - asked, "eval_s": time.perf_counter() - started}}
         return runners.submit(run).result()
     return call
@@ -124,6 +131,7 @@ def _summary(name: str, run: dict[str, Any], gpus: int) -> dict[str, Any]:
             "evaluations_per_gpu_hour": round(n / run["wall_s"] * 3600 / max(1, gpus), 1),
             "p50_s": round(statistics.median(lat), 3), "p99_s": round(lat[min(n - 1, int(0.99 * n))], 3),
             "phase_p50_s": {k: round(statistics.median(t[k] for t in run["timings"]), 4) for k in PHASES},
+            "retried_alone": run["retried_alone"],
             "statuses": {s: run["statuses"].count(s) for s in sorted(set(run["statuses"]))}}
 
 
@@ -161,10 +169,11 @@ def main(n: int | None = None, callers: int | None = None, out: str | None = Non
     report.update(callers=width, at_once=at_once, rows=rows,
                   overhead=round(rows[1]["wall_s"] / rows[0]["wall_s"] - 1, 4),
                   p50_overhead_s=round(rows[1]["p50_s"] - rows[0]["p50_s"], 3))
-    print(f"{'side':<14} {'evals':>6} {'wall s':>8} {'evals/GPU-hour':>15} {'p50 s':>7} {'p99 s':>7}  statuses")
+    print(f"{'side':<14} {'evals':>6} {'wall s':>8} {'evals/GPU-hour':>15} {'p50 s':>7} {'p99 s':>7} "
+          f"{'run twice':>9}  statuses")
     for r in rows:
         print(f"{r['side']:<14} {r['evaluations']:>6} {r['wall_s']:>8} {r['evaluations_per_gpu_hour']:>15} "
-              f"{r['p50_s']:>7} {r['p99_s']:>7}  {r['statuses']}")
+              f"{r['p50_s']:>7} {r['p99_s']:>7} {r['retried_alone']:>9}  {r['statuses']}")
     print(f"overhead of the service: {report['overhead']:+.1%} wall, {report['p50_overhead_s']:+.3f} s at p50 "
           f"({width} concurrent callers, {at_once} evaluations at once, each side)"
           + ("" if gpu else "; CPU: a smoke test, not a figure"))

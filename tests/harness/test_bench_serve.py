@@ -51,7 +51,7 @@ def test_in_process_side_runs_as_many_at_once_as_the_evaluator_has_workers() -> 
         time.sleep(0.05)
         with lock:
             running[0] -= 1
-        return SimpleNamespace(status=SimpleNamespace(value="correct"), reason="")
+        return SimpleNamespace(status=SimpleNamespace(value="correct"), reason="", flags=[])
 
     ev = SimpleNamespace(workers=2, evaluate=evaluate)
     with ThreadPoolExecutor(ev.workers) as runners:
@@ -71,3 +71,13 @@ def test_cpu_run_end_to_end(capsys, tmp_path) -> None:
     report = json.loads(out.read_text())
     served = report["rows"][1]["phase_p50_s"]
     assert set(served) == set(serve_bench.PHASES) and served["eval_s"] > 0
+
+
+def test_evaluations_the_wall_bound_ran_twice_are_counted_on_either_side() -> None:
+    """A doubted evaluation runs again alone and takes about twice as long, so a side with more of them is slower
+    for that reason: the rows count them, from an in-process answer's flags or a served answer's result."""
+    alone = "the wall bound found 90 us per repetition unexplained; evaluated again alone, in a new worker"
+    answers = {"a": {"status": "correct", "flags": [alone]}, "b": {"status": "correct", "flags": []},
+               "c": {"status": "correct", "result": {"flags": ["build: light", alone]}}, "d": {"status": "correct"}}
+    run = serve_bench.closed_loop(lambda s: answers[s], list(answers), 2, "served")
+    assert run["retried_alone"] == 2
