@@ -27,6 +27,10 @@ Per problem, in a subprocess of its own (so one that hangs or crashes cannot sta
                  Fails only when every output is matched: the FLOPs are counted for the whole forward,
                  so while one output is not, they may all be that output's.
 - extra-inputs:  every `get_extra_inputs()` set runs and gives finite outputs
+- distributions: which of the evaluator's trials off the published distribution (`runtime.DISTRIBUTIONS`) the
+                 reference stays finite on, so that they run, and which it would skip; fails when it would
+                 skip them all (the problem is then open to a shortcut that relies on get_inputs()'s
+                 distribution). The evaluator decides the same way on each trial's own inputs
 
 Every comparison walks outputs in bounded pieces (`problems._compare.flat_chunks`): its scratch memory
 does not grow with the output. It needs nothing but the KernelBench format, so it runs unchanged on
@@ -57,7 +61,9 @@ from problems.cost import Cost, describe_bytes, describe_flops, estimate_memory,
 from problems.kernelbench import Entry, LoadFailure
 from problems.problem import Problem, ProblemError, problem_from_source
 from problems.runtime import (
+    DISTRIBUTIONS,
     build_model,
+    draw_inputs,
     has_small_sizes,
     load_module,
     make_extra_inputs,
@@ -302,7 +308,8 @@ def _run_checks(problem: Problem, device: str, scale: str, budget: int, report: 
         memory.status = "pass" if need <= budget else "fail"
         memory.detail = (f"measured: needs ~{need / 1e9:.2f} GB (peak allocated + candidate copy + returned "
                          f"outputs) of {budget / 1e9:.1f} GB")
-    checks.append(_check_finite(out_a))
+    finite = _check_finite(out_a)
+    checks.append(finite)
     checks.append(deterministic)
     checks.append(_check_dependence(out_a, out_b, atol, rtol))
     checks.extend(_check_degenerate(out_a, out_b, atol, rtol))
@@ -311,6 +318,8 @@ def _run_checks(problem: Problem, device: str, scale: str, budget: int, report: 
     checks.append(_check_unread_inputs(problem, module, model, inputs_a, out_a, device, atol, rtol))
     del inputs_a, out_a  # the extra input sets run beside the model alone
     checks.append(_check_extra_inputs(module, model, device))
+    checks.append(_check_distributions(module, model, device) if finite.status == "pass" else
+                  Check("distributions", "skip", "the reference is not finite on the published inputs either"))
 
 
 def _run_failure(exc: Exception) -> Check:
@@ -525,6 +534,25 @@ def _check_extra_inputs(module, model: torch.nn.Module, device: str) -> Check:
     if not extra:
         return Check("extra-inputs", "skip", "none defined")
     return Check("extra-inputs", "pass", f"{len(extra)} set(s)")
+
+
+def _check_distributions(module, model: torch.nn.Module, device: str) -> Check:
+    """The evaluator's trials off the published distribution that can run here: the reference's outputs stay
+    finite on SEED_A's inputs moved there (one input set at a time, as the memory check counts)."""
+    runs, skipped = [], []
+    for name in DISTRIBUTIONS:
+        try:
+            outs = output_tensors(run_forward(model, draw_inputs(module, SEED_A, device, distribution=name)))
+        except Exception as exc:
+            return Check("distributions", "fail", f"the reference raised on the {name} trial's inputs "
+                                                  f"({_short_exc(exc)[:300]}): every evaluation would end there")
+        (runs if outs and all(_all_finite(t) for t in outs) else skipped).append(name)
+        del outs
+    detail = f"runs: {', '.join(runs) or 'none'}; skipped, the reference not finite: {', '.join(skipped) or 'none'}"
+    if not runs:
+        return Check("distributions", "fail", detail + " (no trial off the published distribution can run: a "
+                                                       "shortcut that relies on get_inputs()'s distribution passes)")
+    return Check("distributions", "pass", detail)
 
 
 def _short_exc(exc: BaseException) -> str:

@@ -216,20 +216,37 @@ def make_inputs(module: types.ModuleType, seed: int, device: str | torch.device 
 
 # Correctness trials beyond the published distribution: each applies to every floating-point input at once. A
 # shortcut that uses get_inputs()'s distribution instead of the inputs (a loss that is, on average, a function of a
-# few statistics) fails on them; an honest kernel computes the same formula on any values.
+# few statistics) fails on them; an honest kernel computes the same formula on any values. Each change takes the
+# tensor and a seed of its own (the trial's seed and the input's index), so both sides draw the same values.
+_HEAVIEST = 1_000.0  # the largest heavy-tailed factor: randn inputs stay finite in fp16 (65,504)
+
+
+def _heavy_tailed(t: torch.Tensor, seed: int) -> torch.Tensor:
+    """`t`, each element times its own Pareto factor (tail index 2, from 1 to 1,000: median 1.41, 1 element in 100
+    over 10, 1 in 10,000 over 100), drawn from `seed` on `t`'s device. A kernel that assumes get_inputs()'s range
+    (exp without the maximum subtracted, an approximation valid on a range) meets values far outside it."""
+    generator = torch.Generator(device=t.device).manual_seed(derive_seed(seed, "heavy-tailed"))  # not the draws' stream
+    factors = torch.rand(t.shape, generator=generator, device=t.device).clamp_(min=_HEAVIEST ** -2).rsqrt_()
+    return factors.mul_(t) if t.dtype == factors.dtype else t * factors.to(t.dtype)  # fp32: no third copy
+
+
 DISTRIBUTIONS: dict[str, tuple[str, Any]] = {  # name -> (what it does, as a verdict says it; the change)
-    "scaled": ("every floating-point input multiplied by 4", lambda t: t * 4),
-    "shifted": ("every floating-point input plus 2", lambda t: t + 2),
-    "flipped": ("every floating-point input negated", torch.neg),
+    "scaled": ("every floating-point input multiplied by 4", lambda t, seed: t * 4),
+    "shifted": ("every floating-point input plus 2", lambda t, seed: t + 2),
+    "flipped": ("every floating-point input negated", lambda t, seed: torch.neg(t)),
+    "heavy-tailed": ("every floating-point element multiplied by its own heavy-tailed random factor (Pareto, tail "
+                     "index 2, 1 to 1,000)", _heavy_tailed),
 }
 
 
-def transformed(inputs: list[Any], distribution: str) -> list[Any]:
-    """`inputs` with `distribution` (a key of DISTRIBUTIONS, or "" for none) applied to each floating-point tensor."""
+def transformed(inputs: list[Any], distribution: str, seed: int = 0) -> list[Any]:
+    """`inputs` with `distribution` (a key of DISTRIBUTIONS, or "" for none) applied to each floating-point tensor,
+    input i with the seed `seed + i` (a trial's seed: secret, so a candidate cannot know the factors ahead)."""
     if not distribution:
         return inputs
     change = DISTRIBUTIONS[distribution][1]
-    return [change(x) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+    return [change(x, (seed + i) % 2**63) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+            for i, x in enumerate(inputs)]
 
 
 def draw_inputs(module: types.ModuleType, seed: int, device: str | torch.device, extra_index: int | None = None,
@@ -240,7 +257,7 @@ def draw_inputs(module: types.ModuleType, seed: int, device: str | torch.device,
     The parent and the worker both call this, so the same seed gives the same values on either side.
     """
     drawn = (make_inputs_on_cpu if on_cpu else make_inputs)(module, seed, device, extra_index)
-    return transformed(drawn, distribution)
+    return transformed(drawn, distribution, seed)
 
 
 _FINGERPRINT_VALUES = 64

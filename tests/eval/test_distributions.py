@@ -4,7 +4,9 @@ The class: a candidate that relies on get_inputs()'s distribution instead of the
 HingeLoss, whose mean a kernel reading only the targets matched at 2111x). Here the published inputs are standard
 normal, so clamp(x, min=-10) never clamps: a kernel that copies x is exact on every published draw. The defence
 asserted: the trial with every input scaled by 4 finds it, and the verdict names that distribution; an honest
-kernel passes all three, and a distribution on which the reference is not finite is skipped, not failed."""
+kernel passes all four, and a distribution on which the reference is not finite is skipped, not failed. The
+heavy-tailed trial is for kernels that assume get_inputs()'s range: a softmax without the maximum subtracted
+overflows there and nowhere else."""
 
 from __future__ import annotations
 
@@ -81,7 +83,7 @@ def test_a_shortcut_exact_on_the_published_distribution_fails_off_it(evaluator):
 def test_an_honest_kernel_passes_every_distribution(evaluator):
     r = evaluator.evaluate(_clamp_problem(), CANDIDATE.format(value="tl.maximum(x, -10.0)"))
     assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
-    assert r.distributions == {"scaled": "passed", "shifted": "passed", "flipped": "passed"}, r.distributions
+    assert r.distributions == {"scaled": "passed", "shifted": "passed", "flipped": "passed", "heavy-tailed": "passed"}, r.distributions
 
 
 def test_a_distribution_the_reference_is_not_finite_on_is_skipped(evaluator):
@@ -225,9 +227,74 @@ def test_an_honest_sum_whose_rounding_grows_with_its_inputs_passes_every_distrib
     problem = problem_from_source(CUBES_PROBLEM, name="cubes", problem_id="t/cubes")
     r = evaluator.evaluate(problem, CUBES_CANDIDATE)
     assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
-    assert r.distributions == {"scaled": "passed", "shifted": "passed", "flipped": "passed"}, r.distributions
+    assert r.distributions == {"scaled": "passed", "shifted": "passed", "flipped": "passed", "heavy-tailed": "passed"}, r.distributions
 
     monkeypatch.setattr(eval.checks, "scaled_atol", lambda atol, published, trial: [atol] * len(trial))
     r = evaluator.evaluate(problem, CUBES_CANDIDATE)
     assert r.status is Status.INCORRECT, f"{r.status}: {r.reason}"
     assert "every floating-point input multiplied by 4" in r.reason, r.reason
+
+
+SOFTMAX_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(256, 1024)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+SOFTMAX_CANDIDATE = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * n + offs, mask=offs < n, other=-float("inf"))
+    e = tl.exp({shifted})
+    tl.store(out_ptr + row * n + offs, e / tl.sum(e), mask=offs < n)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        out = torch.empty_like(x)
+        softmax_kernel[(x.shape[0],)](x, out, x.shape[1], BLOCK=1024)
+        return out
+'''
+
+
+def test_a_softmax_that_assumes_the_published_range_fails_on_heavy_tails_and_a_careful_one_passes(evaluator):
+    """exp(x) without the row's maximum subtracted is exact on standard normal draws, and on them scaled by 4
+    (|x| < 25, far from fp32's overflow at 88.7), shifted or negated. With heavy tails some elements pass 88.7
+    (about 17 expected in 256 x 1024; the chance of none is about 1e-7), exp overflows, and that row is NaN: the
+    heavy-tailed trial fails it and the verdict names it. The same kernel with the maximum subtracted passes all."""
+    problem = problem_from_source(SOFTMAX_PROBLEM, name="softmax", problem_id="t/softmax")
+    r = evaluator.evaluate(problem, SOFTMAX_CANDIDATE.format(shifted="x"))
+    assert r.status is Status.INCORRECT, f"{r.status}: {r.reason}"
+    assert "inputs off the published distribution: every floating-point element multiplied by its own heavy-tailed" \
+        in r.reason, r.reason
+    assert r.distributions == {"scaled": "passed", "shifted": "passed", "flipped": "passed",
+                               "heavy-tailed": "failed"}, r.distributions
+    r = evaluator.evaluate(problem, SOFTMAX_CANDIDATE.format(shifted="x - tl.max(x, axis=0)"))
+    assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
+    assert r.distributions == {"scaled": "passed", "shifted": "passed", "flipped": "passed", "heavy-tailed": "passed"}, r.distributions

@@ -228,6 +228,40 @@ def test_inputs_the_byte_floor_counts_must_change_the_output(extra, meta, verdic
         assert "[1]" in check.detail, check.detail
 
 
+
+_ELEMENTWISE = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return {body}
+
+
+def get_inputs():
+    return [torch.rand(1000) + {offset}]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("body, offset, verdict, detail", [
+    ("torch.log(x)", 0.1, "pass", "runs: scaled, shifted, heavy-tailed; skipped, the reference not finite: flipped"),
+    ("torch.asin(x) + torch.log(x)", 0.0, "fail",
+     "runs: none; skipped, the reference not finite: scaled, shifted, flipped, heavy-tailed"),
+])
+def test_lint_records_which_trials_off_the_published_distribution_can_run(body, offset, verdict, detail):
+    """The evaluator runs a trial off the published distribution only where the reference stays finite on it; lint
+    records that decision per problem, and fails a problem on which none can run (a shortcut that relies on
+    get_inputs()'s distribution would pass there). log(x) on x > 0.1: negated inputs give NaN; asin(x) + log(x) on
+    (0, 1): every move leaves that domain somewhere."""
+    problem = problem_from_source(_ELEMENTWISE.format(body=body, offset=offset), name="dom", problem_id="t/dom")
+    check = next(c for c in lint_problem_here(problem).checks if c.name == "distributions")
+    assert (check.status, check.detail[:len(detail)]) == (verdict, detail), check
+
 _SIZED = '''
 import torch
 import torch.nn as nn
