@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from eval import Hello, Integrity, Load, Sync, WorkerProcess
+from eval import Hello, Integrity, Load, Sync, WorkerProcess, prepare_native
 from harness.corpus.candidates import EXAMPLE_TRITON, example_problem_source
 from harness.progress import counter_text
 
@@ -37,6 +37,8 @@ def run(rounds: int = 20, per_round: int = 25) -> dict[str, Any]:
     """`rounds` rounds of `per_round` requests of each kind, alternating which kind goes first."""
     gpu = torch.cuda.is_available()
     device = "cuda:0" if gpu else "cpu"
+    if gpu:  # as the evaluator does before its workers start: a confined worker sees the project read-only
+        prepare_native(torch.cuda.get_device_capability(0))
     worker = WorkerProcess(device="cuda" if gpu else "cpu", gpu_index=0 if gpu else None, log_cap_bytes=1 << 16,
                            isolate_network=True)
     seconds: dict[str, list[float]] = {"sync": [], "integrity": []}
