@@ -21,6 +21,7 @@ from problems import (
     build_model,
     extra_input_count,
     has_small_sizes,
+    ill_conditioned,
     load_module,
     make_inputs,
     measure_cost,
@@ -31,6 +32,7 @@ from problems import (
 
 _modules: dict[tuple[str, bool], ModuleType] = {}
 _costs: dict[tuple[str, bool], Cost | None] = {}
+_conditioning: dict[tuple[str, bool, str], str] = {}  # (source hash, small, distribution) -> why not, or ""
 _modules_lock = threading.Lock()
 
 
@@ -80,6 +82,7 @@ class Reference:
 
     def __init__(self, problem: Problem, weight_seed: int, device: torch.device, small: bool = False):
         self.problem = problem
+        self.small = small
         self.module = problem_module(problem, small)
         self.device = device
         self.model = build_model(self.module, weight_seed, device)
@@ -98,6 +101,23 @@ class Reference:
         out = run_forward(self.model, inputs)
         self.structure = output_structure(out)
         return [o.detach() for o in output_tensors(out)]
+
+    def ill_conditioned(self, distribution: str, inputs: list[Any], outputs: list[torch.Tensor],
+                        atol: float | list[float], rtol: float) -> str:
+        """Why the trial `distribution` would judge rounding rather than work on this problem
+        (`problems.conditioning`), or "" where it would not or that cannot be told here. Decided on the first
+        evaluation's inputs, once per problem, size and distribution in this process."""
+        key = (self.problem.source_hash, self.small, distribution)
+        with _modules_lock:
+            if key in _conditioning:
+                return _conditioning[key]
+        cost = traced_cost(self.problem, self.small)
+        why = ill_conditioned(self.model, inputs, outputs, atol, rtol, cost.peak_bytes if cost else None)
+        if why is None:
+            return ""  # not decided: the trial runs, as before this check
+        with _modules_lock:
+            _conditioning[key] = why
+        return why
 
 
 def encode_args(inputs: list[Any]) -> tuple[list[Any], list[torch.Tensor]]:

@@ -27,10 +27,11 @@ Per problem, in a subprocess of its own (so one that hangs or crashes cannot sta
                  Fails only when every output is matched: the FLOPs are counted for the whole forward,
                  so while one output is not, they may all be that output's.
 - extra-inputs:  every `get_extra_inputs()` set runs and gives finite outputs
-- distributions: which of the evaluator's trials off the published distribution (`runtime.DISTRIBUTIONS`) the
-                 reference stays finite on, so that they run, and which it would skip; fails when it would
-                 skip them all (the problem is then open to a shortcut that relies on get_inputs()'s
-                 distribution). The evaluator decides the same way on each trial's own inputs
+- distributions: which of the evaluator's trials off the published distribution (`runtime.DISTRIBUTIONS`) run,
+                 and which it skips: where the reference is not finite, or ill-conditioned (its own outputs
+                 miss float64 past the tolerance: `problems.conditioning`, the evaluator's rule); fails when
+                 it would skip them all (the problem is then open to a shortcut that relies on
+                 get_inputs()'s distribution)
 
 Every comparison walks outputs in bounded pieces (`problems._compare.flat_chunks`): its scratch memory
 does not grow with the output. It needs nothing but the KernelBench format, so it runs unchanged on
@@ -56,7 +57,17 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from problems._compare import Mismatch, compare, compare_scratch_bytes, flat_chunks, take_flat, tolerance
+from problems._compare import (
+    Mismatch,
+    compare,
+    compare_scratch_bytes,
+    flat_chunks,
+    magnitude,
+    scaled_atol,
+    take_flat,
+    tolerance,
+)
+from problems.conditioning import ill_conditioned
 from problems.cost import Cost, describe_bytes, describe_flops, estimate_memory, measure_cost, static_bytes
 from problems.kernelbench import Entry, LoadFailure
 from problems.problem import Problem, ProblemError, problem_from_source
@@ -316,10 +327,14 @@ def _run_checks(problem: Problem, device: str, scale: str, budget: int, report: 
     del out_b
     checks.append(_check_trivial_expression(model, inputs_a, out_a, atol, rtol))
     checks.append(_check_unread_inputs(problem, module, model, inputs_a, out_a, device, atol, rtol))
+    published = [magnitude(t) for t in out_a]
     del inputs_a, out_a  # the extra input sets run beside the model alone
     checks.append(_check_extra_inputs(module, model, device))
-    checks.append(_check_distributions(module, model, device) if finite.status == "pass" else
-                  Check("distributions", "skip", "the reference is not finite on the published inputs either"))
+    tolerances = (atol, rtol, published)
+    unsound = [c.name for c in (finite, deterministic) if c.status != "pass"]  # then every trial fails, not these
+    checks.append(Check("distributions", "skip", f"the reference fails {' and '.join(unsound)} on the published "
+                                                 "inputs already") if unsound else
+                  _check_distributions(problem, report.scale, module, model, device, tolerances))
 
 
 def _run_failure(exc: Exception) -> Check:
@@ -536,19 +551,33 @@ def _check_extra_inputs(module, model: torch.nn.Module, device: str) -> Check:
     return Check("extra-inputs", "pass", f"{len(extra)} set(s)")
 
 
-def _check_distributions(module, model: torch.nn.Module, device: str) -> Check:
-    """The evaluator's trials off the published distribution that can run here: the reference's outputs stay
-    finite on SEED_A's inputs moved there (one input set at a time, as the memory check counts)."""
-    runs, skipped = [], []
+def _check_distributions(problem: Problem, scale: str, module, model: torch.nn.Module, device: str,
+                         tolerances: tuple[float, float, list[float]]) -> Check:
+    """The evaluator's trials off the published distribution that run here, decided as it decides them: the
+    reference's outputs on SEED_A's inputs moved there must be finite and well-conditioned, with `atol` grown as the
+    evaluator grows it (`tolerances`: atol, rtol and the published outputs' mean |value|); one input set at a time."""
+    atol, rtol, published = tolerances
+    try:
+        cost = measure_cost(problem, small=scale == "small")
+    except Exception:  # noqa: BLE001  a data-dependent forward: conditioning is not decided, as in the evaluator
+        cost = None
+    runs, not_finite, ill = [], [], []
     for name in DISTRIBUTIONS:
+        inputs = draw_inputs(module, SEED_A, device, distribution=name)
         try:
-            outs = output_tensors(run_forward(model, draw_inputs(module, SEED_A, device, distribution=name)))
+            outs = output_tensors(run_forward(model, inputs))
         except Exception as exc:
             return Check("distributions", "fail", f"the reference raised on the {name} trial's inputs "
                                                   f"({_short_exc(exc)[:300]}): every evaluation would end there")
-        (runs if outs and all(_all_finite(t) for t in outs) else skipped).append(name)
-        del outs
-    detail = f"runs: {', '.join(runs) or 'none'}; skipped, the reference not finite: {', '.join(skipped) or 'none'}"
+        if not outs or not all(_all_finite(t) for t in outs):
+            not_finite.append(name)
+            continue
+        trial_atol = scaled_atol(atol, published, [magnitude(t) for t in outs])
+        why = ill_conditioned(model, inputs, outs, trial_atol, rtol, cost.peak_bytes if cost else None)
+        (ill if why else runs).append(f"{name} ({why})" if why else name)
+        del inputs, outs
+    detail = (f"runs: {', '.join(runs) or 'none'}; skipped, the reference not finite: {', '.join(not_finite) or 'none'}"
+              f"; skipped, ill-conditioned: {', '.join(ill) or 'none'}")
     if not runs:
         return Check("distributions", "fail", detail + " (no trial off the published distribution can run: a "
                                                        "shortcut that relies on get_inputs()'s distribution passes)")

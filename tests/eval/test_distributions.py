@@ -83,7 +83,8 @@ def test_a_shortcut_exact_on_the_published_distribution_fails_off_it(evaluator):
 def test_an_honest_kernel_passes_every_distribution(evaluator):
     r = evaluator.evaluate(_clamp_problem(), CANDIDATE.format(value="tl.maximum(x, -10.0)"))
     assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
-    assert r.distributions == {"scaled": "passed", "shifted": "passed", "flipped": "passed", "heavy-tailed": "passed"}, r.distributions
+    assert r.distributions == {"scaled": "passed", "shifted": "passed", "flipped": "passed",
+                               "heavy-tailed": "passed"}, r.distributions
 
 
 def test_a_distribution_the_reference_is_not_finite_on_is_skipped(evaluator):
@@ -221,15 +222,19 @@ def test_an_honest_sum_whose_rounding_grows_with_its_inputs_passes_every_distrib
     """The same sum in another order (64-element pieces, as a Triton reduction loop runs it): its rounding error
     grows with the inputs as its outputs do, 64 times with the inputs scaled by 4, past the problem's fixed atol.
     The evaluator grows atol with the outputs there and judges it correct (the false reject of CUDA-L1's L3/50, in
-    small); with atol held fixed, as before, the same evaluation is incorrect on the scaled trial."""
+    small); with atol held fixed and the float64 check off (`test_a_trial_where_rounding_alone_...`), as before,
+    the same evaluation is incorrect on the scaled trial."""
+    import eval._reference
     import eval.checks
 
     problem = problem_from_source(CUBES_PROBLEM, name="cubes", problem_id="t/cubes")
     r = evaluator.evaluate(problem, CUBES_CANDIDATE)
     assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
-    assert r.distributions == {"scaled": "passed", "shifted": "passed", "flipped": "passed", "heavy-tailed": "passed"}, r.distributions
+    assert r.distributions == {"scaled": "passed", "shifted": "passed", "flipped": "passed",
+                               "heavy-tailed": "passed"}, r.distributions
 
     monkeypatch.setattr(eval.checks, "scaled_atol", lambda atol, published, trial: [atol] * len(trial))
+    monkeypatch.setattr(eval._reference.Reference, "ill_conditioned", lambda self, *args: "")
     r = evaluator.evaluate(problem, CUBES_CANDIDATE)
     assert r.status is Status.INCORRECT, f"{r.status}: {r.reason}"
     assert "every floating-point input multiplied by 4" in r.reason, r.reason
@@ -297,4 +302,56 @@ def test_a_softmax_that_assumes_the_published_range_fails_on_heavy_tails_and_a_c
                                "heavy-tailed": "failed"}, r.distributions
     r = evaluator.evaluate(problem, SOFTMAX_CANDIDATE.format(shifted="x - tl.max(x, axis=0)"))
     assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
-    assert r.distributions == {"scaled": "passed", "shifted": "passed", "flipped": "passed", "heavy-tailed": "passed"}, r.distributions
+    assert r.distributions == {"scaled": "passed", "shifted": "passed", "flipped": "passed",
+                               "heavy-tailed": "passed"}, r.distributions
+
+
+TAN_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.tan(x * 3.0 + 0.1)
+
+
+def get_inputs():
+    return [torch.rand(65536) * 0.45]
+
+
+def get_init_inputs():
+    return []
+'''
+
+TAN_CANDIDATE = CANDIDATE.replace("tl.store(out_ptr + offs, {value}, mask=m)",
+                                  "a = (x + 0.1 / 3.0) * 3.0\n    tl.store(out_ptr + offs, tl.sin(a) / tl.cos(a), mask=m)")
+
+
+def test_a_trial_where_rounding_alone_moves_the_answer_is_skipped_as_ill_conditioned(evaluator, monkeypatch):
+    """On the published inputs the argument 3x + 0.1 stays in [0.1, 1.45), short of the pole at pi/2. Scaled by 4
+    (up to 5.5) or heavy-tailed, some arguments land within about 1e-5 of a pole, where one rounding of the argument
+    moves the answer by percents: the fp32 reference itself misses its float64 result there past the tolerance. An
+    honest kernel that rounds the argument another way (here (x + 0.1/3) * 3; on a GPU, a fused multiply-add does
+    the same) then fails those trials, a false reject. The evaluator decides per problem, from the reference alone,
+    that those two trials are ill-conditioned and skips them, naming why; shifted by 2 ([6.1, 7.45)) or negated, the
+    argument stays clear of every pole, and those trials run. With the check off the kernel is incorrect, on the
+    scaled trial."""
+    import eval._reference
+
+    problem = problem_from_source(TAN_PROBLEM, name="tan", problem_id="t/tan")
+    r = evaluator.evaluate(problem, TAN_CANDIDATE)
+    assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
+    assert (r.distributions["shifted"], r.distributions["flipped"]) == ("passed", "passed"), r.distributions
+    for name in ("scaled", "heavy-tailed"):
+        assert r.distributions[name].startswith("skipped: ill-conditioned: the reference itself misses its float64 "
+                                                "result past the tolerance"), r.distributions
+
+    monkeypatch.setattr(eval._reference.Reference, "ill_conditioned", lambda self, *args: "")
+    r = evaluator.evaluate(problem, TAN_CANDIDATE)
+    assert r.status is Status.INCORRECT, f"{r.status}: {r.reason}"
+    assert "every floating-point input multiplied by 4" in r.reason and r.distributions == {"scaled": "failed"}, (
+        r.reason, r.distributions)

@@ -240,7 +240,7 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.rand(1000) + {offset}]
+    return [{draw}]
 
 
 def get_init_inputs():
@@ -248,19 +248,26 @@ def get_init_inputs():
 """
 
 
-@pytest.mark.parametrize("body, offset, verdict, detail", [
-    ("torch.log(x)", 0.1, "pass", "runs: scaled, shifted, heavy-tailed; skipped, the reference not finite: flipped"),
-    ("torch.asin(x) + torch.log(x)", 0.0, "fail",
+@pytest.mark.parametrize("body, draw, verdict, detail", [
+    ("torch.log(x)", "torch.rand(1000) + 0.1", "pass",
+     "runs: scaled, shifted, heavy-tailed; skipped, the reference not finite: flipped; skipped, ill-conditioned: none"),
+    ("torch.asin(x) + torch.log(x)", "torch.rand(1000)", "fail",
      "runs: none; skipped, the reference not finite: scaled, shifted, flipped, heavy-tailed"),
+    ("torch.tan(x * 3.0 + 0.1)", "torch.rand(65536) * 0.45", "pass",
+     "runs: shifted, flipped; skipped, the reference not finite: none; skipped, ill-conditioned: scaled (the "
+     "reference itself misses its float64 result past the tolerance"),
 ])
-def test_lint_records_which_trials_off_the_published_distribution_can_run(body, offset, verdict, detail):
-    """The evaluator runs a trial off the published distribution only where the reference stays finite on it; lint
-    records that decision per problem, and fails a problem on which none can run (a shortcut that relies on
-    get_inputs()'s distribution would pass there). log(x) on x > 0.1: negated inputs give NaN; asin(x) + log(x) on
-    (0, 1): every move leaves that domain somewhere."""
-    problem = problem_from_source(_ELEMENTWISE.format(body=body, offset=offset), name="dom", problem_id="t/dom")
+def test_lint_records_which_trials_off_the_published_distribution_can_run(body, draw, verdict, detail):
+    """The evaluator runs a trial off the published distribution only where the reference stays finite and
+    well-conditioned on it (`problems.conditioning`); lint records that decision per problem, and fails a problem on
+    which none can run (a shortcut that relies on get_inputs()'s distribution would pass there). log(x) on x > 0.1:
+    negated inputs give NaN; asin(x) + log(x) on (0, 1): every move leaves that domain somewhere; tan(3x + 0.1) on
+    [0, 0.45): scaled by 4 or heavy-tailed, arguments near a pole make fp32 miss float64 by percents."""
+    problem = problem_from_source(_ELEMENTWISE.format(body=body, draw=draw), name="dom", problem_id="t/dom")
     check = next(c for c in lint_problem_here(problem).checks if c.name == "distributions")
     assert (check.status, check.detail[:len(detail)]) == (verdict, detail), check
+    if body.startswith("torch.tan"):
+        assert "heavy-tailed (the reference itself misses" in check.detail, check.detail
 
 _SIZED = '''
 import torch
