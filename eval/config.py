@@ -88,7 +88,8 @@ class EvalConfig:
       (KernelBench does not: its two models only share the construction seed).
     hidden_shapes: also check the problem's hidden input shapes (`get_extra_inputs()`).
     distribution_trials: also check inputs moved off get_inputs()'s distribution (`runtime.DISTRIBUTIONS`: scaled,
-      shifted, negated, heavy-tailed), each skipped where the reference is not finite on them.
+      shifted, negated, heavy-tailed), each skipped where the reference is not finite or is ill-conditioned
+      on them (`problems.conditioning`).
     hidden_work_check: reject work left running after forward returns (side streams, threads).
     timed_output_checks: capture every timed output and check it against the reference's output for the
       same inputs (`eval._capture`).

@@ -239,7 +239,7 @@ DISTRIBUTIONS: dict[str, tuple[str, Any]] = {  # name -> (what it does, as a ver
 }
 
 
-def transformed(inputs: list[Any], distribution: str, seed: int = 0) -> list[Any]:
+def transformed(inputs: list[Any], distribution: str, seed: int) -> list[Any]:
     """`inputs` with `distribution` (a key of DISTRIBUTIONS, or "" for none) applied to each floating-point tensor,
     input i with the seed `seed + i` (a trial's seed: secret, so a candidate cannot know the factors ahead)."""
     if not distribution:
