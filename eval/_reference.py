@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -102,22 +102,21 @@ class Reference:
         self.structure = output_structure(out)
         return [o.detach() for o in output_tensors(out)]
 
-    def ill_conditioned(self, distribution: str, inputs: list[Any], outputs: list[torch.Tensor],
+    def ill_conditioned(self, distribution: str, inputs: list[Any], outputs: Callable[[], list[torch.Tensor]],
                         atol: float | list[float], rtol: float) -> str:
         """Why the trial `distribution` would judge rounding rather than work on this problem
         (`problems.conditioning`), or "" where it would not or that cannot be told here. Decided on the first
-        evaluation's inputs, once per problem, size and distribution in this process."""
+        evaluation's inputs, once per problem, size and distribution in this process: `outputs` (the reference's own,
+        strict) is asked for only then."""
         key = (self.problem.source_hash, self.small, distribution)
         with _modules_lock:
             if key in _conditioning:
                 return _conditioning[key]
         cost = traced_cost(self.problem, self.small)
-        why = ill_conditioned(self.model, inputs, outputs, atol, rtol, cost.peak_bytes if cost else None)
-        if why is None:
-            return ""  # not decided: the trial runs, as before this check
-        with _modules_lock:
-            _conditioning[key] = why
-        return why
+        why = ill_conditioned(self.model, inputs, outputs(), atol, rtol, cost.peak_bytes if cost else None)
+        with _modules_lock:  # not decided (None) is kept as "": the trial runs, as before this check
+            _conditioning[key] = why or ""
+        return _conditioning[key]
 
 
 def encode_args(inputs: list[Any]) -> tuple[list[Any], list[torch.Tensor]]:

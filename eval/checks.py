@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable, NoReturn
 
 import torch
@@ -294,7 +295,7 @@ def trials(ctx: Context) -> None:
                 continue
             atol = scaled_atol(ctx.tolerance()[0], published, [magnitude(t) for t in expected]) if distribution else None
             if distribution and (why := ref.ill_conditioned(
-                    distribution, inputs, _strict_outputs(ctx, inputs, expected), atol, ctx.tolerance()[1])):
+                    distribution, inputs, partial(_strict_outputs, ctx, inputs, expected), atol, ctx.tolerance()[1])):
                 ctx.result.distributions[distribution] = f"skipped: ill-conditioned: {why}"
                 continue
             ctx.allow_outputs(expected)

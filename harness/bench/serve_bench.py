@@ -32,7 +32,7 @@ from typing import Any, Callable
 import torch
 
 from eval import EvalConfig, Evaluator
-from harness.bench.pools import environment
+from harness.bench.pools import RETRIED_ALONE, environment
 from harness.client import EvalClient
 from harness.corpus import candidates
 from harness.overrides import compose_config
@@ -49,7 +49,6 @@ def batch(n: int, elements: int, tag: str) -> list[str]:
 
 
 PHASES = ("queue_s", "eval_s", "handoff_s", "store_s", "http_s")
-RETRIED_ALONE = "evaluated again alone"  # the flag of an evaluation the wall bound doubted: it ran twice
 REQUEST_FAILED = "request_failed"  # the call raised (the service unreachable, an error answer): no verdict
 _SERVER_TAIL_LINES = 40
 
