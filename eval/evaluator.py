@@ -132,7 +132,7 @@ class Evaluator:
         self.device_name = torch.cuda.get_device_name(self.device) if use_cuda else "cpu (Triton interpreter)"
         cap = torch.cuda.get_device_capability(self.device) if use_cuda else (9, 0)  # compile-only checks target Hopper
         self._arch = f"{cap[0]}.{cap[1]}"
-        cores = os.cpu_count() or 2
+        cores = len(os.sched_getaffinity(0))  # the cores this process may use (taskset, a cpuset), not the host's
         per_device = self.config.workers_per_gpu or (
             _GPU_WORKERS_DEFAULT if use_cuda else max(1, min(_CPU_WORKERS_MAX, cores // 2)))
         gib = self.config.max_worker_memory_gib

@@ -166,7 +166,7 @@ def _kb_one(entry: Entry, corpus: str, kernelbench_src: str, jobs: int) -> dict[
     t0 = time.monotonic()
     folder = tempfile.mkdtemp(prefix="kh-kbaudit-")  # its own extensions folder: entries reuse extension names
     try:
-        env = {"TORCH_EXTENSIONS_DIR": folder, "MAX_JOBS": str(max(1, (os.cpu_count() or 2) // jobs))}
+        env = {"TORCH_EXTENSIONS_DIR": folder, "MAX_JOBS": str(max(1, len(os.sched_getaffinity(0)) // jobs))}
         got = run_child(__name__, ["--kb-child", corpus, str(entry.level), str(entry.task_id)], kernelbench_src,
                         timeout=KB_ENTRY_TIMEOUT_S, env=env)
     finally:

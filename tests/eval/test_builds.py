@@ -17,7 +17,7 @@ from typing import Iterator
 import pytest
 
 from eval import protocol
-from eval.builds import Build, Builder, build_note
+from eval.builds import BUILT_AGAIN_ALONE, Build, Builder, build_note
 
 UNIT = 1000  # bytes each build writes
 
@@ -130,3 +130,90 @@ def test_the_build_note_names_what_the_verdict_should_know_and_bounds_what_the_c
     assert "limit of 180 s ran out (eval.import_timeout_s)" in note
     assert build_note(protocol.PrepareReply(), True, [], 180.0).startswith("compiled with nvcc (compile-only check)")
     assert build_note(protocol.PrepareReply(ok=False, error="boom", lazy_failed="x"), False, ["c0"], 180.0) == ""
+
+
+class _TimingBuilder(Builder):
+    """A Builder whose attempts (`_attempt`, the sandboxed build) wait for their test's gate and then time out as
+    often as `timeouts[source]` says; `events` records each attempt's start and end in order."""
+
+    def __init__(self, timeouts: dict[str, int]):
+        super().__init__(parallel=4, arch="9.0", gpu_available=False, timeout_s=60, log_cap_bytes=1 << 12,
+                         isolate_network=True, extra_env={}, versions={}, kept_bytes=0)
+        self.timeouts = dict(timeouts)
+        self.gates = {source: threading.Event() for source in ("slow", "quick", "late")}
+        self.events: list[str] = []  # "start slow", "end slow", ...
+
+    def _attempt(self, source: str, ext_dir: Path) -> Build:
+        self.events.append(f"start {source}")
+        assert self.gates[source].wait(60), f"the test never let {source!r} go on"
+        self.events.append(f"end {source}")
+        if self.timeouts.get(source, 0) > 0:
+            self.timeouts[source] -= 1
+            return Build(ok=False, error="building took longer than 60 s\nits output", timed_out=True)
+        ext_dir.mkdir(parents=True, exist_ok=True)
+        return Build(ok=True, extensions_dir=str(ext_dir))
+
+    def attempts(self, source: str) -> int:
+        return self.events.count(f"start {source}")
+
+
+@pytest.fixture
+def timing() -> Iterator:
+    made: list[_TimingBuilder] = []
+
+    def _make(timeouts: dict[str, int]) -> _TimingBuilder:
+        made.append(_TimingBuilder(timeouts))
+        return made[-1]
+
+    yield _make
+    for builder in made:
+        for gate in builder.gates.values():
+            gate.set()
+        builder.close()
+
+
+def _wait_for(builder: _TimingBuilder, *events: str) -> None:
+    deadline = time.monotonic() + 60  # a hang guard only
+    while not set(events) <= set(builder.events):
+        assert time.monotonic() < deadline, f"{events} never happened"
+        time.sleep(0.01)
+
+
+def test_a_build_out_of_time_beside_another_is_built_again_alone_and_judged_by_that(timing) -> None:
+    """Company stretches a wall-clock limit: the verdict comes from the attempt with no other build running, and
+    a build submitted meanwhile starts only once that attempt has ended."""
+    builder = timing({"slow": 1})
+    slow, quick = builder.submit("slow"), builder.submit("quick")
+    _wait_for(builder, "start slow", "start quick")
+    builder.gates["slow"].set()  # times out while "quick" still builds
+    _wait_for(builder, "end slow")
+    late = builder.submit("late")
+    builder.gates["late"].set()
+    builder.gates["quick"].set()
+    assert slow.result().ok and quick.result().ok and late.result().ok
+    assert builder.attempts("slow") == 2 and builder.attempts("quick") == 1
+    second = builder.events.index("start slow", builder.events.index("end slow") + 1)
+    before = builder.events[:second]
+    running = [e for e in before if e.startswith("start") and f"end {e[6:]}" not in before]
+    assert not running and builder.events[second + 1] == "end slow", \
+        f"the second attempt ran beside another build: {builder.events}"
+    assert builder.events.index("start late") > second + 1
+
+
+def test_a_build_out_of_time_alone_is_not_built_again(timing) -> None:
+    builder = timing({"slow": 5})
+    builder.gates["slow"].set()
+    build = builder.submit("slow").result()
+    assert not build.ok and build.timed_out and builder.attempts("slow") == 1
+    assert BUILT_AGAIN_ALONE not in build.error
+
+
+def test_a_build_out_of_time_beside_another_and_again_alone_says_both(timing) -> None:
+    builder = timing({"slow": 2})
+    slow, _ = builder.submit("slow"), builder.submit("quick")
+    _wait_for(builder, "start slow", "start quick")
+    builder.gates["slow"].set()
+    builder.gates["quick"].set()
+    build = slow.result()
+    assert not build.ok and builder.attempts("slow") == 2
+    assert build.error.startswith(f"building took longer than 60 s, {BUILT_AGAIN_ALONE}\nits output")
