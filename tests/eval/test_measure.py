@@ -375,9 +375,11 @@ def test_the_reference_failing_in_a_window_stops_every_candidate_with_its_failur
         measure.time_pair(*pairs[0], TimingRule(warmup_ms=1.0), nonce=7, graphs=False, timeout=10)
 
 
-def test_the_loops_own_gpu_time_is_recorded_by_part_not_judged() -> None:
+def test_the_loops_own_gpu_time_is_recorded_by_part_and_bounded_in_sum() -> None:
     """Each block's loop GPU time (lead-in, capture, between; ms over the block) gives the candidate's lowest less the
-    reference's lowest, per repetition, beside the wall bound's figures; a block without it (off a GPU) gives none."""
+    reference's lowest, per repetition, beside the wall bound's figures; a block without it (off a GPU) gives none.
+    Their sum is bounded on its own: 25 us more a repetition is inside the wall bound's allowance (30 us, host noise
+    included) but over the loop's GPU limit (5 % of the reference's 459.5 us); 10 us more is not."""
 
     def with_outside(blocks: list[Block], lead_in: list[float], capture: float) -> list[Block]:
         for b, li in zip(blocks, lead_in):
@@ -389,12 +391,18 @@ def test_the_loops_own_gpu_time_is_recorded_by_part_not_judged() -> None:
     meas = Measurement(samples={"candidate": [0.1] * 60, "reference": [0.3] * 60},
                        blocks={"reference": ref, "candidate": cand})
     finding, numbers = measure.wall_bound(meas)
-    assert finding is None  # recorded only: the wall bound alone judges
+    assert numbers["unexplained_us"] == pytest.approx(20.0) and numbers["limit_us"] == pytest.approx(30.0)
+    assert finding and "the loop's own GPU work" in finding and "outside the candidate's timed intervals" in finding
+    assert numbers["loop_gpu_gap_us"] == pytest.approx(25.0)
+    assert numbers["loop_gpu_limit_us"] == pytest.approx(measure.LOOP_GPU_SHARE * 459.5)
     assert numbers["lead_in_gap_us"] == pytest.approx(25.0)
     assert numbers["capture_gap_us"] == pytest.approx(0.0, abs=1e-6)
     assert numbers["reference_lead_in_us"] == pytest.approx(300.0)
     # the rest of the excess is host time: 500 - 300 - 150 - 9.5 us for the reference, 520 - 325 - 150 - 9.5 at best
     assert numbers["reference_host_us"] == pytest.approx(500 - 320 - 150 - 9.5)
     assert numbers["host_gap_us"] == pytest.approx((520 - 340 - 150 - 9.5) - (500 - 320 - 150 - 9.5))
+    meas.blocks["candidate"] = with_outside(_blocks([0.52] * 3, 0.1), [0.31, 0.33, 0.34], 0.15)  # 10 us more
+    finding, numbers = measure.wall_bound(meas)
+    assert finding is None and numbers["loop_gpu_gap_us"] == pytest.approx(10.0)
     meas.blocks["candidate"] = _blocks([0.52] * 3, 0.1)
-    assert "lead_in_gap_us" not in measure.wall_bound(meas)[1]
+    assert "lead_in_gap_us" not in measure.wall_bound(meas)[1] and measure.wall_bound(meas)[0] is None

@@ -749,11 +749,11 @@ def test_work_queued_ahead_into_the_loops_own_gpu_time_gains_nothing(evaluator, 
     events honest, the calls even. With a lead of one thread and a capture in waves the work ran beside them for
     free: correct at 5.9x against an honest 2.0x at 2**26 elements (H200, 2026-11-28). Defence: the loop's copies,
     flush, lead and capture fill every SM (`eval/worker/native/capture.cu`), so the side work waits for them and
-    adds to the block's wall time: the wall bound rejects it ("integrity"), or it is correct and no faster than the
-    honest kernel. OPEN at 2**24 elements: the side work shows in the wall time (~22-29 us a repetition), but the
-    bound allows 5 % of the reference process's ~0.8 ms loop overhead (~38 us), more than the honest call (~37 us);
-    in 3 runs it came out correct at 5.2x and 5.1x (honest 1.9x) and once rejected by the concentration check, so
-    this case fails until the bound's allowance for host noise is smaller than such a call."""
+    stretches the loop's own GPU time, which `measure._loop_gpu_bound` judges without the host noise the wall bound
+    must allow (at 2**26 elements, 2026-11-28: the lead-in 99 us longer, inside the wall bound's 68 us only because
+    the candidate process's host part ran 94 us faster; correct at 5.8x against an honest 2.0x before this bound).
+    Rejected ("integrity"), or correct and no faster than the honest kernel. At 2**24 elements the side work showed
+    ~22-29 us a repetition against the wall bound's ~38 us; the loop's GPU limit there is ~5 % of its ~0.45 ms."""
     problem = affine_problem(n)
     honest = evaluator.evaluate(problem, HONEST + "\n# the honest twin of class 9\n")
     assert honest.status is Status.CORRECT and honest.speedup is not None, why(honest)
