@@ -168,9 +168,18 @@ def derive_seed(secret: int, label: str) -> int:
 
 
 def seed_everything(seed: int) -> None:
-    """Seed torch (CPU and CUDA), Python's and NumPy's RNGs; the evaluator does this before each call."""
+    """Seed torch (CPU and CUDA), Python's and NumPy's RNGs; the evaluator does this before each call.
+
+    The same values as `torch.manual_seed` on the CPU and CUDA, without its seeding of backends never used here
+    (XPU, MTIA; CUDA too on a machine without it), which it queues with `traceback.format_stack()` while they are
+    uninitialised: a cost that grows with the stack's depth and differs between processes (on a CPU, torch 2.13, 240
+    of the 345 us a draw took). A timed block draws every repetition's inputs through this, inside the wall time the
+    parent judges, so that cost was host noise the two processes pay unequally, and room a candidate's process could
+    free for hidden work by making its own draws cheaper."""
     random.seed(seed)
-    torch.manual_seed(seed)
+    if torch.cuda._is_compiled() and not torch.cuda._is_in_bad_fork():
+        torch.cuda.manual_seed_all(seed)  # at once where CUDA is up (queued until it is, as torch.manual_seed does)
+    torch.default_generator.manual_seed(seed)
     try:
         import numpy as np
 
