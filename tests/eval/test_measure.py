@@ -406,3 +406,12 @@ def test_the_loops_own_gpu_time_is_recorded_by_part_and_bounded_in_sum() -> None
     assert finding is None and numbers["loop_gpu_gap_us"] == pytest.approx(10.0)
     meas.blocks["candidate"] = _blocks([0.52] * 3, 0.1)
     assert "lead_in_gap_us" not in measure.wall_bound(meas)[1] and measure.wall_bound(meas)[0] is None
+
+
+def test_a_retry_alone_names_the_bound_it_was_over() -> None:
+    from eval.checks import _over_bound
+
+    wall = {"unexplained_us": 90.0, "limit_us": 60.0, "loop_gpu_gap_us": 3.0, "loop_gpu_limit_us": 20.0}
+    loop = {"unexplained_us": 40.0, "limit_us": 60.0, "loop_gpu_gap_us": 34.5, "loop_gpu_limit_us": 21.0}
+    assert _over_bound(wall) == "the wall bound found 90 us per repetition unexplained"
+    assert _over_bound(loop) == "the loop's own GPU work took 34 us per repetition longer"
