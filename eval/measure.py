@@ -59,7 +59,7 @@ WALL_FLOOR_MS = 0.03
 # repetitions), the candidate's lowest block less the reference's lowest, must stay under the larger of
 # LOOP_GPU_FLOOR_MS and LOOP_GPU_SHARE x the reference's. Why: this part is GPU time, without the host noise that
 # sets the wall bound's allowance, and it runs the same kernels in both processes: the 15 honest solutions on an
-# H200 differed by -3.6 to +2.4 us (2026-11-28), while work queued aside to run beside the loop's kernels (class 9)
+# H200 differed by -4.2 to +4.0 us (2026-11-28), while work queued aside to run beside the loop's kernels (class 9)
 # stretched the lead-in by 99 us at 2**26 elements and hid inside the wall bound's allowance. A candidate can
 # under-report these parts too; the time it moves out of them then stays in its excess, under the wall bound.
 LOOP_GPU_FLOOR_MS = 0.015
