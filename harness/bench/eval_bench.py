@@ -14,7 +14,8 @@ timing shared per window, then with one per candidate (`ref_share.py`; 4 copies 
 confinement: a worker's start, confined against plain (`confinement.py`); requests: one request to a candidate's
 worker, empty against one that reads the tamper snapshot (`requests.py`); stopwatch: a timed block's wall time
 with the parent quiet and beside busy threads (`stopwatch.py`); bound-survey: 16 x copies honest candidates, 8 at
-once, and how often the wall bound doubted them (`bound_survey.py`).
+once, and how often the wall bound doubted them (`bound_survey.py`); draws: the host time of one repetition's
+input draw with the harness's seeding and with `torch.manual_seed`'s, from two stack depths (`draws.py`).
 `all` runs throughput, latency, scaling and repeatability; on a CPU, throughput alone.
 
 Each part imports its module when it runs, so `harness bench` parses its arguments without
@@ -183,6 +184,14 @@ def _loop_overhead(o: Options) -> dict[str, Any]:
     return report
 
 
+def _draws(o: Options) -> dict[str, Any]:
+    from harness.bench import draws
+
+    report = draws.run(rounds=o.rounds)
+    draws.print_table(report)
+    return report
+
+
 def _bound_survey(o: Options) -> dict[str, Any]:
     from harness.bench import bound_survey
 
@@ -210,6 +219,7 @@ PARTS: dict[str, Part] = {
     "requests": Part("requests", _requests, None),
     "stopwatch": Part("stopwatch", _stopwatch, None),
     "bound-survey": Part("bound_survey", _bound_survey, None),
+    "draws": Part("draws", _draws, None),
     "loop-overhead": Part("loop_overhead", _loop_overhead, "the native timing loop runs only there"),
 }
 
