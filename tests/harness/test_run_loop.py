@@ -114,12 +114,11 @@ def test_agent_calls_and_evaluations_overlap(tmp_path: Path) -> None:
     """The evaluator is thread-safe and keeps a candidate in flight per warm worker, so the loop no longer
     serialises evaluations: trajectories overlap in both their requests and their evaluations."""
     agent, ev = ScriptedAgent(delay=0.2), ScriptedEvaluator(eval_delay=0.05)
-    start = time.perf_counter()
     _, outcome, store = run_loop(tmp_path, agent, ev, problems=PROBLEMS, samples=2, turns=1, max_concurrency=4)
-    wall = time.perf_counter() - start
     assert len(store.attempts()) == 8 and ev.calls == 8
-    assert agent.max_in_flight == 4 and ev.overlaps > 0  # evaluate() was entered while another call ran
-    assert wall < 8 * 0.2 * 0.75  # the 0.2 s requests ran concurrently
+    # four 0.2 s requests in flight at once, and evaluate() entered while another call ran (counted, not timed: a
+    # wall-clock bound is what a busy machine exceeds)
+    assert agent.max_in_flight == 4 and ev.overlaps > 0
     assert sorted(agent.calls) == sorted((p.id, s, 1) for p in PROBLEMS for s in (1, 2))
     store.close()
 
