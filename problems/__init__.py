@@ -49,6 +49,7 @@ _EXPORTS = {
     "output_tensors": "problems.runtime",
     "precision": "problems.runtime",
     "run_forward": "problems.runtime",
+    "seed_everything": "problems.runtime",
     "set_precision": "problems.runtime",
     "strict_precision": "problems.runtime",
     "select_entries": "problems.select",

@@ -38,6 +38,7 @@ BENCH_TESTS: dict[str, set[str]] = {
     "tests.harness.test_bench_corpus": {"harness.bench.corpus_audit"},
     "tests.harness.test_bench_loop_overhead": {"harness.bench.loop_overhead"},
     "tests.harness.test_bench_pools": {"harness.bench.pools"},
+    "tests.harness.test_bench_draws": {"harness.bench.draws"},
 }
 
 

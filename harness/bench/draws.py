@@ -1,11 +1,12 @@
-"""`harness bench eval --part draws`: the host time of drawing one repetition's inputs, as a timed block does.
+"""`harness bench eval --part draws`: the host time of a repetition's input draw, and of its seeding.
 
 A timed block draws every repetition's inputs (`problems.draw_inputs`) inside the wall time the parent judges, so
 their host time is part of what the wall bound must allow for, and whatever of it differs between the reference's
-process and the candidate's is noise in that bound. Side by side, alternating per round: the harness's seeding
-(`problems.runtime.seed_everything`) and the one it replaced on 2026-11-28 (`torch.manual_seed`, which formats the
-whole stack once per uninitialised backend), each called from this bench's stack and from 50 frames deeper (a
-worker draws from deep in its request loop). Both must draw the same values (`same_values`).
+process and the candidate's is noise in that bound. The draw begins by seeding. Side by side, alternating per
+round: the harness's seeding (`problems.seed_everything`) and the one it replaced on 2026-11-28 (`torch.manual_seed`,
+which formats the whole stack once per uninitialised backend), each called from this bench's stack and from 50
+frames deeper (a worker draws from deep in its request loop), and beside them the whole draw as a block makes it.
+Both seedings must draw the same values (`same_values`).
 """
 
 from __future__ import annotations
@@ -16,13 +17,12 @@ import sys
 import time
 import types
 from typing import Any, Callable
-from unittest import mock
 
 import numpy as np
 import torch
 
 from harness.progress import Tally
-from problems import runtime
+from problems import draw_inputs, seed_everything
 
 DEEPER = 50  # extra frames for the "deep" calls
 
@@ -32,6 +32,9 @@ def _torch_manual_seed(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
     np.random.seed(seed % (2**32))
+
+
+SEEDINGS: dict[str, Callable[[int], None]] = {"harness": seed_everything, "torch.manual_seed": _torch_manual_seed}
 
 
 def _problem(n: int) -> types.ModuleType:
@@ -44,58 +47,58 @@ def _deeper(frames: int, call: Callable[[], Any]) -> Any:
     return call() if frames == 0 else _deeper(frames - 1, call)
 
 
-def _host_us_per_draw(problem: types.ModuleType, device: torch.device, seeds: range, depth: int) -> float:
-    """Host time per draw of `seeds`' inputs on `device`, called `depth` frames deeper (the GPU's work not waited)."""
-    def draws() -> None:
+def _host_us(call: Callable[[int], Any], seeds: range, depth: int, device: torch.device) -> float:
+    """Host time per `call(seed)` over `seeds`, made `depth` frames deeper (GPU work queued, not waited for)."""
+    def calls() -> None:
         for seed in seeds:
-            runtime.draw_inputs(problem, seed, device)
+            call(seed)
 
     t0 = time.perf_counter()
-    _deeper(depth, draws)
+    _deeper(depth, calls)
     host = time.perf_counter() - t0
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return host / len(seeds) * 1e6
 
 
+def _same_values(device: torch.device) -> bool:
+    drawn = []
+    for seeding in SEEDINGS.values():
+        seeding(12345)
+        drawn.append((torch.randn(256, device=device).cpu(), torch.randn(16).clone(), random.random(),
+                      float(np.random.rand())))
+    (a, b, x, y), (c, d, z, w) = drawn
+    return torch.equal(a, c) and torch.equal(b, d) and x == z and y == w
+
+
 def run(rounds: int = 20, per_round: int = 100, n: int | None = None) -> dict[str, Any]:
-    """`rounds` rounds of `per_round` draws per seeding and depth, in alternating order; medians over rounds."""
+    """`rounds` rounds of `per_round` calls of each seeding at each depth, and of the whole draw, in alternating
+    order; medians over rounds."""
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     n = n or (2**24 if device.type == "cuda" else 2**12)
     problem = _problem(n)
-    seedings = {"harness": runtime.seed_everything, "torch.manual_seed": _torch_manual_seed}
-
-    def with_seeding(name: str) -> Any:
-        return mock.patch.object(runtime, "seed_everything", seedings[name])
-
-    drawn = {}
-    for name in seedings:
-        with with_seeding(name):
-            drawn[name] = runtime.draw_inputs(problem, 12345, device)[0].cpu()
-    same_values = torch.equal(drawn["harness"], drawn["torch.manual_seed"])
-    for name in seedings:  # warm-up: first calls, caches, the allocator
-        with with_seeding(name):
-            _host_us_per_draw(problem, device, range(10), 0)
-    times: dict[str, dict[str, list[float]]] = {name: {"shallow": [], "deep": []} for name in seedings}
+    calls: dict[str, Callable[[int], Any]] = {**SEEDINGS, "whole draw": lambda s: draw_inputs(problem, s, device)}
+    for call in calls.values():  # warm-up: first calls, caches, the allocator
+        _host_us(call, range(10), 0, device)
+    times: dict[str, dict[str, list[float]]] = {name: {"shallow": [], "deep": []} for name in calls}
     tally = Tally(rounds)
     for r in range(rounds):
-        order = list(seedings) if r % 2 == 0 else list(seedings)[::-1]
-        for name in order:
-            with with_seeding(name):
-                seeds = range(r * per_round, (r + 1) * per_round)
-                times[name]["shallow"].append(_host_us_per_draw(problem, device, seeds, 0))
-                times[name]["deep"].append(_host_us_per_draw(problem, device, seeds, DEEPER))
+        seeds = range(r * per_round, (r + 1) * per_round)
+        for name in (list(calls) if r % 2 == 0 else list(calls)[::-1]):
+            times[name]["shallow"].append(_host_us(calls[name], seeds, 0, device))
+            times[name]["deep"].append(_host_us(calls[name], seeds, DEEPER, device))
         print(tally.step(), file=sys.stderr, flush=True)
     medians = {name: {depth: round(statistics.median(t), 2) for depth, t in by_depth.items()}
                for name, by_depth in times.items()}
     return {"device": str(device), "elements": n, "rounds": rounds, "per_round": per_round, "deeper_frames": DEEPER,
-            "same_values": same_values, "host_us_per_draw": medians}
+            "same_values": _same_values(device), "host_us": medians}
 
 
 def print_table(report: dict[str, Any]) -> None:
-    print(f"draws: host time of one repetition's draw (one randn of {report['elements']} elements on "
-          f"{report['device']}), median of {report['rounds']} rounds of {report['per_round']}; same values: "
-          f"{report['same_values']}")
-    print(f"| seeding | from here (us) | {report['deeper_frames']} frames deeper (us) |\n|---|---:|---:|")
-    for name, by_depth in report["host_us_per_draw"].items():
-        print(f"| {name} | {by_depth['shallow']:.1f} | {by_depth['deep']:.1f} |")
+    print(f"draws: host time a call on {report['device']}, median of {report['rounds']} rounds of "
+          f"{report['per_round']}; the whole draw is one randn of {report['elements']} elements with the harness's "
+          f"seeding; both seedings draw the same values: {report['same_values']}")
+    print(f"| call | from here (us) | {report['deeper_frames']} frames deeper (us) |\n|---|---:|---:|")
+    for name, by_depth in report["host_us"].items():
+        label = name if name == "whole draw" else f"seeding: {name}"
+        print(f"| {label} | {by_depth['shallow']:.1f} | {by_depth['deep']:.1f} |")

@@ -14,8 +14,8 @@ timing shared per window, then with one per candidate (`ref_share.py`; 4 copies 
 confinement: a worker's start, confined against plain (`confinement.py`); requests: one request to a candidate's
 worker, empty against one that reads the tamper snapshot (`requests.py`); stopwatch: a timed block's wall time
 with the parent quiet and beside busy threads (`stopwatch.py`); bound-survey: 16 x copies honest candidates, 8 at
-once, and how often the wall bound doubted them (`bound_survey.py`); draws: the host time of one repetition's
-input draw with the harness's seeding and with `torch.manual_seed`'s, from two stack depths (`draws.py`).
+once, and how often the wall bound doubted them (`bound_survey.py`); draws: the host time of the harness's
+seeding against `torch.manual_seed`'s, from two stack depths, and of one repetition's input draw (`draws.py`).
 `all` runs throughput, latency, scaling and repeatability; on a CPU, throughput alone.
 
 Each part imports its module when it runs, so `harness bench` parses its arguments without

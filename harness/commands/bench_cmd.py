@@ -33,8 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                         "exchanges with the parent quiet and beside 3 busy threads; bound-survey (not "
                                         "part of all): 16 x --copies honest candidates, 8 at once: how often the wall "
                                         "bound doubts them (second looks, retries alone, rejections); draws (not "
-                                        "part of all): --rounds rounds of one repetition's input draw, the harness's "
-                                        "seeding against torch.manual_seed's")
+                                        "part of all): --rounds rounds of the harness's seeding against "
+                                        "torch.manual_seed's, and of one repetition's input draw")
     ev.add_argument("--problems", default=None, help="launch-bound: problem selection (default: "
                                                      "L3/06_lstm,L3/11_gru,L3/07_moe_layer and a matmul control)")
     ev.add_argument("--sessions", type=int, default=5)
