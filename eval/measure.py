@@ -543,14 +543,15 @@ def _loop_gpu_bound(ref_blocks: list[Block], cand_blocks: list[Block], numbers: 
     cands = [sum(b.outside_ms) / max(b.reps, 1) for b in cand_blocks if b.outside_ms]
     if not refs or not cands:
         return None
-    gap, limit = min(cands) - min(refs), max(LOOP_GPU_FLOOR_MS, LOOP_GPU_SHARE * min(refs))
+    reference = min(refs)
+    gap, limit = min(cands) - reference, max(LOOP_GPU_FLOOR_MS, LOOP_GPU_SHARE * reference)
     numbers.update(loop_gpu_gap_us=round(gap * 1000, 3), loop_gpu_limit_us=round(limit * 1000, 3))
     if gap <= limit:
         return None
-    return (f"in every one of {len(cands)} timed blocks the loop's own GPU work (lead-in with its flush, capture, between) took at "
-            f"least {gap * 1000:.1f} us per repetition longer in the candidate's process than in the clean reference "
-            f"process's (its lowest block: {min(refs) * 1000:.1f} us; allowed: {limit * 1000:.1f} us): work ran on the "
-            "GPU beside the loop's kernels, outside the candidate's timed intervals")
+    return (f"in every one of {len(cands)} timed blocks the loop's own GPU work (lead-in with its flush, capture, "
+            f"between) took at least {gap * 1000:.1f} us per repetition longer in the candidate's process than in the "
+            f"clean reference process's (its lowest block: {reference * 1000:.1f} us; allowed: {limit * 1000:.1f} us): "
+            "work ran on the GPU beside the loop's kernels, outside the candidate's timed intervals")
 
 
 def _outside_gaps(ref_blocks: list[Block], cand_blocks: list[Block]) -> dict[str, float]:

@@ -26,6 +26,12 @@ def solution_jobs() -> list[Job]:
             for level in sorted(LEVELS) for p in sorted((SOLUTIONS / level).glob("*.py"))]
 
 
+def _largest_ratio(results: list[EvalResult], figure: str, limit: str) -> float | None:
+    """The largest of a bound's figure over its limit among the honest solutions (how near they came to a reject)."""
+    ratios = [r.wall_bound[figure] / r.wall_bound[limit] for r in results if r.wall_bound.get(limit)]
+    return round(max(ratios), 3) if ratios else None
+
+
 def main(rounds: int = 2, out: str | None = None) -> int:
     if not torch.cuda.is_available():
         print("harness bench trusted needs a CUDA GPU")
@@ -80,9 +86,3 @@ def main(rounds: int = 2, out: str | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-
-
-def _largest_ratio(results: list[EvalResult], figure: str, limit: str) -> float | None:
-    """The largest of a bound's figure over its limit among the honest solutions (how near they came to a reject)."""
-    ratios = [r.wall_bound[figure] / r.wall_bound[limit] for r in results if r.wall_bound.get(limit)]
-    return round(max(ratios), 3) if ratios else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -42,12 +42,12 @@ class _Builder(Builder):
         return Build(ok=True, extensions_dir=str(ext_dir))
 
 
-@pytest.fixture
-def make() -> Iterator:
-    made: list[_Builder] = []
+def _closing(kind: Callable[..., Any]) -> Iterator[Callable[..., Any]]:
+    """A fixture's maker of `kind` builders; afterwards every gate is opened and every builder closed."""
+    made: list[Any] = []
 
-    def _make(kept_bytes: int) -> _Builder:
-        made.append(_Builder(kept_bytes))
+    def _make(*args: Any, **kwargs: Any) -> Any:
+        made.append(kind(*args, **kwargs))
         return made[-1]
 
     yield _make
@@ -55,6 +55,11 @@ def make() -> Iterator:
         for gate in builder.gates.values():
             gate.set()
         builder.close()
+
+
+@pytest.fixture
+def make() -> Iterator:
+    yield from _closing(_Builder)
 
 
 def _finish(builder: _Builder, source: str) -> Path:
@@ -159,17 +164,7 @@ class _TimingBuilder(Builder):
 
 @pytest.fixture
 def timing() -> Iterator:
-    made: list[_TimingBuilder] = []
-
-    def _make(timeouts: dict[str, int]) -> _TimingBuilder:
-        made.append(_TimingBuilder(timeouts))
-        return made[-1]
-
-    yield _make
-    for builder in made:
-        for gate in builder.gates.values():
-            gate.set()
-        builder.close()
+    yield from _closing(_TimingBuilder)
 
 
 def _wait_for(builder: _TimingBuilder, *events: str) -> None:
