@@ -666,10 +666,7 @@ def _time_window(members: list[Context], rule: measure.TimingRule, fresh: bool, 
 
 def _first_look(ctx: Context, rule: measure.TimingRule, fresh: bool) -> measure.Measurement:
     """The first timing: in the window of this evaluation's seat, shared with the other candidates of its problem
-    that reach timing with it; alone without a seat, or when its inputs are not fresh (the window's are)."""
-    if ctx.seat is not None and not fresh:
-        ctx.seat.leave()
-        ctx.seat = None
+    that reach timing with it; alone without a seat."""
     if ctx.seat is None:
         return _time_window([ctx], rule, fresh, min_pairs=2)[0]
     window = lambda members: _time_window(members, rule, fresh, min_pairs=2)  # noqa: E731
@@ -717,10 +714,19 @@ def time_candidate(ctx: Context) -> None:
     alternating; check every timed output against the reference's for the same inputs; bound the candidate's
     reported times by the wall time observed here. Under the strict rule every repetition gets unseen inputs.
     The first timing may share the reference's blocks with other candidates of the problem (`_first_look`); a
-    second look, when the wall bound asks for one, is always alone."""
-    config, result = ctx.config, ctx.result
-    rule = config.timing_rule()
+    second look, when the wall bound asks for one, is always alone. Timed alone, the timing and its judging are one
+    hold of the GPU: each hold makes the other evaluations' trials drain first, so fewer holds keep the GPU busier."""
+    rule = ctx.config.timing_rule()
     fresh = rule.method == "adaptive" and rule.check_outputs and ctx.worker_draws
+    if ctx.seat is not None and not fresh:
+        ctx.seat.leave()
+        ctx.seat = None
+    with ctx.lease.gate.hold("exclusive" if ctx.seat is None else "none"):  # a shared window waits unheld
+        _time_and_judge(ctx, rule, fresh)
+
+
+def _time_and_judge(ctx: Context, rule: measure.TimingRule, fresh: bool) -> None:
+    config, result = ctx.config, ctx.result
     meas = _first_look(ctx, rule, fresh)
     result.reference_shared_with = meas.shared_with
     with ctx.lease.gate.hold("exclusive"):
@@ -799,16 +805,18 @@ def host_bound(ctx: Context) -> None:
                 per_side[side.name] = value
         if measured.bound:
             bound.append(side.name)
-    result.host_bound = bound
-    if bound:
-        result.flags.append(measure.host_bound_flag(result.host_share, bound, result.timing_mode))
+    result.host_bound = bound  # flagged once timing tells how the timed calls ran (`record_mode`)
 
 
 def record_mode(ctx: Context, meas: measure.Measurement) -> None:
-    """Which way the timed calls ran, and why graphs were not used when they were asked for."""
-    ctx.result.timing_mode = "cuda_graph" if meas.timing_mode == "cuda_graph" else "eager"
-    if ctx.graphs and ctx.result.timing_mode != "cuda_graph":
-        ctx.result.flags.append("cuda_graphs: " + (meas.graph_note[:400] or "graphs were not used"))
+    """Which way the timed calls ran, why graphs were not used when they were asked for, and what that means for a
+    host-bound side."""
+    result = ctx.result
+    result.timing_mode = "cuda_graph" if meas.timing_mode == "cuda_graph" else "eager"
+    if ctx.graphs and result.timing_mode != "cuda_graph":
+        result.flags.append("cuda_graphs: " + (meas.graph_note[:400] or "graphs were not used"))
+    if result.host_bound:
+        result.flags.append(measure.host_bound_flag(result.host_share, result.host_bound, result.timing_mode))
 
 
 def in_order(ctx: Context) -> None:
@@ -879,8 +887,8 @@ PIPELINE: tuple[Step, ...] = (
     Step("stage", stage_timing_inputs, "shared", runs="timed"),
     Step("kernels", own_kernels, "exclusive"),
     Step("hidden_work", hidden_work, "exclusive", runs="gpu", enabled=lambda c: c.hidden_work_check),
+    Step("host_bound", host_bound, "exclusive", runs="gpu"),  # before timing: one hold with the steps above
     Step("timing", time_candidate, "window", runs="timed"),
-    Step("host_bound", host_bound, "exclusive", runs="gpu"),
     Step("speed_of_light", speed_of_light, "none", runs="gpu"),
     Step("in_order", in_order, "none"),
 )

@@ -93,8 +93,15 @@ def test_a_side_whose_host_time_is_half_its_gpu_time_is_flagged_even_when_the_gp
     assert ctx.result.gpu_busy == {"reference": 0.9, "candidate": 0.9}
     assert ctx.result.host_share == {"reference": 0.6, "candidate": 0.0556}
     assert ctx.result.host_bound == ["reference"]
+    assert ctx.result.flags == []  # it runs before timing: flagged once timing tells how the calls ran
+    checks.record_mode(ctx, measure.Measurement(timing_mode="eager"))
     (flag,) = ctx.result.flags
     assert flag.startswith("host-bound:") and "reference 0.60" in flag and "eval.cuda_graphs=auto" in flag
+    graphed = _Ctx({"reference": {"kernel_ms": 2.0, "event_ms": 2.2, "busy": 0.9, "host_ms": 1.2}}, cuda_graphs="auto")
+    checks.host_bound(graphed)
+    checks.record_mode(graphed, measure.Measurement(timing_mode="cuda_graph"))
+    (flag,) = graphed.result.flags
+    assert flag.startswith("host-bound:") and "CUDA-graph replays, which take most of that host time out" in flag
 
 
 def test_a_side_under_the_floor_is_not_profiled_and_never_flagged() -> None:

@@ -275,6 +275,35 @@ def test_a_timing_waits_for_the_trial_in_flight_not_for_every_trial():
     assert finished - granted > 3 * _SLOW_CALL_S
 
 
+def test_the_exclusive_steps_before_timing_are_one_run_of_the_pipeline():
+    """Each exclusive hold makes the other evaluations' trials on the GPU drain first: the steps that hold the GPU
+    alone before timing stand together, so the pipeline takes them in one hold."""
+    from eval import checks
+
+    names = [s.name for s in checks.PIPELINE]
+    before_timing = [s for s in checks.PIPELINE[:names.index("timing")] if s.access == "exclusive"]
+    assert [s.name for s in before_timing] == ["kernels", "hidden_work", "host_bound"]
+    first = names.index("kernels")
+    assert names[first:first + 3] == ["kernels", "hidden_work", "host_bound"]
+
+
+def test_a_timing_alone_and_its_judging_take_the_gpu_once():
+    """Timed alone (no shared window), the timing and its judging are one exclusive hold; with the kernel-share
+    profile's hold that is two for the whole evaluation (the CPU pipeline with `eval.cpu_timing` runs no hidden-work
+    or host-bound step)."""
+    config = EvalConfig(device="cpu", cache_dir=None, workers_per_gpu=1, cpu_timing=True, call_timeout_s=30,
+                        import_timeout_s=120, min_reps=20)
+    with Evaluator(config) as ev:
+        assert ev.wait_warm(120)
+        gate = ev._pool.gate(None)
+        before = gate.usage()["exclusive_holds"]
+        result = ev.evaluate(candidates.problem(1 << 10), candidates.triton_candidate())
+        holds = gate.usage()["exclusive_holds"] - before
+    assert result.status is Status.CORRECT, result.reason + result.error
+    assert result.reference_shared_with == 1 and result.candidate_timing is not None
+    assert holds == 2, holds
+
+
 @pytest.mark.slow  # over 10 s on 2 cores: out of the quick subset
 def test_a_parent_per_gpu_takes_its_share_of_the_batch_and_all_start_together():
     """`harness bench eval --part parents`: each parent process evaluates every n-th candidate, once all are warm."""
