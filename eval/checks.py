@@ -272,7 +272,8 @@ def reply_cap(config: EvalConfig, reference_output_bytes: int = 0) -> int:
 def trials(ctx: Context) -> None:
     """Fresh inputs per trial (and every hidden shape set, unless off, and the inputs moved off the published
     distribution, unless off), outputs compared here, inputs must stay unchanged. Each trial holds the GPU gate shared
-    on its own (the step is "per_trial")."""
+    on its own (the step is "per_trial"); the first, the worker's first call of the candidate, as its warm-up
+    (`GpuGate`: the other workers' trials go on while a timing waits for its JIT compiles)."""
     assert ctx.reference is not None
     ref = ctx.reference
     plan: list[tuple[str, int | None, str]] = [(f"trial{t}", None, "") for t in range(max(2, ctx.config.trials))]
@@ -285,7 +286,7 @@ def trials(ctx: Context) -> None:
     published: list[float] = []  # mean |output| per output on the first trial's published inputs
     for trial, (label, extra, distribution) in enumerate(plan):
         seed = public[trial] if public else derive_seed(ctx.secret, label)
-        with ctx.lease.gate.hold("shared"):
+        with ctx.lease.gate.hold("warm_up" if trial == 0 else "shared"):
             inputs = draw_inputs(ref.module, seed, ctx.lease.device, extra, on_cpu=bool(public),
                                          distribution=distribution)
             fingerprint = input_fingerprint(inputs) if ctx.worker_draws else []

@@ -135,6 +135,91 @@ def test_gate_accounts_for_its_holds():
     assert 0.2 <= usage["exclusive_wait_s"] < 0.8, usage
 
 
+class _Holder:
+    """A thread that takes the gate in `access` and keeps it until released; records when it got it."""
+
+    def __init__(self, gate: GpuGate, access: str, log: list[str], name: str):
+        self.got, self._release = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(gate, access, log, name), daemon=True)
+        self.thread.start()
+
+    def _run(self, gate: GpuGate, access: str, log: list[str], name: str) -> None:
+        with gate.hold(access):
+            log.append(f"{name} in")
+            self.got.set()
+            self._release.wait()
+            log.append(f"{name} out")
+
+    def release(self) -> None:
+        self._release.set()
+        self.thread.join(60)
+
+
+def _writer_waiting(gate: GpuGate) -> None:
+    deadline = time.monotonic() + 60
+    while gate._writers_waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert gate._writers_waiting == 1
+
+
+def test_a_timing_that_waits_for_a_warm_up_lets_the_other_trials_run_meanwhile():
+    """A fresh worker's first call (JIT compiles) can hold the gate 20 times longer than a trial: while a timing
+    waits for it, other trials still start, and the timing starts only once all of them are done."""
+    gate, log = GpuGate(), []
+    warm_up = _Holder(gate, "warm_up", log, "warm-up")
+    assert warm_up.got.wait(60)
+    timing = _Holder(gate, "exclusive", log, "timing")
+    _writer_waiting(gate)
+    trial = _Holder(gate, "shared", log, "trial")
+    assert trial.got.wait(60), "a trial was held back behind a timing that waits for a warm-up anyway"
+    assert not timing.got.is_set()
+    warm_up.release()
+    time.sleep(0.2)
+    assert not timing.got.is_set(), "the timing started beside a trial"
+    trial.release()
+    assert timing.got.wait(60)
+    timing.release()
+    assert log == ["warm-up in", "trial in", "warm-up out", "trial out", "timing in",
+                   "timing out"]
+
+
+def test_a_timing_that_waits_holds_back_new_warm_ups_and_trials_behind_a_plain_trial():
+    """Waiting only for plain trials, an exclusive request lets nothing new start; and a new warm-up never starts
+    while one waits (else a stream of first calls could starve the timing)."""
+    gate, log = GpuGate(), []
+    running = _Holder(gate, "shared", log, "trial")
+    assert running.got.wait(60)
+    timing = _Holder(gate, "exclusive", log, "timing")
+    _writer_waiting(gate)
+    late_trial = _Holder(gate, "shared", log, "late trial")
+    time.sleep(0.2)
+    assert not late_trial.got.is_set()
+    running.release()
+    assert timing.got.wait(60)
+    timing.release()
+    assert late_trial.got.wait(60)
+    late_trial.release()
+    assert log[:4] == ["trial in", "trial out", "timing in", "timing out"], log
+    # a warm-up in flight admits trials, never another warm-up
+    first = _Holder(gate, "warm_up", log, "first warm-up")
+    assert first.got.wait(60)
+    timing = _Holder(gate, "exclusive", log, "timing 2")
+    _writer_waiting(gate)
+    second = _Holder(gate, "warm_up", log, "second warm-up")
+    time.sleep(0.2)
+    assert not second.got.is_set()
+    first.release()
+    assert timing.got.wait(60)
+    timing.release()
+    assert second.got.wait(60)
+    second.release()
+    assert log[6:] == ["first warm-up in", "first warm-up out", "timing 2 in", "timing 2 out", "second warm-up in",
+                       "second warm-up out"], log
+    with pytest.raises(ValueError, match="no GPU gate access 'read'"):
+        with gate.hold("read"):
+            pass
+
+
 def test_protocol_refuses_ill_typed_or_forged_replies():
     with pytest.raises(ProtocolError, match="answered 'run' to 'time_block'"):
         protocol.decode_reply(protocol.TimeBlock(), {"cmd": "run", "ok": True})
@@ -287,21 +372,32 @@ def test_the_exclusive_steps_before_timing_are_one_run_of_the_pipeline():
     assert names[first:first + 3] == ["kernels", "hidden_work", "host_bound"]
 
 
-def test_a_timing_alone_and_its_judging_take_the_gpu_once():
+def test_an_evaluations_gate_holds(monkeypatch):
     """Timed alone (no shared window), the timing and its judging are one exclusive hold; with the kernel-share
     profile's hold that is two for the whole evaluation (the CPU pipeline with `eval.cpu_timing` runs no hidden-work
-    or host-bound step)."""
+    or host-bound step). The first trial, the worker's first call, is the one warm-up."""
+    accesses: list[str] = []
+    hold = GpuGate.hold
+
+    def recorded(self, access):
+        accesses.append(access)
+        return hold(self, access)
+
     config = EvalConfig(device="cpu", cache_dir=None, workers_per_gpu=1, cpu_timing=True, call_timeout_s=30,
                         import_timeout_s=120, min_reps=20)
     with Evaluator(config) as ev:
         assert ev.wait_warm(120)
         gate = ev._pool.gate(None)
         before = gate.usage()["exclusive_holds"]
+        monkeypatch.setattr(GpuGate, "hold", recorded)
         result = ev.evaluate(candidates.problem(1 << 10), candidates.triton_candidate())
         holds = gate.usage()["exclusive_holds"] - before
     assert result.status is Status.CORRECT, result.reason + result.error
     assert result.reference_shared_with == 1 and result.candidate_timing is not None
     assert holds == 2, holds
+    assert accesses.count("warm_up") == 1 and result.trials > 1
+    first = accesses.index("warm_up")
+    assert "shared" in accesses[:first] and accesses[first + 1] == "shared", accesses  # after the load, before trial 1
 
 
 @pytest.mark.slow  # over 10 s on 2 cores: out of the quick subset
