@@ -67,8 +67,9 @@ def run(starts: int = 10) -> dict[str, Any]:
             "seconds": {way: [round(s, 3) for s in values] for way, values in seconds.items()}}
 
 
-def throughput(copies: int = 2, rounds: int = 2) -> dict[str, Any]:
-    """Candidates a minute through the pool on GPU 0, workers confined and plain, `rounds` times each, alternating."""
+def throughput(copies: int = 2, rounds: int = 4) -> dict[str, Any]:
+    """Candidates a minute through the pool on GPU 0, workers confined and plain, `rounds` times each, alternating
+    (two rounds each could not tell a 5 % cost from none on an H200: one way's rounds spread 26-36/min)."""
     gpu = bench_device() == "cuda"
     rates: dict[str, list[float]] = {"confined": [], "plain": []}
     unexpected: dict[str, list[dict[str, str]]] = {"confined": [], "plain": []}

@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                         "6 x --copies honest candidates of one 67M-element problem with the reference's "
                                         "timing shared per window, then one per candidate; confinement (not part of "
                                         "all): --sessions worker starts confined and plain, alternately, then 6 x "
-                                        "--copies honest candidates through the pool each way; requests (not "
+                                        "--copies honest candidates through the pool, four rounds each way; requests (not "
                                         "part of all): --rounds rounds of 25 empty and 25 tamper-reading requests to a "
                                         "candidate's worker; stopwatch (not part of all): --rounds rounds of 100 timed "
                                         "exchanges with the parent quiet and beside 3 busy threads; bound-survey (not "
