@@ -13,8 +13,11 @@ evaluation, reward and the stored attempt), and it is split into phases: `queue_
 `eval_s` (the evaluator), `handoff_s` (from the evaluation's end to the answer being built), `store_s` (the
 attempt written to the audit trail) and `http_s` (the rest: HTTP, checks, JSON), from the answer's `timings`.
 Each completion prints its `[done/total, elapsed]` counter and status on stderr.
-The in-process side runs first, then a `harness serve` subprocess; both take their evaluator settings from the
-same Hydra overrides (`harness bench serve eval.workers_per_gpu=6`), and neither side's start-up is timed.
+Each round runs both sides, an in-process evaluator and a `harness serve` subprocess, the order alternating
+(`--rounds`; in-process first in the first); both take their evaluator settings from the same Hydra overrides
+(`harness bench serve eval.workers_per_gpu=6`), and neither side's start-up is timed. A side's rate moved by
+10 % between device calls, more than the service's own phases cost, so its overhead is the median of the rounds'
+paired ratios.
 """
 
 from __future__ import annotations
@@ -123,19 +126,55 @@ def in_process_call(ev: Evaluator, problem: Any, runners: ThreadPoolExecutor) ->
     return call
 
 
-def _summary(name: str, run: dict[str, Any], gpus: int) -> dict[str, Any]:
-    lat = sorted(run["latencies"])
-    n = len(lat)
-    return {"side": name, "evaluations": n, "wall_s": run["wall_s"],
-            "evaluations_per_gpu_hour": round(n / run["wall_s"] * 3600 / max(1, gpus), 1),
+def _summary(name: str, runs: list[dict[str, Any]], gpus: int) -> dict[str, Any]:
+    """One side's row over its rounds: the median round's wall time (and the rate from it), latencies and phases
+    pooled, statuses and evaluations run twice summed."""
+    lat = sorted(x for run in runs for x in run["latencies"])
+    n, wall = len(lat), statistics.median(run["wall_s"] for run in runs)
+    timings = [t for run in runs for t in run["timings"]]
+    statuses = [s for run in runs for s in run["statuses"]]
+    return {"side": name, "evaluations": n, "rounds": len(runs), "wall_s": round(wall, 2),
+            "wall_s_per_round": [run["wall_s"] for run in runs],
+            "evaluations_per_gpu_hour": round(n / len(runs) / wall * 3600 / max(1, gpus), 1),
             "p50_s": round(statistics.median(lat), 3), "p99_s": round(lat[min(n - 1, int(0.99 * n))], 3),
-            "phase_p50_s": {k: round(statistics.median(t[k] for t in run["timings"]), 4) for k in PHASES},
-            "retried_alone": run["retried_alone"],
-            "statuses": {s: run["statuses"].count(s) for s in sorted(set(run["statuses"]))}}
+            "phase_p50_s": {k: round(statistics.median(t[k] for t in timings), 4) for k in PHASES},
+            "retried_alone": sum(run["retried_alone"] for run in runs),
+            "statuses": {s: statuses.count(s) for s in sorted(set(statuses))}}
+
+
+def _in_process_side(overrides: list[str], cache: Path, problem: Any, sources: list[str], callers: int | None
+                     ) -> tuple[dict[str, Any], int, int]:
+    """One in-process round (start-up not timed): the run, its callers and its evaluations at once."""
+    settings = compose_config(overrides)["eval"]  # the same evaluator settings as the service's
+    with Evaluator(EvalConfig(**{**settings, "cache_dir": str(cache)})) as ev:
+        ev.wait_warm(900)
+        width, at_once = callers or 2 * ev.workers, max(1, int(ev.workers))
+        with ThreadPoolExecutor(at_once, thread_name_prefix="kh-bench") as runners:
+            return closed_loop(in_process_call(ev, problem, runners), sources, width, "in-process"), width, at_once
+
+
+def _served_side(overrides: list[str], cache: Path, problem: Any, sources: list[str], callers: int
+                 ) -> dict[str, Any]:
+    """One round through a `harness serve` subprocess (start-up not timed)."""
+    with ServerProcess([*overrides, f"eval.cache_dir={cache}", "--name", "bench", "--max-queue",
+                        str(max(256, len(sources)))]) as server:
+        client = EvalClient(server.url, timeout=3600)
+        body = {"source": problem.source, "name": problem.name}
+        served = closed_loop(lambda s: client.evaluate(body, s), sources, callers, "served")
+        client.close()
+        if REQUEST_FAILED in served["statuses"]:
+            print("requests failed; the service's last lines:\n" + "".join(server.output[-_SERVER_TAIL_LINES:]),
+                  file=sys.stderr)
+    return served
 
 
 def main(n: int | None = None, callers: int | None = None, out: str | None = None,
-         extra_overrides: list[str] | None = None) -> int:
+         extra_overrides: list[str] | None = None, rounds: int = 1) -> int:
+    """`rounds` rounds of each side, the order alternating (in-process first in even rounds): the service's overhead
+    is the median of the rounds' paired ratios, since one side's rate moves between rounds by more than the service
+    costs."""
+    if rounds < 1:
+        raise ValueError("harness bench serve: --rounds must be at least 1")
     gpu = torch.cuda.is_available()
     gpus = torch.cuda.device_count() if gpu else 0
     n = n or (96 if gpu else 6)
@@ -143,38 +182,36 @@ def main(n: int | None = None, callers: int | None = None, out: str | None = Non
     problem = candidates.problem(elements)
     env = environment()
     print(f"device: {env['device']} x{max(1, gpus)}; torch {env['torch']}, triton {env['triton']}; "
-          f"{n} distinct honest Triton candidates of {problem.id}")
-    report: dict[str, Any] = {"environment": env, "problem": problem.id, "candidates": n}
+          f"{n} distinct honest Triton candidates of {problem.id} per side and round, {rounds} round(s)")
+    report: dict[str, Any] = {"environment": env, "problem": problem.id, "candidates": n, "rounds": rounds}
+    runs: dict[str, list[dict[str, Any]]] = {"in-process": [], "harness serve": []}
+    width = at_once = 0
     with tempfile.TemporaryDirectory() as tmp:
         device = "cuda" if gpu else "cpu"
         overrides = [f"runs_dir={Path(tmp) / 'runs'}", f"eval.device={device}", *(extra_overrides or [])]
-        settings = compose_config(overrides)["eval"]  # the same evaluator settings on both sides
-        config = EvalConfig(**{**settings, "cache_dir": str(Path(tmp) / "cache-inprocess")})
-        with Evaluator(config) as ev:
-            ev.wait_warm(900)
-            width, at_once = callers or 2 * ev.workers, max(1, int(ev.workers))
-            with ThreadPoolExecutor(at_once, thread_name_prefix="kh-bench") as runners:
-                inproc = closed_loop(in_process_call(ev, problem, runners), batch(n, elements, "inprocess"), width,
-                                     "in-process")
-        with ServerProcess([*overrides, f"eval.cache_dir={Path(tmp) / 'cache-served'}", "--name", "bench", "--max-queue", str(max(256, n))]) as server:
-            client = EvalClient(server.url, timeout=3600)
-            body = {"source": problem.source, "name": problem.name}
-            served = closed_loop(lambda s: client.evaluate(body, s), batch(n, elements, "served"), width, "served")
-            client.close()
-            if REQUEST_FAILED in served["statuses"]:
-                print("requests failed; the service's last lines:\n" + "".join(server.output[-_SERVER_TAIL_LINES:]),
-                      file=sys.stderr)
-    rows = [_summary("in-process", inproc, gpus), _summary("harness serve", served, gpus)]
-    report.update(callers=width, at_once=at_once, rows=rows,
-                  overhead=round(rows[1]["wall_s"] / rows[0]["wall_s"] - 1, 4),
+        for i in range(rounds):
+            for side in (("in-process", "harness serve") if i % 2 == 0 else ("harness serve", "in-process")):
+                if side == "in-process":
+                    run, width, at_once = _in_process_side(overrides, Path(tmp) / f"cache-inprocess-{i}", problem,
+                                                           batch(n, elements, f"inprocess {i}"), callers)
+                else:  # as many callers as the in-process side (measured first in round 0)
+                    run = _served_side(overrides, Path(tmp) / f"cache-served-{i}", problem,
+                                       batch(n, elements, f"served {i}"), width)
+                runs[side].append(run)
+    rows = [_summary(side, runs[side], gpus) for side in runs]
+    ratios = [s["wall_s"] / p["wall_s"] for p, s in zip(runs["in-process"], runs["harness serve"])]
+    report.update(callers=width, at_once=at_once, rows=rows, overhead_per_round=[round(r - 1, 4) for r in ratios],
+                  overhead=round(statistics.median(ratios) - 1, 4),
                   p50_overhead_s=round(rows[1]["p50_s"] - rows[0]["p50_s"], 3))
     print(f"{'side':<14} {'evals':>6} {'wall s':>8} {'evals/GPU-hour':>15} {'p50 s':>7} {'p99 s':>7} "
           f"{'run twice':>9}  statuses")
     for r in rows:
         print(f"{r['side']:<14} {r['evaluations']:>6} {r['wall_s']:>8} {r['evaluations_per_gpu_hour']:>15} "
               f"{r['p50_s']:>7} {r['p99_s']:>7} {r['retried_alone']:>9}  {r['statuses']}")
-    print(f"overhead of the service: {report['overhead']:+.1%} wall, {report['p50_overhead_s']:+.3f} s at p50 "
-          f"({width} concurrent callers, {at_once} evaluations at once, each side)"
+    per_round = ", ".join(f"{r:+.1%}" for r in report["overhead_per_round"])
+    print(f"overhead of the service: {report['overhead']:+.1%} wall (median of rounds: {per_round}), "
+          f"{report['p50_overhead_s']:+.3f} s at p50 ({width} concurrent callers, {at_once} evaluations at once, "
+          "each side)"
           + ("" if gpu else "; CPU: a smoke test, not a figure"))
     print("median seconds per phase of a call (http_s: the caller's wait beyond the others)")
     print(f"{'side':<14} " + " ".join(f"{k:>9}" for k in PHASES))

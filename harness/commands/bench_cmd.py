@@ -88,6 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--candidates", type=int, default=None, help="distinct honest Triton candidates per side "
                                                                    "(default 96 on a GPU, 6 on a CPU)")
     serve.add_argument("--callers", type=int, default=None, help="concurrent callers per side (default 2 x workers)")
+    serve.add_argument("--rounds", type=int, default=1, help="rounds of both sides, the order alternating; the "
+                                                             "overhead is the median of the rounds' ratios")
     serve.add_argument("--out", help="write the JSON report here")
     serve.add_argument("overrides", nargs="*", help="Hydra overrides for both sides (eval.workers_per_gpu=6)")
     loop = sub.add_parser("loop", help="per-attempt overhead of the run loop")
@@ -137,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     if args.bench == "serve":
         from harness.bench import serve_bench
 
-        return serve_bench.main(args.candidates, args.callers, args.out, args.overrides)
+        return serve_bench.main(args.candidates, args.callers, args.out, args.overrides, args.rounds)
     if args.bench == "store":
         from harness.bench import store_bench
 

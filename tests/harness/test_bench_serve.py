@@ -63,14 +63,21 @@ def test_in_process_side_runs_as_many_at_once_as_the_evaluator_has_workers() -> 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_cpu_run_end_to_end(capsys, tmp_path) -> None:
+    """Two rounds, the sides' order alternating: the service's overhead is the median of the paired ratios."""
     out = tmp_path / "serve.json"
-    assert serve_bench.main(2, out=str(out)) == 0
+    assert serve_bench.main(2, out=str(out), rounds=2) == 0
     captured = capsys.readouterr()
-    assert "median seconds per phase" in captured.out
-    assert "[2/2," in captured.err and "served: correct" in captured.err and "in-process: correct" in captured.err
+    assert "median seconds per phase" in captured.out and "median of rounds" in captured.out
+    sides = [line.split("] ", 1)[1].split(":")[0] for line in captured.err.splitlines() if line.startswith("[")]
+    assert sides == ["in-process"] * 2 + ["served"] * 4 + ["in-process"] * 2  # in-process first, then served first
     report = json.loads(out.read_text())
-    served = report["rows"][1]["phase_p50_s"]
-    assert set(served) == set(serve_bench.PHASES) and served["eval_s"] > 0
+    inproc, served = report["rows"]
+    assert inproc["rounds"] == served["rounds"] == 2 and inproc["evaluations"] == served["evaluations"] == 4
+    assert inproc["statuses"] == served["statuses"] == {"correct": 4}
+    ratios = [s / p for p, s in zip(inproc["wall_s_per_round"], served["wall_s_per_round"])]
+    assert report["overhead_per_round"] == [round(r - 1, 4) for r in ratios]
+    assert report["overhead"] == round(sum(ratios) / 2 - 1, 4)  # the median of two
+    assert set(served["phase_p50_s"]) == set(serve_bench.PHASES) and served["phase_p50_s"]["eval_s"] > 0
 
 
 def test_evaluations_the_wall_bound_ran_twice_are_counted_on_either_side() -> None:
