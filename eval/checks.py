@@ -716,7 +716,7 @@ def time_candidate(ctx: Context) -> None:
     reported times by the wall time observed here. Under the strict rule every repetition gets unseen inputs.
     The first timing may share the reference's blocks with other candidates of the problem (`_first_look`); a
     second look, when the wall bound asks for one, is always alone. Timed alone, the timing and its judging are one
-    hold of the GPU: each hold makes the other evaluations' trials drain first, so fewer holds keep the GPU busier."""
+    hold of the GPU (each hold waits for the other evaluations' trials in flight to drain)."""
     rule = ctx.config.timing_rule()
     fresh = rule.method == "adaptive" and rule.check_outputs and ctx.worker_draws
     if ctx.seat is not None and not fresh:
@@ -727,6 +727,7 @@ def time_candidate(ctx: Context) -> None:
 
 
 def _time_and_judge(ctx: Context, rule: measure.TimingRule, fresh: bool) -> None:
+    """The first look, then its judging with the GPU held (a second look alone if the wall bound asks for one)."""
     config, result = ctx.config, ctx.result
     meas = _first_look(ctx, rule, fresh)
     result.reference_shared_with = meas.shared_with
