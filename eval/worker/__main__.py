@@ -1,6 +1,9 @@
 """`python -m eval.worker READ_FD WRITE_FD [SEND_REGION_FD RECV_REGION_FD]`: drop privileges, then serve."""
 
 import os
+import time
+
+_STARTED = time.monotonic()  # before the imports below: a worker's start is mostly them (`Hello`'s `start_parts_s`)
 
 
 def _drop_privileges() -> None:
@@ -17,4 +20,4 @@ _drop_privileges()
 
 from eval.worker.serve import main  # noqa: E402  (after the privilege drop)
 
-main()
+main(_STARTED)

@@ -120,8 +120,9 @@ class Subject:
 class Worker:
     """State of one worker process: its subjects, the candidate's module and the timing tools."""
 
-    def __init__(self, channel: Channel):
+    def __init__(self, channel: Channel, started: float | None = None):
         self.channel = channel
+        self.imports_s = None if started is None else round(time.monotonic() - started, 3)
         self.device = torch.device("cpu")
         self.tracer = tracing.TritonLaunchTracer()
         self.tracer.install()
@@ -148,6 +149,7 @@ class Worker:
             info["triton"] = triton.__version__
         except ImportError:
             info["triton"] = "absent"
+        t0 = time.perf_counter()
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
             props = torch.cuda.get_device_properties(self.device)
@@ -158,9 +160,14 @@ class Worker:
             self.flusher = timing.L2Flusher(self.device)
         else:
             info["device_name"] = "cpu (Triton interpreter)"
+        t1 = time.perf_counter()
         self.loop = timing_loop(self.device, msg.capture_key)  # the key lives in the loop alone from here
         msg.capture_key = 0
+        t2 = time.perf_counter()
         info["warm_s"] = _warm_up(self.device)
+        # where a start's seconds went, from the interpreter's start: what a fresh worker per candidate costs
+        info["start_parts_s"] = {"imports": self.imports_s, "device": round(t1 - t0, 3), "loop": round(t2 - t1, 3),
+                                 "warm_up": info["warm_s"]}
         self.tracer.reset()
         return p.HelloReply(info=info), []
 
@@ -667,11 +674,12 @@ def _private_tmp() -> bool:
     return False
 
 
-def main() -> None:
+def main(started: float | None = None) -> None:
+    """Serve the parent; `started`: when the interpreter began (monotonic), before the worker's imports."""
     fds = [int(a) for a in sys.argv[1:]]
     read_fd, write_fd = fds[0], fds[1]
     send_fd, recv_fd = (fds[2], fds[3]) if len(fds) >= 4 else (None, None)
-    Worker(Channel(read_fd, write_fd, send_fd=send_fd, recv_fd=recv_fd)).serve()
+    Worker(Channel(read_fd, write_fd, send_fd=send_fd, recv_fd=recv_fd), started).serve()
     # the parent is gone or asked us to exit: leave no directory behind even if it was killed
     shutil.rmtree(Path.cwd(), ignore_errors=True)
     # then exit at once: tearing down the interpreter with torch loaded takes half a second, and nothing of it is

@@ -27,8 +27,9 @@ from harness.corpus import candidates
 from harness.progress import counter_text
 
 
-def _start(gpu: bool, confined: bool) -> tuple[float, str]:
-    """Seconds from spawn to the `Hello` reply of one worker, and its process-limit plan."""
+def _start(gpu: bool, confined: bool) -> tuple[float, str, dict[str, float]]:
+    """Seconds from spawn to the `Hello` reply of one worker, its process-limit plan, and where the worker's own
+    seconds went (`start_parts_s`: its imports, the device's set-up, the timing loop, the warm-up)."""
     t0 = time.perf_counter()
     worker = WorkerProcess(device="cuda" if gpu else "cpu", gpu_index=0 if gpu else None, log_cap_bytes=16_384,
                            isolate_network=confined, isolate_filesystem=confined)
@@ -36,7 +37,8 @@ def _start(gpu: bool, confined: bool) -> tuple[float, str]:
         reply, _ = worker.request(Hello(device="cuda:0" if gpu else "cpu", capture_key=1), timeout=300)
         if not reply.ok:
             raise RuntimeError(f"a {'confined' if confined else 'plain'} worker failed to start: {reply.error}")
-        return time.perf_counter() - t0, worker.process_limit
+        parts = {k: float(v) for k, v in reply.info.get("start_parts_s", {}).items() if v is not None}
+        return time.perf_counter() - t0, worker.process_limit, parts
     finally:
         worker.close()
 
@@ -45,6 +47,7 @@ def run(starts: int = 10) -> dict[str, Any]:
     """`starts` workers each way, alternating (confined first in even rounds, plain first in odd ones)."""
     gpu = torch.cuda.is_available()
     seconds: dict[str, list[float]] = {"confined": [], "plain": []}
+    parts: dict[str, list[dict[str, float]]] = {"confined": [], "plain": []}
     plans: set[str] = set()
     process_limit_plan(sandbox_plan())  # the one-time probes of what confinement this host allows: not timed
     if gpu:  # as the evaluator does before its workers start: a confined worker sees the project read-only
@@ -53,8 +56,9 @@ def run(starts: int = 10) -> dict[str, Any]:
     for i in range(starts):
         order = ("confined", "plain") if i % 2 == 0 else ("plain", "confined")
         for way in order:
-            took, plan = _start(gpu, way == "confined")
+            took, plan, where = _start(gpu, way == "confined")
             seconds[way].append(took)
+            parts[way].append(where)
             if way == "confined":
                 plans.add(plan)
         print(f"{counter_text(i + 1, starts, time.perf_counter() - t0)} confined {seconds['confined'][-1]:.2f} s, "
@@ -64,7 +68,14 @@ def run(starts: int = 10) -> dict[str, Any]:
             "sandbox": " ".join(sandbox_plan().prefix[1:-1]) or "none", "process_limit": sorted(plans),
             "median_s": {"confined": round(confined, 3), "plain": round(plain, 3)},
             "cost_s": round(confined - plain, 3), "ratio": round(confined / plain, 3),
+            "parts_median_s": {way: _median_parts(rows) for way, rows in parts.items()},
             "seconds": {way: [round(s, 3) for s in values] for way, values in seconds.items()}}
+
+
+def _median_parts(rows: list[dict[str, float]]) -> dict[str, float]:
+    """The median of each part over the starts that reported it."""
+    names = sorted({name for row in rows for name in row})
+    return {name: round(statistics.median(row[name] for row in rows if name in row), 3) for name in names}
 
 
 def throughput(copies: int = 2, rounds: int = 4) -> dict[str, Any]:
@@ -93,6 +104,8 @@ def print_table(report: dict[str, Any]) -> None:
           f"{', '.join(report['process_limit'])}): {report['starts']} starts each way, spawn to Hello reply, median "
           f"confined {report['median_s']['confined']:.3f} s, plain {report['median_s']['plain']:.3f} s: "
           f"+{report['cost_s']:.3f} s per worker ({report['ratio']:.3f}x)")
+    for way, medians in report["parts_median_s"].items():
+        print(f"  {way}: the worker's own seconds, median: " + ", ".join(f"{k} {v:.3f}" for k, v in medians.items()))
     t = report.get("throughput")
     if t:
         print(f"throughput ({t['candidates']} honest Triton candidates, GPU 0, {t['rounds']} rounds each way): median "

@@ -21,6 +21,9 @@ def test_workers_start_both_ways_and_the_report_says_how_they_were_confined(caps
     else:
         assert report["sandbox"] == "none" and report["process_limit"] == ["none"]
     assert "[1/1, " in capsys.readouterr().err
+    for way, parts in report["parts_median_s"].items():  # where the worker's own seconds went, from its Hello
+        assert set(parts) == {"imports", "device", "loop", "warm_up"}, (way, parts)
+        assert parts["imports"] > 0 and sum(parts.values()) <= report["median_s"][way]
 
 
 def test_throughput_runs_the_same_batch_with_workers_confined_and_plain(capsys):
