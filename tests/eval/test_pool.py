@@ -179,33 +179,18 @@ def test_a_timing_that_waits_for_a_warm_up_lets_the_other_trials_run_meanwhile()
     trial.release()
     assert timing.got.wait(60)
     timing.release()
-    assert log == ["warm-up in", "trial in", "warm-up out", "trial out", "timing in",
-                   "timing out"]
+    assert log == ["warm-up in", "trial in", "warm-up out", "trial out", "timing in", "timing out"]
 
 
-def test_a_timing_that_waits_holds_back_new_warm_ups_and_trials_behind_a_plain_trial():
-    """Waiting only for plain trials, an exclusive request lets nothing new start; and a new warm-up never starts
-    while one waits (else a stream of first calls could starve the timing)."""
-    gate, log = GpuGate(), []
-    running = _Holder(gate, "shared", log, "trial")
-    assert running.got.wait(60)
-    timing = _Holder(gate, "exclusive", log, "timing")
-    _writer_waiting(gate)
-    late_trial = _Holder(gate, "shared", log, "late trial")
-    time.sleep(0.2)
-    assert not late_trial.got.is_set()
-    running.release()
-    assert timing.got.wait(60)
-    timing.release()
-    assert late_trial.got.wait(60)
-    late_trial.release()
-    assert log[:4] == ["trial in", "trial out", "timing in", "timing out"], log
-    # a warm-up in flight admits trials, never another warm-up
-    first = _Holder(gate, "warm_up", log, "first warm-up")
+def _held_back_behind_a_timing(gate: GpuGate, log: list[str], running: tuple[str, str], late: tuple[str, str],
+                               timing_name: str) -> None:
+    """`running` (access, name) holds the gate, a timing asks for it, then `late` asks: `late` starts only after the
+    timing, and the timing only after `running`."""
+    first = _Holder(gate, running[0], log, running[1])
     assert first.got.wait(60)
-    timing = _Holder(gate, "exclusive", log, "timing 2")
+    timing = _Holder(gate, "exclusive", log, timing_name)
     _writer_waiting(gate)
-    second = _Holder(gate, "warm_up", log, "second warm-up")
+    second = _Holder(gate, late[0], log, late[1])
     time.sleep(0.2)
     assert not second.got.is_set()
     first.release()
@@ -213,6 +198,16 @@ def test_a_timing_that_waits_holds_back_new_warm_ups_and_trials_behind_a_plain_t
     timing.release()
     assert second.got.wait(60)
     second.release()
+
+
+def test_a_timing_that_waits_holds_back_new_warm_ups_and_trials_behind_a_plain_trial():
+    """Waiting only for plain trials, an exclusive request lets nothing new start; and a new warm-up never starts
+    while one waits (else a stream of first calls could starve the timing)."""
+    gate, log = GpuGate(), []
+    _held_back_behind_a_timing(gate, log, ("shared", "trial"), ("shared", "late trial"), "timing")
+    assert log[:4] == ["trial in", "trial out", "timing in", "timing out"], log
+    # a warm-up in flight admits trials, never another warm-up
+    _held_back_behind_a_timing(gate, log, ("warm_up", "first warm-up"), ("warm_up", "second warm-up"), "timing 2")
     assert log[6:] == ["first warm-up in", "first warm-up out", "timing 2 in", "timing 2 out", "second warm-up in",
                        "second warm-up out"], log
     with pytest.raises(ValueError, match="no GPU gate access 'read'"):
