@@ -10,6 +10,7 @@ beside the header (see `eval.wire`); each request says which tensors it carries.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional, Union
@@ -344,17 +345,25 @@ def decode_reply(request: Request, header: dict[str, Any]) -> Reply:
     return _build(request.reply, header)
 
 
-def _build(cls: type, header: dict[str, Any]) -> Any:
+@functools.cache
+def _field_hints(cls: type) -> dict[str, Any]:
+    """Each field's type hint, resolved once per class: resolving compiles every annotation's text (the modules use
+    postponed annotations), which took 5 s of the parent's CPU in a batch of 24 candidates on the H200."""
     hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _build(cls: type, header: dict[str, Any]) -> Any:
+    hints = _field_hints(cls)
     values = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in header:
+    for name, hint in hints.items():
+        if name not in header:
             continue
-        value = header[f.name]
-        if not _conforms(value, hints[f.name]):
-            raise ProtocolError(f"{cls.__name__}.{f.name}: {type(value).__name__} does not fit {hints[f.name]}")
-        values[f.name] = value
-    unknown = set(header) - {f.name for f in dataclasses.fields(cls)} - {"cmd"}
+        value = header[name]
+        if not _conforms(value, hint):
+            raise ProtocolError(f"{cls.__name__}.{name}: {type(value).__name__} does not fit {hint}")
+        values[name] = value
+    unknown = set(header) - set(hints) - {"cmd"}
     if unknown:
         raise ProtocolError(f"{cls.__name__}: unknown field(s) {sorted(unknown)[:5]}")
     return cls(**values)
