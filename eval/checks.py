@@ -778,16 +778,28 @@ def _record_timing(ctx: Context, rule: measure.TimingRule, fresh: bool, meas: me
         raise Verdict(Status.REJECTED, f"integrity: {finding}")
     if finding:  # the preset leaves work outside the timed intervals unjudged, as KernelBench does: a flag only
         result.flags.append(f"wall bound (not judged: eval.hidden_work_check=false): {finding}")
-    concentrated, result.wall_bound["concentration"] = measure.concentration(meas)
-    if concentrated and rule.statistic == "median":
-        if config.hidden_work_check:
-            raise Verdict(Status.REJECTED, f"integrity: {concentrated}")
-        result.flags.append(f"concentration (not judged: eval.hidden_work_check=false): {concentrated}")
+    judge_concentration(ctx, meas, rule)
     result.timing_meaningful = True
     key = "median_ms" if rule.statistic == "median" else "mean_ms"
     result.speedup = ref[key] / cand[key]
     if rule.method != "adaptive" or rule.statistic != "median" or not rule.flush:
         result.flags.append(timing_note(config, ref, cand))
+
+
+def judge_concentration(ctx: Context, meas: measure.Measurement, rule: measure.TimingRule) -> None:
+    """Reject work concentrated in a few calls of every block (`measure.concentration`), judged alone: beside other
+    evaluations, an honest candidate's blocks can meet another CUDA context's work (the GPU takes turns between
+    contexts), which lengthens a few calls (on the H200, 1 of 480 honest candidates, 8 evaluations at once). A
+    candidate that concentrates its work does so alone too."""
+    concentrated, ctx.result.wall_bound["concentration"] = measure.concentration(meas)
+    if not concentrated or rule.statistic != "median":
+        return
+    if not ctx.config.hidden_work_check:
+        ctx.result.flags.append(f"concentration (not judged: eval.hidden_work_check=false): {concentrated}")
+    elif not ctx.alone:
+        raise RetryAlone(f"{concentrated}, while other evaluations could run beside it")
+    else:
+        raise Verdict(Status.REJECTED, f"integrity: {concentrated}")
 
 
 def host_bound(ctx: Context) -> None:

@@ -6,14 +6,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from eval import _capture as capture_math
-from eval import measure
+from eval import checks, measure
 from eval import protocol as p
 from eval.measure import Block, Measurement, Side, TimingRule
+from eval.result import EvalResult, Status
 
 KEY = 0x1234_5678_9ABC_DEF1
 SAMPLES = 256
@@ -229,6 +231,28 @@ def test_an_honest_slow_call_now_and_then_is_not_concentration() -> None:
     blocks = [[1.0] * 20, [1.0] * 18 + [3.0, 9.0], [1.0] * 20]  # one block with two slow calls
     finding, ratio = measure.concentration(Measurement(blocks={"candidate": _timed_blocks(blocks)}))
     assert finding is None and ratio == pytest.approx(1.0)
+
+
+def _concentration_ctx(alone: bool, judged: bool = True) -> SimpleNamespace:
+    return SimpleNamespace(config=SimpleNamespace(hidden_work_check=judged), result=EvalResult(), alone=alone)
+
+
+def test_concentration_beside_others_is_judged_again_alone_and_rejected_there() -> None:
+    """An honest candidate's blocks can meet another CUDA context's work beside other evaluations: a first finding
+    asks for the evaluation again alone; alone, the same finding is the verdict."""
+    front = Measurement(blocks={"candidate": _timed_blocks([[20.0] + [0.01] * 19 for _ in range(3)])})
+    rule = TimingRule()
+    with pytest.raises(checks.RetryAlone, match="concentrated in a few calls.*other evaluations could run"):
+        checks.judge_concentration(_concentration_ctx(alone=False), front, rule)
+    with pytest.raises(checks.Verdict, match="integrity: in every one of 3 timed blocks") as verdict:
+        checks.judge_concentration(_concentration_ctx(alone=True), front, rule)
+    assert verdict.value.status is Status.REJECTED
+    unjudged = _concentration_ctx(alone=False, judged=False)
+    checks.judge_concentration(unjudged, front, rule)  # eval.hidden_work_check=false: a flag, no retry
+    assert unjudged.result.flags and "not judged" in unjudged.result.flags[0]
+    honest = _concentration_ctx(alone=False)
+    checks.judge_concentration(honest, Measurement(blocks={"candidate": _timed_blocks([[1.0] * 20] * 3)}), rule)
+    assert honest.result.wall_bound["concentration"] == pytest.approx(1.0) and not honest.result.flags
 
 
 def test_a_busy_reply_is_read_into_host_time_with_bad_values_dropped():

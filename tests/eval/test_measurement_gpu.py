@@ -733,10 +733,12 @@ def test_work_concentrated_in_one_call_per_block_is_rejected(evaluator, problem,
     """Class 8, concentration: the first call of each block computes every repetition's output of that block (it
     finds their inputs through the garbage collector), the other calls return them. Every output is right and the
     events are honest, but the median call is nearly free. Defence: `measure.concentration` (a block's calls may
-    take at most 1.5x their median in total, in every block): rejected, naming it."""
+    take at most 1.5x their median in total, in every block): rejected, naming it, on the evaluation again alone
+    that the first finding asks for (`checks.judge_concentration`)."""
     r = evaluator.evaluate(problem, FRONT_LOADER)
     assert r.status is Status.REJECTED, why(r)
     assert "concentrated in a few calls" in r.reason, why(r)
+    assert any("concentrated in a few calls" in f and "evaluated again alone" in f for f in r.flags), r.flags
     assert_not_faster(r, honest_speedup)
 
 
