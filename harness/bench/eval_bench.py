@@ -40,6 +40,7 @@ class Options:
     evaluators: tuple[str, ...] | None = None  # None: every evaluator of the throughput part
     graph_modes: tuple[str, ...] | None = None  # None: every mode of the launch-bound part
     rounds: int = 20
+    workers: tuple[int, ...] = (0,)  # ref-share: workers per GPU, each count both ways (0: the default)
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ def _steps(o: Options) -> dict[str, Any]:
 def _ref_share(o: Options) -> dict[str, Any]:
     from harness.bench import ref_share
 
-    return ref_share.run(6 * o.copies)
+    return ref_share.run(6 * o.copies, o.workers)
 
 
 def _loop_overhead(o: Options) -> dict[str, Any]:
@@ -226,7 +227,7 @@ PARTS: dict[str, Part] = {
 
 def main(which: str = "all", sessions: int = 5, out: str | None = None, problems: str | None = None,
          copies: int = 4, evaluators: tuple[str, ...] | None = None, graph_modes: tuple[str, ...] | None = None,
-         rounds: int = 20) -> int:
+         rounds: int = 20, workers: tuple[int, ...] = (0,)) -> int:
     """Run the chosen part (or `all`: its parts this machine can run), print tables, optionally write the JSON to
     `out`. A part that needs a CUDA GPU, chosen alone where none is visible, is refused (exit code 2)."""
     import torch
@@ -243,7 +244,7 @@ def main(which: str = "all", sessions: int = 5, out: str | None = None, problems
 
     report: dict[str, Any] = {"environment": environment()}
     print(json.dumps(report["environment"]), flush=True)
-    options = Options(which, sessions, copies, problems, evaluators, graph_modes, rounds)
+    options = Options(which, sessions, copies, problems, evaluators, graph_modes, rounds, workers)
     for name in chosen:
         report[PARTS[name].key] = PARTS[name].run(options)
     if out:

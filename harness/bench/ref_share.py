@@ -3,7 +3,9 @@
 A batch of distinct honest Triton candidates of one problem (the scaling batch's largest size: 67M elements on a
 GPU) goes through a fresh warm pool on GPU 0 twice: with `eval.share_reference_timing` on, then off. Each row
 gives the rate, GPU busy share, phase medians, the GPU gate's shares, and how many candidates each result's
-reference timing served (`reference_shared_with`: size -> results); `on_over_off` is the gain.
+reference timing served (`reference_shared_with`: size -> results); `on_over_off` is the gain. `--workers 4,8`
+runs both ways at each count of workers per GPU, side by side in one run (the batch is bound by the GPU gate:
+more workers put more trials into each stretch between two timings).
 """
 
 from __future__ import annotations
@@ -22,16 +24,21 @@ def batch(n: int) -> list[candidates.BenchJob]:
     return jobs[:n]
 
 
-def run(n: int = 24) -> dict[str, Any]:
-    """The same batch with the switch on, then off: one row each and the ratio of their rates."""
+def run(n: int = 24, workers: tuple[int, ...] = (0,)) -> dict[str, Any]:
+    """The same batch with the switch on, then off, at each count of workers per GPU (0: the evaluator's default):
+    a row each, and per count the ratio of their rates (`on_over_off`, keyed by the pool's size)."""
     jobs = batch(n)
     gpus = [0] if bench_device() == "cuda" else None
-    rows = {}
-    for name, on in (("shared", True), ("own", False)):
-        row = run_pool(jobs, gpus=gpus, share_reference_timing=on)
-        row.pop("statuses", None)
-        rows[name] = row
-        print(f"reference timing {name}: {row['candidates_per_min']:.1f}/min, windows "
-              f"{row['reference_shared_with']}, gate {row['load']['gates']}", flush=True)
-    return {"candidates": len(jobs), "problem": jobs[0].problem.id, "rows": rows,
-            "on_over_off": round(rows["shared"]["candidates_per_min"] / rows["own"]["candidates_per_min"], 2)}
+    rows, ratios = [], {}
+    for count in workers:
+        rates = {}
+        for name, on in (("shared", True), ("own", False)):
+            row = run_pool(jobs, gpus=gpus, share_reference_timing=on, workers_per_gpu=count)
+            row.pop("statuses", None)
+            row["reference_timing"] = name
+            rows.append(row)
+            rates[name] = row["candidates_per_min"]
+            print(f"reference timing {name}, {row['workers']} workers: {row['candidates_per_min']:.1f}/min, windows "
+                  f"{row['reference_shared_with']}, gate {row['load']['gates']}", flush=True)
+        ratios[str(rows[-1]["workers"])] = round(rates["shared"] / rates["own"], 2)
+    return {"candidates": len(jobs), "problem": jobs[0].problem.id, "rows": rows, "on_over_off": ratios}

@@ -50,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ev.add_argument("--rounds", type=int, default=20, help="flips (not part of all): verdicts per candidate, spread over 5 "
                                                            "fresh pools; requests, stopwatch: rounds of each kind; own-share "
                                                            "(not part of all) takes no options")
+    ev.add_argument("--workers", default="0", help="ref-share: workers per GPU, comma-separated; both ways at each "
+                                                   "count, in this order (0: the evaluator's default, 4 on a GPU)")
     ev.add_argument("--out", help="write the full JSON report here")
     suite = sub.add_parser("suite", help="baselines, roofline floors and reference solutions per level (GPU)")
     suite.add_argument("selection", nargs="?", default="all", help="problem selection (all, level1, L1/*softmax*, ...)")
@@ -116,8 +118,15 @@ def run(args: argparse.Namespace) -> int:
         if not graph_modes or set(graph_modes) - set(MODES):
             print(f"--graph-modes: choose from {', '.join(MODES)} (got {args.graph_modes!r})")
             return 2
+        try:
+            workers = tuple(int(w) for w in args.workers.split(",") if w.strip())
+        except ValueError:
+            workers = ()
+        if not workers or min(workers) < 0:
+            print(f"--workers: counts of workers per GPU, comma-separated, 0 or more (got {args.workers!r})")
+            return 2
         return eval_bench.main(args.part, args.sessions, args.out, problems=args.problems, copies=args.copies,
-                               evaluators=evaluators, graph_modes=graph_modes, rounds=args.rounds)
+                               evaluators=evaluators, graph_modes=graph_modes, rounds=args.rounds, workers=workers)
     if args.bench == "suite":
         from harness.bench import suite_bench
 
