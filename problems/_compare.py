@@ -176,10 +176,24 @@ def _compare_one(i: int, exp: torch.Tensor, out: torch.Tensor, atol: float, rtol
         return Mismatch(output=i, reason=f"dtype {out.dtype}, expected {exp.dtype}")
     if exp.numel() == 0:
         return None
-    for reason, rule in _rules(exp, atol, rtol):
+    rules = _rules(exp, atol, rtol)
+    if not any(_any_fires(rules, e, o) for _, (e, o) in flat_chunks(exp, out)):
+        return None  # the common case, in one pass
+    for reason, rule in rules:  # the first rule that fires anywhere names the mismatch, as the docstring orders them
         if any(bool(rule(e, o)[0].any()) for _, (e, o) in flat_chunks(exp, out)):
             return _located(i, reason, exp, out, rule)
     return None
+
+
+def _any_fires(rules: list[tuple[str, _Rule]], e: torch.Tensor, o: torch.Tensor) -> bool:
+    """Whether any rule finds a bad element in these pieces: their float64 copies made once, for all the rules, and
+    one synchronisation (a GPU output of 67M elements took 12 passes and 12 waits rule by rule, 4 this way)."""
+    if e.is_floating_point() or e.is_complex():
+        e, o = e.double(), o.double()
+    bad = rules[0][1](e, o)[0]
+    for _, rule in rules[1:]:
+        bad = bad | rule(e, o)[0]
+    return bool(bad.any())
 
 
 def _rules(exp: torch.Tensor, atol: float, rtol: float) -> list[tuple[str, _Rule]]:

@@ -171,3 +171,16 @@ def test_a_structure_is_described_in_words() -> None:
     assert describe_structure("<int>") == "a value of type int"
     assert describe_structure("") == "nothing it described"
     assert describe_structure("[" + "tensor, " * 100 + "]").endswith("...")
+
+
+@pytest.mark.parametrize("name", list(_cases()))
+def test_the_one_pass_check_finds_a_mismatch_exactly_where_a_rule_does(monkeypatch, name):
+    """`compare` first asks every rule at once, in one pass (one float64 copy, one wait), and only where one fires
+    asks them in order for the reason: the one pass must fire exactly where some rule fires on its own."""
+    monkeypatch.setattr(compare_module, "_CHUNK_ELEMENTS", _PIECE)
+    expected, got = _cases()[name]
+    rules = compare_module._rules(expected, 1e-4, 1e-4)
+    for _, (e, o) in compare_module.flat_chunks(expected, got):
+        alone = any(bool(rule(e, o)[0].any()) for _, rule in rules)
+        assert compare_module._any_fires(rules, e, o) == alone
+    assert (compare([expected], [got], 1e-4, 1e-4) is None) == (name == "match")
