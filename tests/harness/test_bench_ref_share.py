@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from harness.bench import ref_share
 from harness.commands import bench_cmd
 
 
+@pytest.mark.slow  # four pools of sandboxed workers
 def test_each_worker_count_runs_both_ways_with_its_own_ratio() -> None:
     report = ref_share.run(n=2, workers=(1, 2))
     rows = report["rows"]
