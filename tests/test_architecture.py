@@ -39,6 +39,7 @@ BENCH_TESTS: dict[str, set[str]] = {
     "tests.harness.test_bench_loop_overhead": {"harness.bench.loop_overhead"},
     "tests.harness.test_bench_pools": {"harness.bench.pools"},
     "tests.harness.test_bench_draws": {"harness.bench.draws"},
+    "tests.harness.test_bench_ref_share": {"harness.bench.ref_share"},
 }
 
 
