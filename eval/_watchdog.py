@@ -2,7 +2,7 @@
 
 cgroup v2 `memory.max` is not delegated on many hosts (cgroup v1 here), and `RLIMIT_AS` breaks CUDA's address
 space reservations, so the parent measures instead: every `TICK_S` it sums the resident memory (Pss) of each
-registered worker and of every process descended from it (read from /proc), and kills the tree of one over its
+registered worker and of every process descended from it (`eval._proctree`), and kills the tree of one over its
 limit, recording why so that the verdict names the limit.
 
 Each tick reads the trees' resident sets first (`statm`: counters, constant time), and their Pss only for a tree
@@ -19,6 +19,8 @@ import threading
 import time
 from typing import Callable
 
+from eval import _proctree as proctree
+
 TICK_S = 0.25
 GIB = 1 << 30
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -33,20 +35,6 @@ def default_limit_bytes(workers: int) -> int:
     except (ValueError, OSError):
         total = 16 * GIB
     return max(4 * GIB, total // (max(1, workers) + 2))
-
-
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as fh:
-                ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        tree.setdefault(ppid, []).append(int(name))
-    return tree
 
 
 def _resident_set_bytes(pid: int) -> int:
@@ -71,24 +59,10 @@ def _proportional_bytes(pid: int) -> int:
     return _resident_set_bytes(pid)
 
 
-def tree_pids(root: int, children: dict[int, list[int]] | None = None) -> list[int]:
-    """`root` and all its descendants."""
-    children = _children() if children is None else children
-    found, todo, seen = [], [root], set()
-    while todo:
-        pid = todo.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        found.append(pid)
-        todo += children.get(pid, [])
-    return found
-
-
-def over_limit(root: int, limit_bytes: int, children: dict[int, list[int]] | None = None) -> int | None:
+def over_limit(root: int, limit_bytes: int) -> int | None:
     """The tree's Pss where it is over `limit_bytes`, else None; Pss is read only where the resident sets, its upper
     bound, are over (with `_COUNTER_SLACK`: the kernel's resident counters may lag by a few pages per thread)."""
-    pids = tree_pids(root, children)
+    pids = proctree.processes(root)
     if sum(_resident_set_bytes(pid) for pid in pids) + _COUNTER_SLACK <= limit_bytes:
         return None
     pss = sum(_proportional_bytes(pid) for pid in pids)
@@ -122,9 +96,8 @@ class MemoryWatch:
                 if not watched:
                     self._thread = None
                     return
-            children = _children()
             for pid, (limit, over) in watched.items():
-                rss = over_limit(pid, limit, children)
+                rss = over_limit(pid, limit)
                 if rss is not None:
                     self.forget(pid)
                     over(rss)

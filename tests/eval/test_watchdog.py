@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from eval import _proctree as proctree
 from eval import _watchdog as watchdog
 
 _MIB = 1 << 20
@@ -29,7 +30,7 @@ def tree():
 
 
 def test_a_tree_over_its_limit_is_reported_with_its_pss_children_included(tree):
-    pids = watchdog.tree_pids(tree)
+    pids = proctree.processes(tree)
     assert len(pids) == 2, "the child is part of the tree"
     over = watchdog.over_limit(tree, 150 * _MIB)
     assert over is not None and over > 200 * _MIB
@@ -44,9 +45,9 @@ def test_a_tree_under_its_limit_is_judged_from_the_resident_sets_alone(tree, mon
     assert watchdog.over_limit(tree, 4 << 30) is None
     assert read == []
     watchdog.over_limit(tree, 150 * _MIB)
-    assert sorted(read) == sorted(watchdog.tree_pids(tree)), "over the bound, Pss decides"
+    assert sorted(read) == sorted(proctree.processes(tree)), "over the bound, Pss decides"
 
 
 def test_pss_never_exceeds_the_resident_set(tree):
-    for pid in watchdog.tree_pids(tree):
+    for pid in proctree.processes(tree):
         assert watchdog._proportional_bytes(pid) <= watchdog._resident_set_bytes(pid) + _MIB
