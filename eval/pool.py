@@ -32,6 +32,14 @@ from eval.sandbox import WorkerProcess
 from eval._windows import Windows
 
 
+# Workers started per evaluation in flight: a worker serves one candidate, so while `size` evaluate, their
+# replacements start, and the next candidates still find a warm one. A start takes seconds (on the H200, 2.4 s from
+# spawn to `Hello` alone, more beside a busy pool; 4.3 s where it compiles its imports from source: `eval._bytecode`),
+# so at R evaluations a second about S x R start at once: past (WARM_PER_SLOT - 1) x size of them, the next evaluation
+# waits for a start. Three per slot measured no faster than two on the 24-candidate batch (H200, 2026-11-29).
+WARM_PER_SLOT = 2
+
+
 class GpuGate:
     """Shared/exclusive access to one GPU. The exclusive holder's own nested requests pass straight through.
 
@@ -142,13 +150,11 @@ class WorkerPool:
         self._started = 0
         self._warm = threading.Event()
         self.size = len(gpu_indices) * per_device
-        # twice the evaluations in flight, warm: a worker serves one candidate, so while `size` evaluate, as many
-        # replacements start, and the next candidates still find a warm one (a start takes several seconds)
-        self._warm_target = 2 * self.size
-        self._background = ThreadPoolExecutor(max_workers=2 * self.size + len(gpu_indices) + 1,
+        self._warm_target = WARM_PER_SLOT * self.size
+        self._background = ThreadPoolExecutor(max_workers=WARM_PER_SLOT * self.size + len(gpu_indices) + 1,
                                               thread_name_prefix="kh-pool")
         for g in gpu_indices:
-            for _ in range(2 * per_device):
+            for _ in range(WARM_PER_SLOT * per_device):
                 self._replace(g)
             self._background.submit(self._references[g].start)
 

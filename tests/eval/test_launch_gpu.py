@@ -126,7 +126,8 @@ def test_gpu_bound_reference_is_not_flagged(eager, large):
             assert r.gpu_busy[side] > 0.8, (r.host_ms, r.gpu_busy)
         else:
             assert side not in r.gpu_busy and side not in r.host_share, (r.host_ms, r.gpu_busy)
-    assert r.host_bound == [] and not any(f.startswith("host-bound:") for f in r.flags), r.flags
+    assert r.host_bound == [] and not any(f.startswith("host-bound:") for f in r.flags), (
+        r.host_ms, r.host_share, r.gpu_busy, r.flags)
 
 
 def test_graph_mode_times_an_honest_candidate(graphed, eager, large):
