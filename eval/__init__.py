@@ -12,6 +12,9 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    "bytecode_left_out": "eval._bytecode",
+    "installed_without_bytecode": "eval._bytecode",
+    "primed_folder": "eval._bytecode",
     "BACKENDS": "eval.backends",
     "DEFAULT_BACKEND": "eval.backends",
     "Builder": "eval.builds",
@@ -43,6 +46,7 @@ _EXPORTS = {
     "is_secret_name": "eval.sandbox",
     "process_limit_plan": "eval.sandbox",
     "sandbox_plan": "eval.sandbox",
+    "visible_device_entry": "eval.sandbox",
     "DEFAULT_PS": "eval.scoring",
     "at_k_per_problem": "eval.scoring",
     "bootstrap_ci": "eval.scoring",

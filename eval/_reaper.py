@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-FOLDER_KINDS = ("worker", "build", "extensions", "probe")
+FOLDER_KINDS = ("worker", "build", "extensions", "probe", "bytecode")
 _watching: dict[int, int] = {}  # pid -> write end of its reaper's pipe (kept open for the owner's life)
 
 

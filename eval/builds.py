@@ -173,8 +173,9 @@ class Builder:
 
     def __init__(self, *, parallel: int, arch: str, gpu_available: bool, timeout_s: float, log_cap_bytes: int,
                  isolate_network: bool, extra_env: dict[str, str], versions: dict[str, str], kept_bytes: int,
-                 memory_limit_bytes: int | None = None):
+                 memory_limit_bytes: int | None = None, bytecode: Path | None = None):
         self._arch, self._gpu, self._timeout, self._memory = arch, gpu_available, timeout_s, memory_limit_bytes
+        self._bytecode = bytecode  # `eval._bytecode`: what its build workers' imports read
         self._log_cap, self._isolate, self._extra_env, self._versions = log_cap_bytes, isolate_network, extra_env, versions
         self._kept_bytes = kept_bytes
         self.root = owned_tempdir("extensions")
@@ -281,7 +282,7 @@ class Builder:
                **self._extra_env}
         worker = WorkerProcess(device="cpu", gpu_index=None, log_cap_bytes=self._log_cap,
                                isolate_network=self._isolate, extra_env=env, kind="build",
-                               memory_limit_bytes=self._memory)
+                               memory_limit_bytes=self._memory, bytecode=self._bytecode)
         try:
             # lazy builds (made later, in forward) until a margin before the limit, so the reply stays inside it
             until = time.monotonic() + self._timeout - lazy_reply_margin_s(self._timeout)

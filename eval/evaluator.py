@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from eval import checks, measure, _reaper as reaper, static_checks, _stopwatch as stopwatch
+from eval import _bytecode, checks, measure, _reaper as reaper, static_checks, _stopwatch as stopwatch
 from eval import protocol as p
 from eval.backends import DEFAULT_BACKEND, check_backend
 from eval.builds import Build, Builder, Claim, needs_build
@@ -35,7 +35,7 @@ from eval.pool import WorkerPool
 from eval._reference import Reference, encode_args, traced_cost, use_small_sizes
 from eval.result import EvalResult, Status, Timing
 from eval.roofline import Ceilings, cached_ceilings, probe, probe_and_cache
-from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout, check_identity, protect_parent
+from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout, check_identity, protect_parent, visible_device_entry
 from eval._watchdog import GIB, default_limit_bytes
 from problems import Problem, derive_seed, estimate_memory, strict_precision
 
@@ -141,11 +141,15 @@ class Evaluator:
         self._cache = JsonCache(root, "results") if root else None
         self._baselines = JsonCache(root, "baselines") if root else None
         self._ceilings = _ceilings(root, self.device, self.device_name) if use_cuda else None
+        # before any worker starts: they all read it (none where the installation has its own bytecode)
+        first = self.gpu_indices[0]
+        self._bytecode = _bytecode.workers_folder(None if first is None else visible_device_entry(first))
         self._builder = Builder(parallel=self.config.parallel_compiles or max(1, cores // 2), arch=self._arch,
                                 gpu_available=use_cuda, timeout_s=self.config.import_timeout_s,
                                 log_cap_bytes=self.config.log_cap_bytes, isolate_network=self.config.isolate_network,
                                 extra_env=self.config.extra_env, versions=self.versions,
-                                kept_bytes=int(self.config.kept_builds_gib * GIB), memory_limit_bytes=self._memory_limit)
+                                kept_bytes=int(self.config.kept_builds_gib * GIB), memory_limit_bytes=self._memory_limit,
+                                bytecode=self._bytecode)
         if use_cuda:  # built here, where the project is writable; workers load them read-only
             from eval.worker.native import prepare_native
 
@@ -457,7 +461,7 @@ class Evaluator:
                                isolate_filesystem=self._confined, extra_env=env,
                                max_reply_bytes=checks.reply_cap(self.config),
                                memory_limit_bytes=self._memory_limit if self._confined else None,
-                               max_processes=self.config.max_worker_processes)
+                               max_processes=self.config.max_worker_processes, bytecode=self._bytecode)
         # keys the captures of its timed outputs; sent before any candidate code exists in the worker
         worker.capture_key = secrets.randbits(63) | 1
         with self._starting_lock:

@@ -43,6 +43,7 @@ from typing import Any, Callable
 import torch
 
 from eval import _freeze as freeze, _pids as pids, protocol
+from eval._bytecode import interpreter_flags
 from eval._kernel_symbols import pin_folder
 from eval._reaper import owned_tempdir, owner_token
 from eval._watchdog import GIB, WATCH
@@ -276,7 +277,8 @@ def _under(path: str, folders: list[str]) -> bool:
 
 def _needed_paths() -> list[str]:
     """What the worker must read beyond the system folders: the interpreter, its libraries, the CUDA toolkit, the
-    project's packages and this harness's prebuilt extensions. Never a folder that holds the whole project."""
+    project's packages, this harness's prebuilt extensions and its workers' bytecode (`eval._bytecode`). Never a
+    folder that holds the whole project."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
     # an import path is bound whole, unless it is a shared area itself or holds one (a script run from /tmp puts
     # /tmp on sys.path; from a home, the home): its packages then stay out of the worker's view
@@ -290,7 +292,8 @@ def _needed_paths() -> list[str]:
     root = os.path.realpath(PROJECT_ROOT)
     paths = {p for p in (os.path.realpath(q) for q in paths) if not _under(root, [p])}
     paths |= {str(PROJECT_ROOT / name) for name in _PROJECT_PACKAGES}
-    paths |= {str(p) for p in Path(tempfile.gettempdir()).glob(f"kh-extensions-{owner_token()}-*")}
+    paths |= {str(p) for kind in ("extensions", "bytecode")
+              for p in Path(tempfile.gettempdir()).glob(f"kh-{kind}-{owner_token()}-*")}
     return sorted(p for p in paths if os.path.exists(p))
 
 
@@ -545,7 +548,7 @@ class WorkerProcess:
     def __init__(self, *, device: str, gpu_index: int | None, log_cap_bytes: int, isolate_network: bool,
                  extra_env: dict[str, str] | None = None, max_reply_bytes: int = 1 << 30, kind: str = "worker",
                  isolate_filesystem: bool = True, memory_limit_bytes: int | None = None,
-                 max_processes: int = MAX_PROCESSES):
+                 max_processes: int = MAX_PROCESSES, bytecode: Path | None = None):
         self.workdir = owned_tempdir(kind)
         self.gpu_index = gpu_index
         env_extra = dict(extra_env or {})
@@ -574,7 +577,7 @@ class WorkerProcess:
         to_child, to_parent = new_region_fd(), new_region_fd()
         regions = (to_child, to_parent) if to_child is not None and to_parent is not None else ()
         child_fds = [os.dup(fd) for fd in regions]  # the child's copies; inheritable for pass_fds
-        cmd = [sys.executable, "-m", "eval.worker", str(p2c_r), str(c2p_w)]
+        cmd = [sys.executable, *interpreter_flags(bytecode), "-m", "eval.worker", str(p2c_r), str(c2p_w)]
         if child_fds:
             cmd += [str(child_fds[1]), str(child_fds[0])]  # the child sends in to_parent, reads to_child
         self.max_processes = max_processes

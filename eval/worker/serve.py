@@ -673,6 +673,12 @@ def _private_tmp() -> bool:
     return False
 
 
+def prime(device: str) -> None:
+    """What a worker's start imports and warms up, run by the parent's trusted child that writes the workers'
+    bytecode (`eval._bytecode`): this module's imports, and `_warm_up`'s (Triton's compiler, the profiler's)."""
+    _warm_up(torch.device(device))
+
+
 def main(started: float | None = None) -> None:
     """Serve the parent; `started`: when the interpreter began (monotonic), before the worker's imports."""
     fds = [int(a) for a in sys.argv[1:]]
