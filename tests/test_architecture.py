@@ -40,6 +40,7 @@ BENCH_TESTS: dict[str, set[str]] = {
     "tests.harness.test_bench_pools": {"harness.bench.pools"},
     "tests.harness.test_bench_draws": {"harness.bench.draws"},
     "tests.harness.test_bench_ref_share": {"harness.bench.ref_share"},
+    "tests.harness.test_bench_bytecode": {"harness.bench.bytecode"},
 }
 
 

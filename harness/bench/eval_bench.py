@@ -11,7 +11,8 @@ across the trust boundary, pageable against pinned regions (`channel.py`); build
 steps: the scaling batch with exclusive steps left out, a diagnostic of what bounds the rate
 (`steps.py`); ref-share: 6 x copies honest Triton candidates of one 67M-element problem, with one reference
 timing shared per window, then with one per candidate (`ref_share.py`; 4 copies make the 24-candidate batch);
-confinement: a worker's start, confined against plain (`confinement.py`); requests: one request to a candidate's
+confinement: a worker's start, confined against plain (`confinement.py`); bytecode: a worker's start with the
+bytecode the evaluator primes for its workers and as installed, and on throughput (`bytecode.py`); requests: one request to a candidate's
 worker, empty against one that reads the tamper snapshot (`requests.py`); stopwatch: a timed block's wall time
 with the parent quiet and beside busy threads (`stopwatch.py`); bound-survey: 16 x copies honest candidates, 8 at
 once, and how often the wall bound doubted them (`bound_survey.py`); draws: the host time of the harness's
@@ -149,6 +150,14 @@ def _confinement(o: Options) -> dict[str, Any]:
     return report
 
 
+def _bytecode(o: Options) -> dict[str, Any]:
+    from harness.bench import bytecode
+
+    report = bytecode.run(starts=o.sessions, copies=o.copies)
+    bytecode.print_table(report)
+    return report
+
+
 def _requests(o: Options) -> dict[str, Any]:
     from harness.bench import requests
 
@@ -217,6 +226,7 @@ PARTS: dict[str, Part] = {
     "steps": Part("steps", _steps, _TIMED),
     "ref-share": Part("ref_share", _ref_share, _TIMED),
     "confinement": Part("confinement", _confinement, None),
+    "bytecode": Part("bytecode", _bytecode, None),
     "requests": Part("requests", _requests, None),
     "stopwatch": Part("stopwatch", _stopwatch, None),
     "bound-survey": Part("bound_survey", _bound_survey, None),
