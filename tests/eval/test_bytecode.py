@@ -11,7 +11,7 @@ import pytest
 
 from eval import _bytecode
 from eval import protocol as p
-from eval.sandbox import WorkerProcess
+from eval.sandbox import _PROJECT_HIDDEN, _PROJECT_PACKAGES, PROJECT_ROOT, WorkerProcess
 from harness.corpus.hostile import FORWARD, PROBLEM, variant
 from tests.machine import MOUNT_NS
 
@@ -52,6 +52,11 @@ def test_the_primed_folder_holds_a_workers_imports_and_only_the_harness_may_writ
 
     for source in (torch.__file__, serve.__file__):
         assert _cached(folder, source).is_file(), source
+    # of the project, only what a worker may read itself (its packages, never the hand-written solutions)
+    project = folder / PROJECT_ROOT.resolve().relative_to("/")
+    seen = {path.relative_to(project).parts[0] for path in project.rglob("*.pyc")}
+    assert seen <= set(_PROJECT_PACKAGES), seen
+    assert not [p for hidden in _PROJECT_HIDDEN for p in (project / hidden).rglob("*.pyc")]
     for path in [folder, *folder.rglob("*")]:
         mode = path.stat().st_mode
         assert not mode & (stat.S_IWGRP | stat.S_IWOTH), path
