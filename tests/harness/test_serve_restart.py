@@ -75,6 +75,12 @@ def test_kill9_mid_batch_then_restart(tmp_path, capsys):
         assert got["speedup"] is None and expected["speedup"] is None
 
 
+def _waiting_or_running(server: Server) -> float:
+    """The evaluations a server holds now: running, or queued for a worker."""
+    metrics = server.metrics()
+    return metrics["harness_serve_in_flight"] + metrics["harness_serve_queue_depth"]
+
+
 def test_a_stop_signal_answers_waiting_requests_503_and_their_retries_complete_after_a_restart(tmp_path):
     """SIGTERM (what Kubernetes and SLURM send) while requests wait: each is answered 503 with a Retry-After, which
     clients retry, not a bare 500 when the grace period cuts it off (as a device run of `harness bench serve` showed);
@@ -105,8 +111,8 @@ def test_a_stop_signal_answers_waiting_requests_503_and_their_retries_complete_a
         for t in threads:
             t.start()
         deadline = time.monotonic() + 120
-        while first.metrics()["harness_serve_in_flight"] < 1:
-            assert time.monotonic() < deadline, "no evaluation started"
+        while _waiting_or_running(first) < 2:  # both requests arrived: one evaluates, the other waits
+            assert time.monotonic() < deadline, "the two requests did not both arrive"
             time.sleep(0.2)
         first.stop()  # SIGTERM; neither evaluation can have ended (each sleeps 4 s at import)
     finally:
