@@ -20,6 +20,7 @@ import contextlib
 import functools
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -56,9 +57,11 @@ def primed_folder(visible_gpu: str | None, force: bool = False) -> Path | None:
                f"from eval.worker import serve; serve.prime({device!r})"]
     try:
         done = subprocess.run(command, env=env, cwd=root, capture_output=True, timeout=PRIME_TIMEOUT_S)
+        primed = done.returncode == 0
     except (OSError, subprocess.SubprocessError):
-        return None
-    if done.returncode != 0:
+        primed = False
+    if not primed:  # nothing half-written is ever read
+        shutil.rmtree(folder, ignore_errors=True)
         return None
     _readable_by_all(folder)
     return folder

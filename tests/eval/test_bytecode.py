@@ -5,11 +5,13 @@ from __future__ import annotations
 import importlib.util
 import stat
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from eval import _bytecode
+from eval._reaper import owner_token
 from eval import protocol as p
 from eval.sandbox import _PROJECT_HIDDEN, _PROJECT_PACKAGES, PROJECT_ROOT, WorkerProcess
 from harness.corpus.hostile import FORWARD, PROBLEM, variant
@@ -61,6 +63,14 @@ def test_the_primed_folder_holds_a_workers_imports_and_only_the_harness_may_writ
         mode = path.stat().st_mode
         assert not mode & (stat.S_IWGRP | stat.S_IWOTH), path
         assert mode & stat.S_IROTH, path  # a worker running as another user reads it
+
+
+def test_a_priming_that_fails_leaves_no_folder_and_workers_compile_as_before(monkeypatch):
+    monkeypatch.setattr(_bytecode, "PRIME_TIMEOUT_S", 0.01)  # the child cannot even import torch in time
+    mine = f"kh-bytecode-{owner_token()}-*"  # this process's folders (another test process may prime meanwhile)
+    before = set(Path(tempfile.gettempdir()).glob(mine))
+    assert _bytecode.primed_folder.__wrapped__(None, force=True) is None
+    assert set(Path(tempfile.gettempdir()).glob(mine)) == before
 
 
 def test_no_bytecode_no_flags():
