@@ -18,27 +18,13 @@ from typing import Any
 
 import torch
 
-from eval import (Hello, WorkerProcess, bytecode_left_out, installed_without_bytecode, prepare_native, primed_folder,
-                  visible_device_entry)
+from eval import bytecode_left_out, installed_without_bytecode, prepare_native, primed_folder, visible_device_entry
 from harness.bench import ref_share
+from harness.bench.confinement import start
 from harness.bench.pools import bench_device, run_pool
 from harness.progress import counter_text
 
 WAYS = ("primed", "as installed")
-
-
-def _start(gpu: bool, folder: Any) -> float:
-    """Seconds from spawn to the `Hello` reply of one confined worker that reads bytecode from `folder` (or not)."""
-    t0 = time.perf_counter()
-    worker = WorkerProcess(device="cuda" if gpu else "cpu", gpu_index=0 if gpu else None, log_cap_bytes=16_384,
-                           isolate_network=True, bytecode=folder)
-    try:
-        reply, _ = worker.request(Hello(device="cuda:0" if gpu else "cpu", capture_key=1), timeout=300)
-        if not reply.ok:
-            raise RuntimeError(f"a worker failed to start: {reply.error}")
-        return time.perf_counter() - t0
-    finally:
-        worker.close()
 
 
 def run(starts: int = 5, copies: int = 4, rounds: int = 2) -> dict[str, Any]:
@@ -57,7 +43,7 @@ def run(starts: int = 5, copies: int = 4, rounds: int = 2) -> dict[str, Any]:
     t0 = time.perf_counter()
     for i in range(starts):
         for way in (WAYS if i % 2 == 0 else WAYS[::-1]):
-            seconds[way].append(_start(gpu, folder if way == "primed" else None))
+            seconds[way].append(start(gpu, confined=True, bytecode=folder if way == "primed" else None)[0])
         print(f"{counter_text(i + 1, starts, time.perf_counter() - t0)} primed {seconds['primed'][-1]:.2f} s, as "
               f"installed {seconds['as installed'][-1]:.2f} s", file=sys.stderr, flush=True)
     medians = {way: round(statistics.median(v), 3) for way, v in seconds.items()}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,12 +28,13 @@ from harness.corpus import candidates
 from harness.progress import counter_text
 
 
-def _start(gpu: bool, confined: bool) -> tuple[float, str, dict[str, float]]:
-    """Seconds from spawn to the `Hello` reply of one worker, its process-limit plan, and where the worker's own
-    seconds went (`start_parts_s`: its imports, the device's set-up, the timing loop, the warm-up)."""
+def start(gpu: bool, confined: bool, bytecode: Path | None = None) -> tuple[float, str, dict[str, float]]:
+    """Seconds from spawn to the `Hello` reply of one worker (reading its imports' bytecode from `bytecode`, if
+    given), its process-limit plan, and where the worker's own seconds went (`start_parts_s`: its imports, the
+    device's set-up, the timing loop, the warm-up)."""
     t0 = time.perf_counter()
     worker = WorkerProcess(device="cuda" if gpu else "cpu", gpu_index=0 if gpu else None, log_cap_bytes=16_384,
-                           isolate_network=confined, isolate_filesystem=confined)
+                           isolate_network=confined, isolate_filesystem=confined, bytecode=bytecode)
     try:
         reply, _ = worker.request(Hello(device="cuda:0" if gpu else "cpu", capture_key=1), timeout=300)
         if not reply.ok:
@@ -56,7 +58,7 @@ def run(starts: int = 10) -> dict[str, Any]:
     for i in range(starts):
         order = ("confined", "plain") if i % 2 == 0 else ("plain", "confined")
         for way in order:
-            took, plan, where = _start(gpu, way == "confined")
+            took, plan, where = start(gpu, way == "confined")
             seconds[way].append(took)
             parts[way].append(where)
             if way == "confined":
