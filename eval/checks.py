@@ -75,7 +75,10 @@ ERROR_CHARS = 3000
 # candidate's single 20-call batch used to exceed 20 us per call from one 0.4 ms host stall
 # (correct at 674x, then rejected), which the lowest of 7 batches no longer sees. The attacks stay far
 # above the floor: the side-stream candidates queue 0.1-1 ms of hidden GPU work per call (5-50x), in every
-# batch. `harness bench eval --part flips` prints the largest honest statistic seen against this limit.
+# batch. The batches stop as soon as the verdict is settled (`settled_clean`): one batch whose excess is at most
+# the floor passes whatever the others show, so an honest candidate mostly needs its first batch alone, and the
+# reference none (0.26 s of the GPU held alone a candidate, against 0.02 s, at 2**26 elements on an H200).
+# `harness bench eval --part flips` prints the largest honest statistic seen against this limit.
 _HIDDEN_WORK_SHARE = 0.5
 _HIDDEN_WORK_FLOOR_MS = 0.02
 _HIDDEN_WORK_BATCHES = 7
@@ -603,7 +606,8 @@ def hidden_work(ctx: Context) -> None:
         _, cand, ref = measure.back_to_back(candidate, reference, calls=3, batches=1, timeout=timeout)
         slowest = max(b["wall_ms"] / b["calls"] for b in cand + ref)
         calls = max(3, min(_BACK_TO_BACK, int(_BATCH_MS / max(slowest, 1e-3))))
-        first, cand, ref = measure.back_to_back(candidate, reference, calls, _HIDDEN_WORK_BATCHES, timeout)
+        first, cand, ref = measure.back_to_back(candidate, reference, calls, _HIDDEN_WORK_BATCHES, timeout,
+                                                settled=settled_clean)
     except measure.BlockFailed as exc:
         _block_failed(ctx, exc)
     if first.violations:
@@ -616,24 +620,34 @@ def hidden_work(ctx: Context) -> None:
         raise Verdict(Status.REJECTED, f"integrity: {finding}")
 
 
+def settled_clean(candidate: list[dict[str, float]]) -> bool:
+    """True once the candidate's batches so far pass the back-to-back check whatever the batches still to come
+    show, the reference's included: the lowest excess can only fall, it is at most the floor, which no limit is
+    under, and the reference's excess (never below 0) is subtracted from it. So the verdict is the one that all
+    `_HIDDEN_WORK_BATCHES` batches of both sides would give, and the batches stop here."""
+    return bool(candidate) and min(b["excess_ms_per_call"] for b in candidate) <= _HIDDEN_WORK_FLOOR_MS
+
+
 def judge_back_to_back(candidate: list[dict[str, float]],
                        reference: list[dict[str, float]]) -> tuple[str | None, dict[str, float]]:
     """Why back-to-back batches show work outside the timed stream (or None), and the numbers, in us per call.
 
     Each batch: `wall_ms`, `event_ms`, `excess_ms_per_call`, `calls`. Unexplained wall time per call is
     the candidate's lowest batch excess minus the reference's median; it must stay under the limit
-    (see `_HIDDEN_WORK_SHARE`).
+    (see `_HIDDEN_WORK_SHARE`). Batches that stopped once settled (`settled_clean`) may have no reference batch:
+    the unexplained time is then the candidate's lowest excess, an upper bound of it.
     """
-    if not candidate or not reference:
+    if not candidate or not (reference or settled_clean(candidate)):
         raise ValueError("hidden-work check: no back-to-back batches measured")
     lowest = min(b["excess_ms_per_call"] for b in candidate)
-    reference_excess = max(statistics.median(b["excess_ms_per_call"] for b in reference), 0.0)
+    reference_excess = max(statistics.median(b["excess_ms_per_call"] for b in reference), 0.0) if reference else 0.0
     per_call = statistics.median(b["event_ms"] / max(b["calls"], 1) for b in candidate)
     limit = max(_HIDDEN_WORK_FLOOR_MS, _HIDDEN_WORK_SHARE * per_call)
     unexplained = lowest - reference_excess
     numbers = {"unexplained_us": round(unexplained * 1000, 3), "limit_us": round(limit * 1000, 3),
                "candidate_lowest_us": round(lowest * 1000, 3), "reference_median_us": round(reference_excess * 1000, 3),
-               "call_us": round(per_call * 1000, 3), "batches": len(candidate), "calls": int(candidate[0]["calls"])}
+               "call_us": round(per_call * 1000, 3), "batches": len(candidate), "reference_batches": len(reference),
+               "calls": int(candidate[0]["calls"])}
     if unexplained <= limit:
         return None, numbers
     return (f"in every one of {len(candidate)} batches of {numbers['calls']} back-to-back calls, wall time exceeded "

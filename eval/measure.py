@@ -661,10 +661,13 @@ def capture_mismatch(ref: torch.Tensor, cand: torch.Tensor, atol: float, rtol: f
     return None
 
 
-def back_to_back(candidate: Side, reference: Side, calls: int, batches: int, timeout: float
+def back_to_back(candidate: Side, reference: Side, calls: int, batches: int, timeout: float,
+                 settled: Callable[[list[dict[str, float]]], bool] | None = None
                  ) -> tuple[p.BackToBackReply, list[dict[str, float]], list[dict[str, float]]]:
-    """Back-to-back batches of both sides, interleaved A B B A between the two processes; the candidate's first
-    batch also compares its output right after return with the output after a full synchronisation."""
+    """Back-to-back batches of both sides, interleaved A B B A between the two processes, the candidate first; the
+    candidate's first batch also compares its output right after return with the output after a full
+    synchronisation. `settled(candidate's batches so far)` true ends the batches there: the caller's verdict can no
+    longer change (`checks.settled_clean`)."""
     sides: dict[str, list[dict[str, float]]] = {"candidate": [], "reference": []}
     first: p.BackToBackReply | None = None
     for k in range(batches):
@@ -679,6 +682,8 @@ def back_to_back(candidate: Side, reference: Side, calls: int, batches: int, tim
             if side is candidate and first is None:
                 first = reply
             sides[side.name].extend(reply.batches)
+            if side is candidate and settled is not None and settled(sides["candidate"]):
+                return first, sides["candidate"], sides["reference"]
     assert first is not None
     return first, sides["candidate"], sides["reference"]
 

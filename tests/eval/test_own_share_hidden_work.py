@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from eval import EvalConfig, Evaluator, Job
+import random
+
+from eval import EvalConfig, Evaluator, Job, measure
 from eval import protocol as p
-from eval.checks import _HIDDEN_WORK_FLOOR_MS, judge_back_to_back, own_share_shortfall
+from eval.checks import _HIDDEN_WORK_BATCHES, _HIDDEN_WORK_FLOOR_MS, judge_back_to_back, own_share_shortfall, settled_clean
 from eval.feedback import render_feedback
 from eval.result import EvalResult, KernelShare, Status
 from harness.corpus import own_share
@@ -92,6 +94,71 @@ def test_limit_scales_with_the_call_and_the_reference_excess_is_subtracted() -> 
     # a reference that shows the same excess (its own host pattern) explains the candidate's
     assert judge_back_to_back(_batches([30] * 7), _batches([25] * 7))[0] is None
     assert _HIDDEN_WORK_FLOOR_MS == pytest.approx(0.02)
+
+
+class _BatchPlayer:
+    """A side's process as `measure.back_to_back` sees it: answers each BackToBack with the next of its batches and
+    logs the order of the requests (the GPU path is `tests/eval/test_gpu_own_share.py`)."""
+
+    def __init__(self, name: str, batches: list[dict[str, float]], log: list[str]):
+        self.name, self.batches, self.log = name, list(batches), log
+
+    def request(self, msg: p.BackToBack, timeout: float) -> tuple[p.BackToBackReply, list]:
+        self.log.append(self.name)
+        return p.BackToBackReply(batches=[self.batches.pop(0)]), []
+
+
+def _played(candidate: list[dict[str, float]], reference: list[dict[str, float]], settled=settled_clean):
+    log: list[str] = []
+    sides = [measure.Side(name, _BatchPlayer(name, batches, log), name)
+             for name, batches in (("candidate", candidate), ("reference", reference))]
+    _, cand, ref = measure.back_to_back(*sides, calls=50, batches=_HIDDEN_WORK_BATCHES, timeout=1.0, settled=settled)
+    return log, cand, ref
+
+
+def test_back_to_back_stops_once_the_verdict_is_settled() -> None:
+    # an honest candidate's first batch at the floor or under it: no other batch of either side is asked for
+    log, cand, ref = _played(_batches([_HIDDEN_WORK_FLOOR_MS * 1000] * 7), _batches([1] * 7))
+    assert log == ["candidate"] and len(cand) == 1 and ref == []
+    reason, numbers = judge_back_to_back(cand, ref)
+    assert reason is None and numbers["reference_batches"] == 0 and numbers["batches"] == 1
+    # noise in its first batches: on, A B B A, until its first quiet batch
+    log, cand, ref = _played(_batches([60, 45, 80, 5, 70, 90, 50]), _batches([1] * 7))
+    assert log == ["candidate", "reference", "reference", "candidate", "candidate", "reference", "reference",
+                   "candidate"] and len(cand) == 4
+    # work hidden in every batch: every batch of both sides, as before
+    log, cand, ref = _played(_batches([480, 510, 495, 470, 500, 520, 490]), _batches([2] * 7))
+    assert len(log) == 2 * _HIDDEN_WORK_BATCHES and log[:4] == ["candidate", "reference", "reference", "candidate"]
+    assert judge_back_to_back(cand, ref)[0] is not None
+    # without a settling rule every batch runs
+    assert len(_played(_batches([1] * 7), _batches([1] * 7), settled=None)[0]) == 2 * _HIDDEN_WORK_BATCHES
+
+
+def test_stopping_once_settled_never_changes_the_verdict() -> None:
+    # the stop is exact, not a looser check: on random batches (quiet, noisy, hidden work, references above and
+    # under the candidate, negative excesses), the verdict on the batches measured up to the stop is the verdict
+    # on all of them
+    rng = random.Random(20261129)
+    stopped_early = rejected = 0
+    for _ in range(3000):
+        call_us = rng.choice([2.0, 5.0, 40.0, 400.0, 2000.0])
+        base = rng.choice([0.0, 5.0, 15.0, 25.0, 300.0])
+        cand = _batches([base + rng.expovariate(1 / rng.choice([1.0, 10.0, 100.0])) - rng.uniform(0, 3)
+                         for _ in range(_HIDDEN_WORK_BATCHES)], call_us)
+        ref = _batches([rng.uniform(-2, 30) for _ in range(_HIDDEN_WORK_BATCHES)], call_us)
+        _, early_cand, early_ref = _played(cand, ref)
+        full = judge_back_to_back(cand, ref)[0]
+        assert (judge_back_to_back(early_cand, early_ref)[0] is None) == (full is None)
+        stopped_early += len(early_cand) < _HIDDEN_WORK_BATCHES
+        rejected += full is not None
+    assert stopped_early > 300 and rejected > 300  # both ways were exercised
+
+
+def test_no_reference_batch_is_judged_only_when_settled() -> None:
+    with pytest.raises(ValueError, match="no back-to-back batches"):
+        judge_back_to_back(_batches([30]), [])
+    assert not settled_clean([]) and not settled_clean(_batches([20.5, 30]))
+    assert settled_clean(_batches([30, 20]))
 
 
 def test_hidden_work_request_and_reply_cross_the_boundary() -> None:
