@@ -4,13 +4,14 @@ candidates of `harness bench eval --part own-share` are correct (the share itsel
 
 from __future__ import annotations
 
-import pytest
-
 import random
+
+import pytest
 
 from eval import EvalConfig, Evaluator, Job, measure
 from eval import protocol as p
-from eval.checks import _HIDDEN_WORK_BATCHES, _HIDDEN_WORK_FLOOR_MS, judge_back_to_back, own_share_shortfall, settled_clean
+from eval.checks import (_HIDDEN_WORK_BATCHES, _HIDDEN_WORK_FLOOR_MS, judge_back_to_back, own_share_shortfall,
+                         settled_clean)
 from eval.feedback import render_feedback
 from eval.result import EvalResult, KernelShare, Status
 from harness.corpus import own_share
