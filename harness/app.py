@@ -389,6 +389,7 @@ def _settings(config: dict[str, Any]) -> LoopSettings:
             target_speedup=config["target_speedup"],
             max_tokens=budget["max_tokens"],
             max_cost_usd=budget["max_cost_usd"],
+            stop_grace_s=config["stop_grace_s"],
         )
     except ValueError as exc:
         raise BadInput(str(exc)) from None

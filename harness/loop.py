@@ -15,7 +15,7 @@ sent only while the spending plus the reservations in flight stays below the bud
 is exceeded by at most one request, and the stop reason states what was spent.
 
 Stopping: Ctrl-C, SIGTERM or SIGHUP (a `KeyboardInterrupt` in the main thread, `harness.signals`)
-stops new requests; the attempts in flight get `STOP_GRACE_S` to finish and be recorded, then are
+stops new requests; the attempts in flight get `stop_grace_s` to finish and be recorded, then are
 abandoned (nothing of them is recorded, so a resume runs them again); a second signal abandons them
 at once. An `AuthError` stops the run with its message, and so does a write the store cannot make
 (`disk: ...`, a full disk). An `UnavailableError` (the agent could not be reached or run) records
@@ -92,6 +92,7 @@ class LoopSettings:
     target_speedup: float | None = None  # a sample stops once a correct attempt reaches it (measured only)
     max_tokens: int | None = None  # input + output tokens over the whole run
     max_cost_usd: float | None = None
+    stop_grace_s: float = 20.0  # after a stop signal, how long attempts in flight may finish (schedulers kill at 30 s)
 
     def __post_init__(self) -> None:
         problems = []
@@ -109,12 +110,13 @@ class LoopSettings:
             problems.append(f"budget.max_tokens must be >= 0 or null, got {self.max_tokens}")
         if self.max_cost_usd is not None and self.max_cost_usd < 0:
             problems.append(f"budget.max_cost_usd must be >= 0 or null, got {self.max_cost_usd}")
+        if self.stop_grace_s < 0:
+            problems.append(f"stop_grace_s must be >= 0, got {self.stop_grace_s}")
         if problems:
             raise ValueError("; ".join(problems))
 
 
 OUTPUT_RESERVE = 4096  # reply tokens reserved per request when `agent.max_tokens` is not set
-STOP_GRACE_S = 20.0  # after a stop signal, how long attempts in flight may take to finish (schedulers kill at 30 s)
 DISK = "disk"  # stop reason prefix: the run store could not write (a full disk); nothing committed is lost
 PERSISTENT_REFUSALS = 3  # the same refusal on this many of a session's first requests stops the run
 REFUSED = "refused"  # stop reason prefix: the provider refused the session's first requests (nothing recorded)
@@ -236,10 +238,11 @@ class RunLoop:
                 _wait_all(futures)
             except KeyboardInterrupt as exc:
                 self._request_stop(stop_reason(exc))
-                self._display.message(f"interrupted: finishing the attempts in flight for up to {STOP_GRACE_S:g} s "
+                grace = self.settings.stop_grace_s
+                self._display.message(f"interrupted: finishing the attempts in flight for up to {grace:g} s "
                                       "(Ctrl-C again to quit now)")
                 try:
-                    abandoned = _wait_all(futures, timeout=STOP_GRACE_S)
+                    abandoned = _wait_all(futures, timeout=grace)
                 except KeyboardInterrupt:  # a second signal: quit now
                     abandoned = sum(f.running() for f in futures)
         finally:

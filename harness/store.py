@@ -49,7 +49,7 @@ LOCK_NAME = ".lock"
 # Settings a resumed run may change: they alter how the run proceeds, never what an attempt means.
 # The report's comparison of runs ignores the `eval.` ones for the same reason.
 VOLATILE_KEYS = (
-    "name", "runs_dir", "quiet", "max_concurrency", "budget", "response_cache",
+    "name", "runs_dir", "quiet", "max_concurrency", "stop_grace_s", "budget", "response_cache",
     "agent.retry", "agent.rate_limit", "agent.timeout_s", "agent.api_key_env",
     "eval.parallel_compiles", "eval.kept_builds_gib", "eval.cache_dir", "eval.log_cap_bytes",
     "eval.share_reference_timing",  # one reference timing for several candidates: the same measurement, cheaper

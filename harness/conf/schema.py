@@ -74,6 +74,8 @@ class RunConfig:
     max_concurrency: trajectories in flight at once (agent requests and evaluations overlap); null: the
       evaluator's workers over all its GPUs (at least 4); raise it for an LLM agent.
     target_speedup: stop a sample once a correct attempt reaches this measured speedup.
+    stop_grace_s: after Ctrl-C, SIGTERM or SIGHUP, how long the attempts in flight may take to finish and be
+      recorded before they are abandoned (a resume runs them again); keep it under the scheduler's kill delay.
     quiet: no progress bars or tables; prints only the run directory.
     agent, model, problems, eval, executor: the config groups, filled by the defaults list of config.yaml.
     """
@@ -85,6 +87,7 @@ class RunConfig:
     backend: str = DEFAULT_BACKEND
     max_concurrency: Optional[int] = None
     target_speedup: Optional[float] = None
+    stop_grace_s: float = LoopSettings.stop_grace_s
     search: Search = field(default_factory=Search)
     context: Context = field(default_factory=Context)
     budget: Budget = field(default_factory=Budget)

@@ -21,7 +21,7 @@ from harness.loop import LoopSettings, RunLoop
 from harness.progress import QuietDisplay
 from harness.store import RunStore
 from problems.problem import problem_from_source
-from tests.run_fixtures import GOOD, PROBLEM, fenced
+from tests.run_fixtures import FINISH_GRACE_S, GOOD, PROBLEM, fenced
 
 PROBLEMS = [problem_from_source(PROBLEM, name=f"p{i}", problem_id=f"p{i}") for i in range(4)]
 
@@ -163,7 +163,8 @@ def test_cost_budget_counts_earlier_sessions(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [({"turns": 0}, "turns must be >= 1"), ({"samples": -1}, "samples must be >= 1"),
-     ({"backend": "metal"}, "backend must be triton or cuda"), ({"target_speedup": 0}, "target_speedup must be > 0")],
+     ({"backend": "metal"}, "backend must be triton or cuda"), ({"target_speedup": 0}, "target_speedup must be > 0"),
+     ({"stop_grace_s": -1}, "stop_grace_s must be >= 0")],
 )
 def test_settings_are_checked(settings: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -234,7 +235,7 @@ def test_a_stop_signal_while_trajectories_start_lets_the_attempts_in_flight_fini
     agent = NotingAgent(delay=0.3)
     try:
         _, outcome, store = run_loop(tmp_path, agent, ScriptedEvaluator(), problems=PROBLEMS[:2], samples=2, turns=3,
-                                     max_concurrency=2)
+                                     max_concurrency=2, stop_grace_s=FINISH_GRACE_S)
     except KeyboardInterrupt:
         pytest.fail("the stop signal escaped the loop while it started its trajectories")
     assert outcome.stop_reason == "interrupted" and outcome.abandoned == 0

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths import REPO
-from tests.run_fixtures import (agent_script, base_overrides, logged_requests, recorded_attempts, rows,
+from tests.run_fixtures import (FINISH_GRACE_S, agent_script, base_overrides, logged_requests, recorded_attempts, rows,
                                 sigint_as_from_a_terminal, write_problem)
 
 SAMPLES, TURNS = 6, 3
@@ -78,7 +78,7 @@ def test_ctrl_c_finishes_attempts_in_flight_and_saves_state(tmp_path: Path) -> N
     script, log = agent_script(tmp_path, gate)
     problem = write_problem(tmp_path / "problems")
     args = [*base_overrides(tmp_path, problem, tmp_path / "eval_cache"), "agent=command", f"agent.command=sh {script}",
-            "samples=4", "turns=3", "max_concurrency=2", "name=intr"]  # fmt: skip
+            "samples=4", "turns=3", "max_concurrency=2", f"stop_grace_s={FINISH_GRACE_S}", "name=intr"]  # fmt: skip
     run = tmp_path / "runs" / "intr"
     proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", *args], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -94,11 +94,12 @@ def test_ctrl_c_finishes_attempts_in_flight_and_saves_state(tmp_path: Path) -> N
     while not any("finishing the attempts in flight" in line for line in lines) and time.monotonic() < deadline:
         time.sleep(0.02)
     gate.touch()  # the attempts in flight may now finish
-    proc.wait(timeout=300)
+    proc.wait(timeout=FINISH_GRACE_S + 120)
     reader.join(timeout=60)
     err = "".join(lines)
     assert proc.returncode == 3, err
-    assert "finishing the attempts in flight" in err and "stopped: interrupted" in err
+    assert f"finishing the attempts in flight for up to {FINISH_GRACE_S} s" in err and "stopped: interrupted" in err
+    assert "abandoned" not in err, err
     partial = recorded_attempts(run)
     assert 0 < len(partial) < 12
     requested = set(logged_requests(log))

@@ -16,16 +16,19 @@ import pytest
 
 from harness.signals import Interrupted, deferred, hold, install, release, signal_name
 from tests.paths import REPO
-from tests.run_fixtures import (agent_script, base_overrides, logged_requests, recorded_attempts,
+from tests.run_fixtures import (FINISH_GRACE_S, agent_script, base_overrides, logged_requests, recorded_attempts,
                                 sigint_as_from_a_terminal, write_problem)
 
 ALL = {("add_relu", s, t) for s in range(1, 5) for t in range(1, 4)}
+ABANDON_GRACE_S = 2  # for an agent that never answers: any grace is exceeded, so a short one keeps the test short
 
 
-def _args(tmp: Path, script: Path, name: str) -> list[str]:
+def _args(tmp: Path, script: Path, name: str, grace_s: float = FINISH_GRACE_S) -> list[str]:
+    """`harness run` overrides for 4 samples x 3 turns, 2 in flight. The default grace is one no attempt in flight
+    outlasts even on a loaded machine (two Triton evaluations under the interpreter took over 20 s on CI)."""
     problem = write_problem(tmp / "problems")
     return [*base_overrides(tmp, problem, tmp / "eval_cache"), "agent=command", f"agent.command=sh {script}",
-            "samples=4", "turns=3", "max_concurrency=2", f"name={name}"]  # fmt: skip
+            "samples=4", "turns=3", "max_concurrency=2", f"stop_grace_s={grace_s:g}", f"name={name}"]  # fmt: skip
 
 
 def _start(args: list[str]) -> subprocess.Popen[str]:
@@ -78,10 +81,11 @@ def test_sigterm_and_sighup_end_a_run_like_ctrl_c(tmp_path: Path, sig: signal.Si
     proc = _start(args)
     _wait_recorded(run, proc)
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=FINISH_GRACE_S + 120)
     assert proc.returncode == 3, err
     assert "Traceback" not in err, err
-    assert "interrupted: finishing the attempts in flight" in err
+    assert f"interrupted: finishing the attempts in flight for up to {FINISH_GRACE_S} s" in err
+    assert "abandoned" not in err, err
     assert f"stopped: interrupted ({sig.name})" in err
     finished_at, reason = _sessions(run)[-1]
     assert finished_at is not None and reason == f"interrupted ({sig.name})"  # the session is closed
@@ -135,12 +139,10 @@ def test_a_signal_during_start_up_gives_one_line_and_no_traceback(tmp_path: Path
 def test_attempts_that_outlast_the_grace_period_are_abandoned_and_run_again(tmp_path: Path) -> None:
     """An agent that never answers: SIGTERM ends the run after the grace period, recording nothing for the
     attempts in flight; a resume with a working agent runs them."""
-    from harness.loop import STOP_GRACE_S
-
     script = tmp_path / "agent.sh"  # the same command as `agent_script`'s, so the resume keeps the config
     started = tmp_path / "started.log"
     script.write_text(f"#!/bin/sh\ncat > /dev/null\necho $$ >> {started}\nexec sleep 300\n")
-    args = _args(tmp_path, script, "grace")
+    args = _args(tmp_path, script, "grace", grace_s=ABANDON_GRACE_S)
     run = tmp_path / "runs" / "grace"
     proc = _start(args)
     try:
@@ -148,7 +150,7 @@ def test_attempts_that_outlast_the_grace_period_are_abandoned_and_run_again(tmp_
         while not (started.exists() and len(started.read_text().split()) >= 2) and time.monotonic() < deadline:
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=STOP_GRACE_S + 120)
+        _, err = proc.communicate(timeout=ABANDON_GRACE_S + 120)
     finally:
         for pid in started.read_text().split() if started.exists() else []:  # the agent's sleeps this test started
             try:
@@ -157,6 +159,7 @@ def test_attempts_that_outlast_the_grace_period_are_abandoned_and_run_again(tmp_
                 pass
     assert proc.returncode == 3, err
     assert "Traceback" not in err, err
+    assert f"interrupted: finishing the attempts in flight for up to {ABANDON_GRACE_S} s" in err
     assert "2 attempt(s) still in flight were abandoned" in err
     assert recorded_attempts(run) == set()
     finished_at, reason = _sessions(run)[-1]
