@@ -24,8 +24,7 @@ ABANDON_GRACE_S = 2  # for an agent that never answers: any grace is exceeded, s
 
 
 def _args(tmp: Path, script: Path, name: str, grace_s: float = FINISH_GRACE_S) -> list[str]:
-    """`harness run` overrides for 4 samples x 3 turns, 2 in flight. The default grace is one no attempt in flight
-    outlasts even on a loaded machine (two Triton evaluations under the interpreter took over 20 s on CI)."""
+    """`harness run` overrides for 4 samples x 3 turns, 2 in flight, with a stop grace of `grace_s`."""
     problem = write_problem(tmp / "problems")
     return [*base_overrides(tmp, problem, tmp / "eval_cache"), "agent=command", f"agent.command=sh {script}",
             "samples=4", "turns=3", "max_concurrency=2", f"stop_grace_s={grace_s:g}", f"name={name}"]  # fmt: skip
