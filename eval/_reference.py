@@ -19,6 +19,7 @@ from problems import (
     Problem,
     ProblemError,
     build_model,
+    degenerate_outputs,
     extra_input_count,
     has_small_sizes,
     ill_conditioned,
@@ -33,6 +34,7 @@ from problems import (
 _modules: dict[tuple[str, bool], ModuleType] = {}
 _costs: dict[tuple[str, bool], Cost | None] = {}
 _conditioning: dict[tuple[str, bool, str], str] = {}  # (source hash, small, distribution) -> why not, or ""
+_degeneracy: dict[tuple[str, bool], str] = {}  # (source hash, small) -> why the problem cannot be scored, or ""
 _modules_lock = threading.Lock()
 
 
@@ -101,6 +103,21 @@ class Reference:
         out = run_forward(self.model, inputs)
         self.structure = output_structure(out)
         return [o.detach() for o in output_tensors(out)]
+
+    def degenerate(self, seeds: tuple[int, int], atol: float, rtol: float) -> str:
+        """Why this problem cannot be scored as a speedup (`problems.degenerate_outputs`: its outputs do not depend
+        on its inputs, or all zeros or a constant pass), or "". Decided once per problem and size in this process,
+        from the reference's outputs on two draws: a fact of the problem, not of any candidate."""
+        key = (self.problem.source_hash, self.small)
+        with _modules_lock:
+            if key in _degeneracy:
+                return _degeneracy[key]
+        first = self.outputs(self.inputs(seeds[0]))
+        second = self.outputs(self.inputs(seeds[1]))
+        why = degenerate_outputs(first, second, atol, rtol)
+        with _modules_lock:
+            _degeneracy[key] = why
+        return why
 
     def ill_conditioned(self, distribution: str, inputs: list[Any], outputs: Callable[[], list[torch.Tensor]],
                         atol: float | list[float], rtol: float) -> str:

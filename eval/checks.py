@@ -145,6 +145,7 @@ class Context:
     worker_draws: bool = True  # the worker draws inputs from seeds (false once its draw did not match ours)
     output_bytes: int = 0  # the largest reference output of this evaluation (bytes per forward), once trials start
     input_bytes: int = 0  # one timing input set's bytes, once staged
+    unscored: str = ""  # why no speedup is scored (a degenerate problem); the steps that only score are left out
 
     @property
     def shared_secret(self) -> int:
@@ -258,6 +259,19 @@ def load(ctx: Context) -> None:
               "integrity": f"integrity: {reply.error}",
               "problem": "the problem itself failed to load in the worker"}.get(reply.stage, reply.error or "load failed")
     raise Verdict(status, _with_limit(ctx, trim(reason, 600), reply.error), reply.error)
+
+
+def soundness(ctx: Context) -> None:
+    """Refuse to score a degenerate problem as a speedup: where the reference's outputs do not depend on its inputs,
+    or all zeros or a constant pass (lint's rule, `problems.degenerate_outputs`), a kernel that does no work is
+    "correct" and arbitrarily fast (a KernelBench problem lint flags scored a constant kernel at 185x). The candidate
+    is still judged for correctness; the steps that only score it are left out, and the result says why."""
+    assert ctx.reference is not None
+    why = ctx.reference.degenerate((derive_seed(ctx.secret, "sound-a"), derive_seed(ctx.secret, "sound-b")),
+                                   *ctx.tolerance())
+    if why:
+        ctx.unscored = f"the problem is degenerate ({why})"
+        ctx.result.unscored = ctx.unscored
 
 
 def _with_limit(ctx: Context, reason: str, error: str) -> str:
@@ -907,17 +921,19 @@ class Step:
     access: str
     runs: str = "any"
     enabled: Callable[[EvalConfig], bool] = lambda config: True  # a preset may leave the step out
+    scores: bool = False  # the step only serves the speedup: left out where none is scored (`Context.unscored`)
 
 
 PIPELINE: tuple[Step, ...] = (
     Step("load", load, "shared"),
+    Step("soundness", soundness, "shared"),
     Step("correctness", trials, "per_trial"),
-    Step("stage", stage_timing_inputs, "shared", runs="timed"),
+    Step("stage", stage_timing_inputs, "shared", runs="timed", scores=True),
     Step("kernels", own_kernels, "exclusive"),
-    Step("hidden_work", hidden_work, "exclusive", runs="gpu", enabled=lambda c: c.hidden_work_check),
-    Step("host_bound", host_bound, "exclusive", runs="gpu"),  # before timing: one hold with the steps above
-    Step("timing", time_candidate, "window", runs="timed"),
-    Step("speed_of_light", speed_of_light, "none", runs="gpu"),
+    Step("hidden_work", hidden_work, "exclusive", runs="gpu", enabled=lambda c: c.hidden_work_check, scores=True),
+    Step("host_bound", host_bound, "exclusive", runs="gpu", scores=True),  # before timing: one hold with the above
+    Step("timing", time_candidate, "window", runs="timed", scores=True),
+    Step("speed_of_light", speed_of_light, "none", runs="gpu", scores=True),
     Step("in_order", in_order, "none"),
 )
 
@@ -951,6 +967,8 @@ def run_pipeline(ctx: Context) -> None:
             j += 1
         with ctx.lease.gate.hold("none" if steps[i].access in ("per_trial", "window") else steps[i].access):
             for step in steps[i:j]:
+                if step.scores and ctx.unscored:
+                    continue
                 t0 = time.perf_counter()
                 try:
                     step.run(ctx)
@@ -961,7 +979,9 @@ def run_pipeline(ctx: Context) -> None:
                 finally:
                     ctx.result.phase_seconds[step.name] = round(time.perf_counter() - t0, 4)
         i = j
-    notes = [] if ctx.on_gpu else ["CPU interpreter: timings not meaningful"]
+    notes = [f"not scored as a speedup: {ctx.unscored}"] if ctx.unscored else []
+    if not ctx.on_gpu:
+        notes.append("CPU interpreter: timings not meaningful")
     if ctx.small:
         notes.append("checked at the problem's reduced sizes")
     ctx.result.status = Status.CORRECT

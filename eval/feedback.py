@@ -74,6 +74,8 @@ def render_feedback(result: EvalResult) -> str:
                      + (f" -> speedup {result.speedup:.2f}x" if result.speedup is not None else ""))
         if result.speedup_compile is not None:
             lines.append(f"Speedup over torch.compile: {result.speedup_compile:.2f}x")
+    elif result.unscored:
+        lines.append(f"Timing: not measured; no speedup is scored on this problem: {result.unscored}")
     elif result.status is Status.CORRECT:
         lines.append("Timing: not measured (no GPU; the Triton interpreter ran the kernels)")
     k = result.kernels

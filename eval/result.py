@@ -79,6 +79,7 @@ class EvalResult:
     reference_timing: Timing | None = None
     compile_timing: Timing | None = None
     timing_meaningful: bool = False
+    unscored: str = ""  # why no speedup was scored although the candidate may be correct (a degenerate problem)
     reference_shared_with: int = 0  # candidates timed against its (first) reference timing, itself included; 0: untimed
     mismatch: Mismatch | None = None
     kernels: KernelShare | None = None

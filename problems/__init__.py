@@ -26,6 +26,7 @@ _EXPORTS = {
     "LoadFailure": "problems.kernelbench",
     "DEFAULT_BUDGET_BYTES": "problems.lint",
     "LintReport": "problems.lint",
+    "degenerate_outputs": "problems.lint",
     "lint_entries": "problems.lint",
     "Problem": "problems.problem",
     "ProblemError": "problems.problem",

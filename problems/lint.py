@@ -389,6 +389,16 @@ def _check_degenerate(out_a: list[torch.Tensor], out_b: list[torch.Tensor], atol
     return [zero_check, Check("constant-output", "pass")]
 
 
+def degenerate_outputs(out_a: list[torch.Tensor], out_b: list[torch.Tensor], atol: float, rtol: float) -> str:
+    """Why a problem cannot be scored honestly, judged from the reference's outputs on two independent input draws
+    (`out_a`, `out_b`), or "": lint's input-dependence, zero-output and constant-output checks, the ones a kernel
+    that skips the work entirely passes. The evaluator refuses to score such a problem as a speedup, so it uses this
+    one rule too."""
+    failed = [c for c in (_check_dependence(out_a, out_b, atol, rtol), *_check_degenerate(out_a, out_b, atol, rtol))
+              if c.status == "fail"]
+    return "; ".join(f"{c.name}: {c.detail}" for c in failed)
+
+
 def _made_mismatch(expected: list[torch.Tensor], make: Callable[[int], torch.Tensor], atol: float,
                    rtol: float) -> Mismatch | None:
     """compare(expected, [make(0), make(1), ...]), making one output at a time: a whole made set
