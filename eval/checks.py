@@ -531,6 +531,9 @@ def holds_large_tensors(ctx: Context) -> bool:
     return budget is not None and ctx.output_bytes > budget
 
 
+KEPT_KERNEL_NAMES = 64  # kernel names a result keeps of each list (the count of those defined is kept whole)
+
+
 def own_kernels(ctx: Context) -> None:
     """The candidate's own kernels must have run; on a GPU, report their share of GPU time.
 
@@ -561,7 +564,8 @@ def own_kernels(ctx: Context) -> None:
         launched |= {kernel_base_name(n) for n, _ in own}
         share = sum(ms for _, ms in own) / total if total > 0 else None
     defined = sorted({*ctx.report.triton_kernels, *(kernel_base_name(n) for n in built)})
-    ctx.result.kernels = KernelShare(own_kernels_launched=sorted(launched), own_kernels_defined=defined,
+    ctx.result.kernels = KernelShare(own_kernels_launched=sorted(launched)[:KEPT_KERNEL_NAMES],
+                                     own_kernels_defined=defined[:KEPT_KERNEL_NAMES], own_kernels_defined_count=len(defined),
                                      own_time_fraction=share, top_kernels=profile[:8])
     if ctx.config.own_kernel_policy != "reject":
         return
@@ -571,8 +575,9 @@ def own_kernels(ctx: Context) -> None:
         built_note = "" if built or not ctx.report.cuda_kernels else (
             "; no CUDA kernel was found in what its build or its run produced, and kernels named only in the source "
             "text do not count")
+        named = ", ".join(defined[:8]) + (f" and {len(defined) - 8} more" if len(defined) > 8 else "")
         raise Verdict(Status.REJECTED, "none of the candidate's own kernels ran during forward (defined: "
-                                       f"{', '.join(defined) or 'none'}{built_note}); the work was done by PyTorch "
+                                       f"{named or 'none'}{built_note}); the work was done by PyTorch "
                                        f"or a fallback path{hint}")
     shortfall = own_share_shortfall(share, ctx.config.min_own_time_fraction)
     if shortfall:
