@@ -6,7 +6,7 @@ from typing import Any
 
 import anthropic
 
-from agents._sdk import Reply, SDKAgent
+from agents._sdk import Reply, SDKAgent, reply_text
 from agents.base import Message, Pricing, Usage
 from agents.settings import AnthropicSettings
 
@@ -48,7 +48,8 @@ class AnthropicAgent(SDKAgent):
         content = getattr(raw, "content", None)
         if not isinstance(content, list):
             return None
-        text = "".join(getattr(b, "text", "") or "" for b in content if getattr(b, "type", None) == "text")
+        text = "".join(reply_text(getattr(b, "text", None), self.provider) for b in content
+                       if getattr(b, "type", None) == "text")
         return Reply(text, _usage(getattr(raw, "usage", None)), getattr(raw, "stop_reason", None))
 
 

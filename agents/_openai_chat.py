@@ -6,7 +6,7 @@ from typing import Any
 
 import openai
 
-from agents._sdk import Reply, SDKAgent
+from agents._sdk import Reply, SDKAgent, reply_text
 from agents.base import Message, Pricing, Usage
 from agents.settings import OpenAISettings
 
@@ -46,7 +46,8 @@ class OpenAIChatAgent(SDKAgent):
         if not choices:
             return None
         message = getattr(choices[0], "message", None)
-        text = (getattr(message, "content", None) or getattr(message, "refusal", None) or "") if message else ""
+        content, refusal = (getattr(message, key, None) for key in ("content", "refusal"))
+        text = reply_text(content, self.provider) or reply_text(refusal, self.provider)
         return Reply(text, _usage(getattr(raw, "usage", None)), getattr(choices[0], "finish_reason", None))
 
 

@@ -97,6 +97,15 @@ def _status_message(exc: Any) -> str:
     return str(getattr(exc, "message", exc))[:500]
 
 
+def reply_text(value: Any, provider: str) -> str:
+    """A reply's text field as sent (None: ""); `AgentError` for any other JSON value, such as a number: the provider
+    answered this request, wrongly, so the attempt records that rather than retrying or failing the run."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    raise AgentError(f"{provider}: malformed reply: its text is a {type(value).__name__} ({str(value)[:80]}), "
+                     "not a string")
+
+
 class Reply(NamedTuple):
     """What a provider's reply says, read by the provider's agent."""
 
@@ -145,6 +154,8 @@ class SDKAgent:
             raise sort_sdk_error(exc, self.sdk, self.provider, self._key) from None
         except json.JSONDecodeError as exc:  # a 200 whose body is not JSON
             raise RetryableError(f"{self.provider}: malformed response body ({exc})") from None
+        except UnicodeDecodeError as exc:  # a reply, not a gateway's page: answered (and billed), so not retried
+            raise AgentError(f"{self.provider}: the reply is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
         latency = time.perf_counter() - start
         reply = self._read(raw) if isinstance(raw, self.sdk.BaseModel) else None
         if reply is None:

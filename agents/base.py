@@ -10,6 +10,7 @@ so a resume retries it; any other `AgentError` is a refusal of this request, rec
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Protocol, runtime_checkable
 
@@ -131,9 +132,21 @@ class AgentResponse:
     attempts: int = 1
     abstained: bool = False  # the agent says it has no candidate here (the reference agent without a solution)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", storable(self.text))
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data for the run store."""
         return dataclasses.asdict(self)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def storable(text: str) -> str:
+    """`text` with each lone surrogate (which a JSON reply may carry, but no UTF-8 file or database can hold) as
+    U+FFFD, so that any reply can be stored, shown and sent back."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
 
 
 @runtime_checkable

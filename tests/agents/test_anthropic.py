@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agents import AuthError, ConfigError, Message, RetryableError, UnavailableError, make_agent
+from agents import AgentError, AuthError, ConfigError, Message, RetryableError, UnavailableError, make_agent
 from tests.fakes.llm_server import FakeLLMServer, error, raw, reply, slow
 
 KEY = "sk-ant-test-0123456789"
@@ -130,3 +130,22 @@ def test_malformed_replies(server: FakeLLMServer, body: bytes) -> None:
 def test_empty_text(server: FakeLLMServer) -> None:
     server.script(reply(""))
     assert ask(agent_for(server)).text == ""
+
+
+@pytest.mark.parametrize("body, error", [
+    (b'{"type": "message", "content": [{"type": "text", "text": 42}], "usage": {"input_tokens": 1, "output_tokens": 1}}',
+     "its text is a int"),
+    (b'{"type": "message", "content": [{"type": "text", "text": "\xff"}], "usage": {"input_tokens": 1, "output_tokens": 1}}',
+     "not valid UTF-8"),
+])
+def test_a_reply_of_the_wrong_kind_is_this_requests_error_not_retried(server: FakeLLMServer, body: bytes,
+                                                                      error: str) -> None:
+    server.script(raw(body))
+    with pytest.raises(AgentError, match=error) as caught:
+        ask(agent_for(server))
+    assert not isinstance(caught.value, UnavailableError) and len(server.requests) == 1
+
+
+def test_a_lone_surrogate_in_the_text_is_replaced(server: FakeLLMServer) -> None:
+    server.script(raw(b'{"type": "message", "content": [{"type": "text", "text": "a\\udc80b"}], "usage": {}}'))
+    assert ask(agent_for(server)).text == "a\ufffdb"

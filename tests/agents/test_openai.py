@@ -189,3 +189,10 @@ def test_agent_is_safe_across_threads(server: FakeLLMServer) -> None:
     with ThreadPoolExecutor(8) as pool:
         texts = list(pool.map(lambda i: agent.respond(MSGS, problem_id=f"p{i}", sample=1, turn=1).text, range(16)))
     assert sorted(texts) == sorted(f"r{i}" for i in range(16))
+
+
+def test_a_content_that_is_not_a_string_is_this_requests_error_not_retried(server: FakeLLMServer) -> None:
+    server.script(raw(b'{"object": "chat.completion", "choices": [{"index": 0, "message": {"content": [1, 2]}}]}'))
+    with pytest.raises(AgentError, match="its text is a list") as caught:
+        ask(agent_for(server))
+    assert not isinstance(caught.value, UnavailableError) and len(server.requests) == 1
