@@ -60,7 +60,8 @@ class KernelShare:
     """Evidence that the candidate's own kernels ran, and their share of GPU time."""
 
     own_kernels_launched: list[str] = field(default_factory=list)
-    own_kernels_defined: list[str] = field(default_factory=list)
+    own_kernels_defined: list[str] = field(default_factory=list)  # the first `checks.KEPT_KERNEL_NAMES` of them
+    own_kernels_defined_count: int = 0
     own_time_fraction: float | None = None  # None when not measurable (CPU interpreter)
     top_kernels: list[tuple[str, float]] = field(default_factory=list)  # (name, ms) by GPU time
 
@@ -97,6 +98,7 @@ class EvalResult:
     filesystem_isolated: bool | None = None  # the worker could write nowhere but its own folder
     gpu_index: int | None = None  # which GPU of the host evaluated it
     node: str = ""  # hostname of the machine that evaluated it (executor=local or ray alike)
+    ipc_isolated: bool | None = None  # the worker had IPC and UTS namespaces of its own (System V IPC is its own)
     unprivileged: bool | None = None  # worker ran as an unprivileged user (only possible when the harness is root)
     process_limit: str = ""  # how eval.max_worker_processes held the worker: cgroup, userns, uid or none (`eval._pids`)
     freeze: str = ""  # how the worker was stopped while the reference was timed: cgroup, signals or signals-tree (`eval._freeze`)

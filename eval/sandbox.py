@@ -238,6 +238,12 @@ class SandboxPlan:
         """Whether the worker has a PID namespace of its own: it sees and can signal no process outside it."""
         return "-p" in self.prefix
 
+    @property
+    def ipc(self) -> bool:
+        """Whether the worker has IPC and UTS namespaces of its own: System V shared memory, semaphores and message
+        queues it makes are its namespace's (gone with it), and it sees none of the host's or other workers'."""
+        return "-i" in self.prefix
+
 
 # The worker's own /tmp and /dev/shm: private tmpfs, capped in bytes and in files (inodes); a candidate that fills
 # one gets ENOSPC there, and nothing of the host's /tmp (its socket files included) is in sight.
@@ -254,7 +260,9 @@ MAX_PROCESSES = 4096
 _SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "dev", "sys", "proc")
 # Of the project, a worker needs only the packages it imports; hand-written solutions stay out of its sight.
 _PROJECT_PACKAGES = ("eval", "problems")
-_PROJECT_HIDDEN = (Path("problems") / "solutions",)
+# The suite's files are hidden too: a worker is sent the one problem it judges (its public part, `Load.problem_source`),
+# and the other problems' files hold their hidden workloads (`get_extra_inputs`).
+_PROJECT_HIDDEN = (Path("problems") / "solutions", Path("problems") / "suite")
 
 
 def limit_hit(error: str) -> str:
@@ -358,9 +366,10 @@ def sandbox_plan() -> SandboxPlan:
     # a PID namespace too where the kernel allows it: without one, a worker could signal the harness (same
     # uid when not root) or the other workers (uid 65534), e.g. `os.kill(-1, SIGKILL)`
     pid_ns = ("-p", "--kill-child", "--mount-proc")
+    ipc_uts = ("-i", "-u")  # System V IPC (shared memory outlives its process otherwise) and the host name
     bases = [(("-m", "-n"), UNPRIVILEGED_UID), (("-m", "-n"), None)] if root else [(("-U", "-r", "-m", "-n"), None)]
     for flags, uid in bases:
-        for extra in (pid_ns, ()):
+        for extra in ((*ipc_uts, *pid_ns), pid_ns, ipc_uts, ()):
             plan = SandboxPlan((unshare, *flags, *extra, "--"), uid)
             if _confinement_works(plan, gpu):
                 return plan
@@ -563,6 +572,7 @@ class WorkerProcess:
         plan = sandbox_plan() if isolate_filesystem else SandboxPlan()
         self.filesystem_isolated_requested = plan.filesystem
         self.unprivileged = plan.uid is not None if plan.filesystem else os.geteuid() == 0 and _runs_as_nobody()
+        self.ipc_isolated = plan.ipc
         if self.unprivileged:
             if not plan.filesystem:
                 env_extra["KH_DROP_UID"] = str(UNPRIVILEGED_UID)

@@ -58,6 +58,37 @@ def test_files_that_are_not_well_formed_elf_have_no_symbols():
         assert stub_symbols(data) == []
 
 
+def _planted_elf(names: list[bytes]) -> bytes:
+    """A minimal ELF64 file whose symbol table's strings are `names` (no code: only what the reader looks at)."""
+    strings = b"\0" + b"\0".join(names) + b"\0"
+    shoff = 64 + len(strings)
+    header = b"\x7fELF\x02\x01" + bytes(0x28 - 6) + struct.pack("<Q", shoff) + bytes(0x3A - 0x30) + \
+        struct.pack("<HH", 64, 3)
+    null = bytes(64)
+    strtab = struct.pack("<IIQQQQIIQQ", 0, 3, 0, 0, 64, len(strings), 0, 0, 1, 0)
+    symtab = struct.pack("<IIQQQQIIQQ", 0, 2, 0, 0, 64, 24, 1, 0, 8, 24)
+    return header.ljust(64, b"\0") + strings + null + strtab + symtab
+
+
+def test_a_file_of_a_million_planted_stubs_is_read_within_the_caps(tmp_path):
+    """A million stub names in one planted file once cost the parent 20 s of CPU and a 14 MB result: the names taken
+    and the kernels kept are capped (the read stops there, which only loses the candidate its own evidence)."""
+    from eval._kernel_symbols import _MAX_SYMBOLS, MAX_KERNELS
+
+    def stub(i: int) -> bytes:  # nvcc's host stub of `__global__ void k<i>(float*)`
+        identifier = f"__device_stub__Z{len(f'k{i}')}k{i}Pf"
+        return f"_Z{len(identifier)}{identifier}Pf".encode()
+
+    names = [stub(i) for i in range(1_000_000)]
+    assert stub_kernel(names[7].decode()) == "_Z2k7Pf"  # each is a well-formed stub
+    data = _planted_elf(names)
+    assert len(stub_symbols(data)) == _MAX_SYMBOLS
+    (tmp_path / "planted.so").write_bytes(data)
+    kernels = built_kernels(tmp_path)
+    assert len(kernels) == MAX_KERNELS and all(k.startswith("_Z") for k in kernels)
+    assert stub_symbols(_planted_elf(names[:3])) == [n.decode() for n in names[:3]]  # a small file: all of them
+
+
 def _stub_library(path: Path, kernel: str) -> Path:
     """A shared library holding the host stub nvcc writes for `__global__ void <kernel>(float*)` (plain C++)."""
     source = path.with_suffix(".cpp")

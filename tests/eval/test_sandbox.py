@@ -9,6 +9,7 @@ a candidate that needs to write there fails like any other candidate whose forwa
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -231,7 +232,8 @@ def test_solutions_runs_tests_and_caches_of_the_project_are_hidden(evaluator, pr
     """The plagiarist: a candidate that would execute the harness's own solution (or read a run's store, a test,
     a cache) finds none of them; only the packages a worker imports are bound back."""
     solution = PROJECT_ROOT / "problems" / "solutions" / "level1" / "13_softmax.py"
-    assert solution.exists()
+    suite_file = PROJECT_ROOT / "problems" / "suite" / "level1" / "13_softmax.py"  # holds its hidden workloads
+    assert solution.exists() and suite_file.exists()
     planted = [PROJECT_ROOT / "runs" / f"kh-run-{os.getpid()}" / "config.yaml",
                PROJECT_ROOT / ".eval_cache" / f"kh-{os.getpid()}.json"]
     for path in planted:
@@ -241,7 +243,7 @@ def test_solutions_runs_tests_and_caches_of_the_project_are_hidden(evaluator, pr
         visible = [PROJECT_ROOT / "tests" / "conftest.py", PROJECT_ROOT / "harness" / "corpus" / "hostile.py",
                    PROJECT_ROOT / "README.md"]
         assert all(path.exists() for path in visible)  # each is there on the host, so not seeing it means hidden
-        checks = [solution, *planted, *visible]
+        checks = [solution, suite_file, *planted, *visible]
         body = "        import os\n"
         for path in checks:
             body += f"        if os.path.exists({str(path)!r}):\n            raise RuntimeError('saw {path.name}')\n"
@@ -252,6 +254,43 @@ def test_solutions_runs_tests_and_caches_of_the_project_are_hidden(evaluator, pr
         for path in planted:
             path.unlink(missing_ok=True)
         shutil.rmtree(PROJECT_ROOT / "runs" / f"kh-run-{os.getpid()}", ignore_errors=True)
+
+
+SHM_KEY_HOST, SHM_KEY_WORKER = 0x4B480000 + os.getpid() % 0xFFFF, 0x4B470000 + os.getpid() % 0xFFFF
+
+
+def _shm_keys() -> set[int]:
+    """The System V shared-memory keys this process's IPC namespace holds."""
+    with open("/proc/sysvipc/shm") as listing:
+        return {int(line.split()[0]) for line in list(listing)[1:] if line.split()}
+
+
+@pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
+def test_system_v_ipc_and_the_host_name_are_the_workers_own(evaluator, problem):
+    """System V shared memory is a namespace's, not a process's: without an IPC namespace of its own, a worker
+    would see the host's segments and other workers', and a segment it leaves behind would outlive it (and its
+    memory limit). The candidate answers wrongly if it sees the host's namespaces or the host's segment; the one it
+    makes and leaves must be gone with it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    host_segment = libc.shmget(SHM_KEY_HOST, 4096, 0o1600)  # IPC_CREAT | 0600
+    assert host_segment >= 0, os.strerror(ctypes.get_errno())
+    try:
+        namespaces = {kind: os.readlink(f"/proc/self/ns/{kind}") for kind in ("ipc", "uts")}
+        body = f"""        import ctypes, os
+        for kind, host in {namespaces!r}.items():
+            if os.readlink(f"/proc/self/ns/{{kind}}") == host:
+                raise RuntimeError(f"shares the host's {{kind}} namespace")
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.shmget({SHM_KEY_HOST}, 0, 0) >= 0:
+            raise RuntimeError("reached the host's shared memory segment")
+        assert libc.shmget({SHM_KEY_WORKER}, 1 << 20, 0o1666) >= 0  # made, never removed
+"""
+        r = evaluator.evaluate(problem, variant(FORWARD, body + FORWARD))
+        assert r.status is Status.CORRECT, r.reason + r.error
+        assert r.ipc_isolated is True
+        assert SHM_KEY_HOST in _shm_keys() and SHM_KEY_WORKER not in _shm_keys()
+    finally:
+        libc.shmctl(host_segment, 0, None)  # IPC_RMID
 
 
 @pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
