@@ -24,6 +24,9 @@ import hydra
 from hydra._internal.utils import get_args_parser
 
 import harness.conf  # noqa: F401  registers the config schemas with Hydra
+from harness.conf.schema import RunConfig
+from hydra import compose
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -39,6 +42,7 @@ from harness.loop import (DISK, MIN_CONCURRENCY, REFUSED, UNREACHABLE, LoopOutco
                           concurrency_for, unfinished)
 from harness.progress import QuietDisplay, live_display
 from harness.response_cache import ResponseCache
+from harness.resume_config import changed_keys, kind_overrides, resumed
 from harness.signals import (deferred as deferred_signals, hold as hold_signals, install as install_signal_handlers,
                              release as release_signals, stop_reason)
 from harness.store import CONFIG_NAME, DB_NAME, VOLATILE_KEYS, RunStore, StoreError, safe_name
@@ -64,11 +68,13 @@ def main(argv: list[str]) -> int:
     install_signal_handlers()  # SIGTERM and SIGHUP stop the run as Ctrl-C does
     args = get_args_parser().parse_args(argv)  # Hydra's own flags and overrides
     try:
-        ov.validate(args.overrides)
         for name in ov.values_of(args.overrides, "name"):  # checked before Hydra makes directories from it
             _check_name(name)
         if not args.multirun:
             ov.refuse_sweeps(args.overrides)
+            kinds = _resumed_kinds(args.overrides)
+            argv, args.overrides = [*kinds, *argv], [*kinds, *args.overrides]
+        ov.validate(args.overrides)
         swept = ov.sweep_keys(args.overrides) if args.multirun else []
     except (ov.OverrideError, BadInput) as exc:
         _say(f"error: {exc}")
@@ -123,6 +129,7 @@ def _run(cfg: DictConfig) -> int:
         where = f"{exc.full_key}: " if getattr(exc, "full_key", None) else ""
         raise BadInput(f"config: {where}{str(exc).splitlines()[0]}") from None
     config["name"] = name
+    config = _with_the_stored_config(config)
     _replay_defaults(config)
     settings = _settings(config)
     problems = _problems(config["problems"])
@@ -327,13 +334,45 @@ def _check_name(name: str) -> str:
     return name
 
 
+def _cli_overrides() -> list[str]:
+    """This job's command-line overrides (`turns=3`, `agent=openai`)."""
+    try:
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:  # not under Hydra (called directly)
+        return []
+
+
 def _cli_keys() -> set[str]:
     """The config keys given on this job's command line (`turns=3`, `problems.spec=...`)."""
-    try:
-        overrides = HydraConfig.get().overrides.task
-    except ValueError:  # not under Hydra (called directly)
-        return set()
-    return {o.partition("=")[0].lstrip("+~") for o in overrides}
+    return {o.partition("=")[0].lstrip("+~") for o in _cli_overrides()}
+
+
+def _resumed_kinds(overrides: list[str]) -> list[str]:
+    """For a resume, the agent and executor its run was recorded with (`agent=openai`), where the command line picks
+    none: the keys it sets (`agent.model=...`) are then checked and composed against the run's own agent."""
+    names, dirs = ov.values_of(overrides, "name"), ov.values_of(overrides, "runs_dir")
+    stored = RunStore.stored_config(Path(dirs[-1] if dirs else RunConfig.runs_dir) / names[-1]) if names else None
+    picked = {o.key_or_group for o in ov.parse(overrides)}
+    return [o for o in kind_overrides(stored or {}) if o.partition("=")[0] not in picked]
+
+
+def _with_the_stored_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A resume or extension starts from the config its run was recorded under and takes from `config` only what this
+    command line changes (`harness.resume_config`), so the original overrides need not be repeated."""
+    stored = RunStore.stored_config(Path(config["runs_dir"]) / config["name"])
+    if stored is None:  # a new run
+        return config
+    kinds = kind_overrides(stored)
+    given = {o.partition("=")[0].lstrip("+~") for o in _cli_overrides() if o not in kinds}
+    return resumed(stored, config, changed_keys(given, config, _composed(kinds)))
+
+
+def _composed(overrides: list[str]) -> dict[str, Any]:
+    """The resolved config `harness run` composes for `overrides` (the defaults a command line's values are compared
+    with)."""
+    if not GlobalHydra.instance().is_initialized():  # not under Hydra (called directly)
+        return ov.compose_config(overrides)
+    return OmegaConf.to_container(compose(ov.CONFIG_NAME, overrides=overrides), resolve=True)  # type: ignore[return-value]
 
 
 def _replay_defaults(config: dict[str, Any]) -> None:

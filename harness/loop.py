@@ -253,6 +253,7 @@ class RunLoop:
                 errors.append(f"{type(f.exception()).__name__}: {f.exception()}")
         if self._budget is not None:
             self._stop_reason += self._spent()
+        self._stop_if_all_refused()
         self._record_held()  # fewer refusals than stop a run, and no answer: they are recorded as usual
         if self._unreachable and self._stop_reason == "finished":
             self._stop_reason = (
@@ -492,6 +493,18 @@ class RunLoop:
             self._request_stop(f"{REFUSED}: the provider refused the first {same} requests of this session the same "
                                f"way (nothing is recorded for them; fix it and resume): {failed.error}")
         return True
+
+    def _stop_if_all_refused(self) -> None:
+        """A run too small to reach `PERSISTENT_REFUSALS`, whose every request was refused the same way, naming the
+        model asked for, and none answered, stops as refused too: a typo in the model name must not end as
+        "finished" with nothing done (a refusal that names no model, such as a context too long, is this request's
+        own: it is recorded)."""
+        model = str(self._agent_config.get("model") or "")
+        with self._lock:
+            refusals, reached, finished = list(self._refusals), self._reached, self._stop_reason == "finished"
+        if model and refusals and finished and not reached and len(set(refusals)) == 1 and model in refusals[0]:
+            self._request_stop(f"{REFUSED}: the provider refused every request of this session ({len(refusals)}) "
+                               f"the same way (nothing is recorded for them; fix it and resume): {refusals[0]}")
 
     def _record_held(self) -> None:
         """Record the held refusals as `agent_error` attempts (each ends its trajectory), unless the run stopped

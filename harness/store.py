@@ -424,14 +424,30 @@ class RunStore:
         try:
             conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
             try:
-                stored = json.loads(_meta(conn)["config"])
-                diff = config_differences(stored, config, volatile)
+                stored = _stored_config(conn)
+                diff = [] if stored is None else config_differences(stored, config, volatile)
                 if diff:
                     _refuse_a_different_config(Path(run_dir), stored, config, diff, conn, problem_ids)
             finally:
                 conn.close()
-        except (sqlite3.Error, OSError, KeyError, ValueError):
+        except (sqlite3.Error, OSError):
             return  # unreadable here: `open` reports it
+
+    @staticmethod
+    def stored_config(run_dir: str | Path) -> dict[str, Any] | None:
+        """The config the run in `run_dir` was recorded under, read without changing anything; None when there is
+        no run there or its database cannot be read (`open` then says why). A resume starts from it."""
+        db_path = Path(run_dir) / DB_NAME
+        if not db_path.is_file():
+            return None
+        try:
+            conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+        except sqlite3.Error:
+            return None
+        try:
+            return _stored_config(conn)
+        finally:
+            conn.close()
 
     # ------------------------------------------------------------------ access
     def attempts(self) -> list[Attempt]:
@@ -837,8 +853,11 @@ def _refuse_a_different_config(run_dir: Path, stored: dict[str, Any], new: dict[
 def _extension_refusal(stored: dict[str, Any], new: dict[str, Any], diff: list[str], conn: sqlite3.Connection,
                        problem_ids: Iterable[str] | None) -> str:
     """Why `new` does not merely extend the run recorded under `stored` ("" when it does)."""
+    if not conn.execute("SELECT 1 FROM attempts LIMIT 1").fetchone():
+        diff = [k for k in diff if not _fixes_the_agent(k)]
     if not set(diff) <= set(GROWABLE_KEYS):
-        return "; only turns, samples and the problem selection may change, and only grow"
+        return ("; only turns, samples and the problem selection may change, and only grow; the agent's settings "
+                "too while no attempt is recorded")
     for key in ("turns", "samples"):
         if isinstance(new.get(key), int) and isinstance(stored.get(key), int) and new[key] < stored[key]:
             return f"; {key} may grow, not shrink: {stored[key]} -> {new[key]}"
@@ -848,6 +867,21 @@ def _extension_refusal(stored: dict[str, Any], new: dict[str, Any], diff: list[s
         if left_out:
             return f"; the new selection leaves out {len(left_out)} attempted problem(s), e.g. {left_out[0]}"
     return ""
+
+
+def _fixes_the_agent(key: str) -> bool:
+    """Whether `key` is one of the agent's settings other than its kind (`agent.model`, `agent.base_url`, `model.*`):
+    a run that has recorded nothing yet may change them on resume, so that a model name or endpoint the provider
+    refused (exit 6 or 5: "fix it and resume") is fixed in place; nothing recorded was made under the old value."""
+    return key.startswith(("agent.", "model.")) and key != "agent.kind"
+
+
+def _stored_config(conn: sqlite3.Connection) -> dict[str, Any] | None:
+    """The run's recorded config; None when the database cannot be read (`open` reports it)."""
+    try:
+        return json.loads(_meta(conn)["config"])
+    except (sqlite3.Error, OSError, KeyError, ValueError):
+        return None
 
 
 def _create(db_path: Path, config: dict[str, Any], harness_version: str) -> None:

@@ -410,3 +410,51 @@ def test_a_request_refused_every_time_stops_the_run_and_a_resume_retries_it(serv
     got = rows(tmp_path / "runs" / "badmodel")
     assert sorted((s, t) for _, s, t, _ in got) == [(s, t) for s in range(1, 5) for t in (1, 2)]
     assert {status for *_, status in got} == {"format_error"} and len(server.requests) == refused + 8
+
+
+def test_an_extension_takes_the_stored_config_and_only_what_the_command_line_changes(server, base, tmp_path) -> None:
+    """README: `harness run name=my-run turns=5` extends a run made with any settings; its original overrides (the
+    agent and its endpoint, the problems, the evaluator, the context policy) are not repeated."""
+    server.script(reply("nothing"), reply("still nothing"))
+    assert main(["run", *base, *openai_args(server, "ext"), "context.policy=last_k"]) == 0
+    runs = tmp_path / "runs"
+    assert main(["run", f"runs_dir={runs}", "name=ext", "turns=2", "quiet=true"]) == 0
+    assert [t for _, _, t, _ in rows(runs / "ext")] == [1, 2] and len(server.requests) == 2
+    stored = (runs / "ext" / "config.yaml").read_text()
+    assert "turns: 2" in stored and "policy: last_k" in stored and "kind: openai" in stored
+
+
+def test_a_changed_setting_on_resume_is_still_refused_without_repeating_the_others(server, base, tmp_path,
+                                                                                   capsys) -> None:
+    server.script(reply("nothing"))
+    assert main(["run", *base, *openai_args(server, "same")]) == 0
+    assert main(["run", f"runs_dir={tmp_path / 'runs'}", "name=same", "context.policy=last_k"]) == 2
+    assert "different config (context.policy differ; only turns" in capsys.readouterr().err
+
+
+def test_a_refused_model_name_is_fixed_by_resuming_with_the_right_one(server, base, tmp_path, capsys) -> None:
+    """Exit 6 says "fix it and resume": the resume with the corrected `agent.model` (and nothing else repeated) runs
+    the attempts under the new name; nothing was recorded under the refused one."""
+    server.script(*[error(400, "The model `fake-codr` does not exist.")] * 4)
+    args = openai_args(server, "typo", samples=4, max_concurrency=1)
+    assert main(["run", *base, *args, "agent.model=fake-codr"]) == 6
+    with server._lock:  # noqa: SLF001 (the server answers from now on)
+        server._actions.clear()
+    server.script(*[reply("No code yet.")] * 4)
+    capsys.readouterr()
+    code = main(["run", f"runs_dir={tmp_path / 'runs'}", "name=typo", "agent.model=fake-coder", "quiet=true"])
+    assert code == 0, capsys.readouterr().err
+    assert len(rows(tmp_path / "runs" / "typo")) == 4
+    assert {r.body["model"] for r in server.requests[-4:]} == {"fake-coder"}
+
+
+def test_a_refused_model_name_with_fewer_trajectories_than_the_threshold_is_not_finished(server, base, tmp_path,
+                                                                                           capsys) -> None:
+    """One trajectory, its request refused: exit 6 with nothing recorded (not exit 0, "finished", with an
+    agent_error that a resume would never retry)."""
+    server.script(error(400, "The model `fake-codr` does not exist."))
+    code = main(["run", *base, *openai_args(server, "one", samples=1), "agent.model=fake-codr"])
+    err = capsys.readouterr().err
+    assert code == 6, err
+    assert "stopped: refused: the provider refused every request of this session (1) the same way" in err
+    assert rows(tmp_path / "runs" / "one") == []
