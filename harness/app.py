@@ -47,7 +47,7 @@ from harness.signals import (deferred as deferred_signals, hold as hold_signals,
                              release as release_signals, stop_reason)
 from harness.store import CONFIG_NAME, DB_NAME, VOLATILE_KEYS, RunStore, StoreError, safe_name
 from harness.summary import print_summary
-from harness.sweep import print_sweep, record_job
+from harness.sweep import leaderboard_path, print_sweep, record_job
 from problems import Problem, ProblemError, select_problems
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_INPUT, EXIT_STOPPED, EXIT_AUTH, EXIT_UNREACHABLE, EXIT_REFUSED = 0, 1, 2, 3, 4, 5, 6
@@ -96,7 +96,8 @@ def _sweep_summary(sweep_dir: str) -> None:
         _say(f"warning: the sweep's comparison table could not be made ({type(exc).__name__}: {exc}); "
              f"`harness report {sweep_dir}` makes it from the saved runs")
     else:
-        _say(f"compare the sweep's runs again with: harness report {sweep_dir}")
+        _say(f"compare the sweep's runs again, in full, with: harness report {sweep_dir} "
+             f"(it writes {leaderboard_path(Path(sweep_dir) / 'report')})")
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")

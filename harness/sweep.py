@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from harness.report.metrics import RunMetrics
 
 JOBS_DIR = "jobs"
+_UNBOUNDED = 10_000  # columns: the widest a table may be measured at
 
 
 @dataclass(frozen=True)
@@ -81,5 +82,27 @@ def print_sweep(console: Console, sweep_dir: str | Path) -> bool:
     if not runs:
         return False
     metrics = [compute_metrics(load_run(r.run_dir), n_boot=1) for r in runs]  # the table shows no interval
-    console.print(comparison_table(metrics, [r.overrides for r in runs], sweep_dir))
+    print_whole(console, comparison_table(metrics, [r.overrides for r in runs], sweep_dir))
     return True
+
+
+def print_whole(console: Console, table: Table) -> None:
+    """Print `table` with every cell whole where nothing limits the width: in a log (not a terminal) at the table's
+    own width, however wide, since at a log's default 80 columns (or 120) rich cut every column to a few
+    characters; a terminal gets its own width."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    saved = console.width
+    console.width = max(saved, console.measure(table, options=console.options.update(max_width=_UNBOUNDED)).maximum)
+    try:
+        console.print(table)
+    finally:
+        console.width = saved
+
+
+def leaderboard_path(report_dir: str | Path) -> Path:
+    """The leaderboard a report folder holds: the whole comparison (fast_p with intervals, cost, tokens)."""
+    from harness.report import OUTPUT_NAMES
+
+    return Path(report_dir) / OUTPUT_NAMES[0]

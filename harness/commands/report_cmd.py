@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from harness.report import build_report, write_report
-    from harness.sweep import comparison_table, sweep_runs
+    from harness.sweep import comparison_table, leaderboard_path, print_whole, sweep_runs
 
     sweep = sweep_runs(args.run_dirs[0]) if len(args.run_dirs) == 1 else []
     run_dirs = [r.run_dir for r in sweep] or args.run_dirs
@@ -58,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
         fast1 = f"fast_1 {m.fast_p[1.0]:.2f}" if m.timing_available else "fast_1 n/t (timings not measured)"
         print(f"{m.name}: {m.n_problems} problems, correct {m.correct_rate:.2f}, {fast1}")
     if report.sweep is not None:
-        Console().print(comparison_table(report.metrics, report.sweep, args.run_dirs[0]))
+        print_whole(Console(), comparison_table(report.metrics, report.sweep, args.run_dirs[0]))
+        print(f"the sweep in full (each fast_p with its interval, cost, tokens): {leaderboard_path(out)}")
     if not report.comparison.comparable:
         print("note: these runs differ in device, versions, evaluator settings or problems:")
         for line in report.comparison.differences:

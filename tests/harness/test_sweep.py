@@ -3,13 +3,16 @@ same table (and the page and leaderboard.md carry it), with the offline referenc
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from eval.scoring import DEFAULT_PS
 from harness.cli import main
-from harness.sweep import record_job, sweep_runs
+from harness.sweep import print_sweep, record_job, sweep_runs
+from tests.report_fixtures import config, write_run
 from tests.run_fixtures import write_problem
 
 
@@ -65,3 +68,36 @@ def test_the_latest_sweep_under_a_name_is_the_one_found(tmp_path: Path) -> None:
         ((tmp_path / "runs" / "abl-turns-4").resolve(), {"turns": "4"}),
         ((tmp_path / "runs" / "abl-turns-5").resolve(), {"turns": "5"})]
     assert sweep_runs(tmp_path / "runs" / "abl-turns-4") == []  # a run directory is not a sweep folder
+
+
+def _recorded_sweep(tmp_path: Path) -> Path:
+    """A sweep folder noting two recorded runs with long names (`search=serial,parallel`)."""
+    sweep = tmp_path / "runs" / ".sweeps" / "ablation-of-search"
+    for job, value in enumerate(("serial", "parallel")):
+        run = tmp_path / "runs" / f"ablation-of-search-search-{value}"
+        write_run(run, config(run.name, search=value), [("L1/13_softmax", 1, 1, "correct", 1.3, 0.4)])
+        record_job(sweep, 100, job, run, {"search": value})
+    return sweep
+
+
+def test_the_sweep_table_in_a_log_keeps_every_cell_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log (not a terminal) at 80 or 120 columns: rich used to cut every column to a few characters; the table
+    is printed at its own width, so each run's name and every header reads whole."""
+    sweep = _recorded_sweep(tmp_path)
+    for width in (80, 120):
+        buf = io.StringIO()
+        assert print_sweep(Console(file=buf, width=width), sweep)
+        out = buf.getvalue()
+        header = next(line for line in out.splitlines() if "┃ run" in line)
+        assert [c.strip() for c in header.split("┃")[1:-1]] == [
+            "run", "search", "correct", *(f"fast_{p:g}" for p in DEFAULT_PS), "attempts", "failed"]
+        assert "│ ablation-of-search-search-parallel │ parallel │" in out, out
+
+
+def test_report_on_a_sweep_points_to_its_leaderboard(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = _recorded_sweep(tmp_path)
+    assert main(["report", str(sweep), "--bootstrap", "10"]) == 0
+    out = capsys.readouterr().out
+    assert f"the sweep in full (each fast_p with its interval, cost, tokens): {sweep / 'report' / 'leaderboard.md'}" in out
+    assert (sweep / "report" / "leaderboard.md").is_file()
+    assert "│ ablation-of-search-search-serial   │ serial   │" in out, out
