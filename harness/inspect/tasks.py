@@ -52,7 +52,7 @@ def kernels_selfcheck(gpu: bool | None = None, overrides: str = "", server: str 
     machine (the default is what torch sees, so a machine whose CUDA is broken would be checked as a CPU)."""
     expected = fixtures(torch.cuda.is_available() if gpu is None else gpu)
     by_name = {f.name: f for f in expected}
-    judge, _ = _judge(shlex.split(overrides), server)
+    judge, _ = _judge(["eval.cache_dir=null", *shlex.split(overrides)], server)  # judged now, never from a cache
     dataset = [Sample(id=f.name, input=f"The self-check's {f.name} fixture ({f.problem.id})", target=f.expected.value,
                       metadata={"expected": f.expected.value, "timed": f.timed}) for f in expected]
     return Task(dataset=dataset, solver=fixture_reply(by_name), scorer=selfcheck_scorer(judge, by_name),
