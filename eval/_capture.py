@@ -33,6 +33,21 @@ CAPTURE_EXTRA = 16  # values after the samples (see the module docstring for the
 PROJECTIONS = 8
 PROJ, SUM_ABS, SUM_SQ, N_NAN, N_POSINF, N_NEGINF, NONFINITE_PROJ, NUMEL = 0, 8, 9, 10, 11, 12, 13, 14
 
+def self_overlap(sizes: list[int], strides: list[int]) -> bool:
+    """Whether two elements of a tensor of these sizes and strides may share memory: a dimension over 1 with stride 0
+    (an `expand`), or one whose stride does not pass every element the smaller strides reach (`as_strided` over
+    itself). Such an output is not dense: one computed row stands in for many. Every layout PyTorch's own ops make
+    (contiguous, transposed, permuted, sliced) passes. The native loop applies the same rule in C (`describe`)."""
+    if 0 in sizes:
+        return False  # no elements, none shared
+    reach = 0  # the largest offset the dimensions of smaller strides reach
+    for size, stride in sorted(((n, abs(st)) for n, st in zip(sizes, strides) if n > 1), key=lambda d: d[1]):
+        if stride <= reach:
+            return True
+        reach += stride * (size - 1)
+    return False
+
+
 MASK64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
 MIX1 = 0xBF58476D1CE4E5B9

@@ -24,6 +24,7 @@ import torch
 from torch.utils import cpp_extension
 
 from eval import protocol as p
+from eval._capture import self_overlap
 from eval.wire import Channel, ChannelClosed, ProtocolError
 from eval.worker import graphs, idle_probe, integrity, lazy_builds, light_build, prebuilt, timing, tracing
 from eval.worker.compile_only import CompileOnlyDone, compile_only
@@ -468,6 +469,9 @@ class Worker:
                 return [], f"output {i} is a {type(o).__module__}.{type(o).__qualname__}, not a torch.Tensor"
             if o.layout != torch.strided:
                 return [], f"output {i} has layout {o.layout}; a dense tensor is required"
+            if self_overlap(list(o.shape), list(o.stride())):
+                return [], (f"output {i} overlaps itself (sizes {list(o.shape)}, strides {list(o.stride())}: a "
+                            "stride-0 or overlapping view); a dense tensor is required")
             if o.device.type != self.device.type:
                 return [], f"output {i} is on {o.device}, expected {self.device.type}"
             lo, hi = _storage_span(o)

@@ -82,6 +82,8 @@ def output_leaves(out: Any) -> tuple[list[torch.Tensor], str]:
                 return f"output {len(leaves)} has layout {x.layout}"
             if x.dtype not in capture_math.SUPPORTED_DTYPES:
                 return f"output {len(leaves)} has dtype {x.dtype}, which cannot be captured"
+            if capture_math.self_overlap(list(x.shape), list(x.stride())):
+                return f"output {len(leaves)} overlaps itself (sizes {list(x.shape)}, strides {list(x.stride())})"
             leaves.append(x)
             return "" if len(leaves) <= _MAX_LEAVES else f"more than {_MAX_LEAVES} output tensors"
         if depth >= _MAX_DEPTH or type(x) not in (tuple, list, dict):

@@ -64,12 +64,16 @@ cases = {
     "9 dimensions": lambda: torch.zeros([1] * 9),
     "not on the timed device": lambda: torch.zeros(2, device="meta"),
     "holds no tensor": lambda: (),
+    "overlaps itself": lambda: torch.zeros(1, 4).expand(3, 4),  # stride 0: one row stands in for three
+    "overlaps itself (a stride-0": lambda: torch.zeros(8).as_strided((3, 4), (2, 1)),  # rows overlap
 }
 for expect, forward in cases.items():
     times, raw, leaves, violations = run(loop, forward)
     assert times == [] and len(raw) == 0 and leaves == [] and len(violations) == 1 and expect in violations[0], (
         expect, violations)
 assert run(loop, lambda: [[[[x]]]])[3] == []
+assert run(loop, lambda: torch.zeros(4, 3).t())[3] == [] and run(loop, lambda: torch.zeros(4, 6)[:, ::2])[3] == []
+assert run(loop, lambda: torch.zeros(0, 4).expand(3, 0, 4))[3] == []  # no elements: nothing shared
 sizes = iter(range(1, 10))
 times, raw, leaves, violations = run(loop, lambda: torch.zeros(next(sizes)), reps=3)
 assert len(times) == 1 and leaves == [("float32", [1])] and "changed dtype or shape" in violations[0]

@@ -359,6 +359,33 @@ static int read_ints(PyObject *seq, long long *out, Py_ssize_t n) {
     return 0;
 }
 
+/* Whether two elements may share memory: `eval._capture.self_overlap`, the same rule (dims over 1 by stride, each
+ * stride past every offset the smaller ones reach). */
+static int self_overlap(const long long *sizes, const long long *strides, Py_ssize_t ndim) {
+    long long size[KH_MAX_DIMS], stride[KH_MAX_DIMS];
+    int n = 0;
+    for (Py_ssize_t d = 0; d < ndim; ++d)
+        if (sizes[d] == 0) return 0;  /* no elements, none shared */
+    for (Py_ssize_t d = 0; d < ndim; ++d) {
+        if (sizes[d] <= 1) continue;
+        long long st = strides[d] < 0 ? -strides[d] : strides[d];
+        int k = n++;
+        while (k > 0 && stride[k - 1] > st) {  /* insertion sort by stride */
+            stride[k] = stride[k - 1];
+            size[k] = size[k - 1];
+            --k;
+        }
+        stride[k] = st;
+        size[k] = sizes[d];
+    }
+    long long reach = 0;
+    for (int k = 0; k < n; ++k) {
+        if (stride[k] <= reach) return 1;
+        reach += stride[k] * (size[k] - 1);
+    }
+    return 0;
+}
+
 /* Check one tensor leaf and describe it for the kernels. 0 ok, 1 violation, -1 error. */
 static int describe(Loop *self, PyObject *t, int index, kh_leaf *leaf, kh_sig *sig, PyObject *violations) {
     int rc = -1;
@@ -397,6 +424,11 @@ static int describe(Loop *self, PyObject *t, int index, kh_leaf *leaf, kh_sig *s
     }
     long long sizes[KH_MAX_DIMS], strides[KH_MAX_DIMS];
     if (read_ints(size, sizes, ndim) < 0 || read_ints(stride, strides, ndim) < 0) goto done;
+    if (self_overlap(sizes, strides, ndim)) {
+        rc = add_violation(violations, "output tensor %d overlaps itself (a stride-0 or overlapping view)",
+                           index) < 0 ? -1 : 1;
+        goto done;
+    }
     if (!(ptr = PyObject_CallOneArg(self->data_ptr, t))) goto done;
     leaf->data = PyLong_AsUnsignedLongLong(ptr);
     if (PyErr_Occurred()) goto done;
