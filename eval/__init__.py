@@ -43,6 +43,7 @@ _EXPORTS = {
     "cached_ceilings": "eval.roofline",
     "probe_and_cache": "eval.roofline",
     "WorkerProcess": "eval.sandbox",
+    "confine_command": "eval.sandbox",
     "is_secret_name": "eval.sandbox",
     "process_limit_plan": "eval.sandbox",
     "sandbox_plan": "eval.sandbox",

@@ -97,6 +97,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                              "overhead is the median of the rounds' ratios")
     serve.add_argument("--out", help="write the JSON report here")
     serve.add_argument("overrides", nargs="*", help="Hydra overrides for both sides (eval.workers_per_gpu=6)")
+    events = sub.add_parser("trusted-events", help="a worker's GPU work timed by a trusted process's own events "
+                                                   "through interprocess events, beside events in one process (GPU)")
+    events.add_argument("--reps", type=int, default=200, help="repetitions per work kind (default 200)")
+    events.add_argument("--out", help="write the raw figures as JSON here")
     loop = sub.add_parser("loop", help="per-attempt overhead of the run loop")
     loop.add_argument("--attempts", type=int, default=200)
     store = sub.add_parser("store", help="a large synthetic run through the store: resume, report and the page's load "
@@ -156,6 +160,10 @@ def run(args: argparse.Namespace) -> int:
         from harness.bench import store_bench
 
         return store_bench.main(args.attempts, args.out, browser=not args.no_browser)
+    if args.bench == "trusted-events":
+        from harness.bench import trusted_events
+
+        return trusted_events.main(args.reps, args.out)
     from harness.bench import loop_bench
 
     return int(loop_bench.main(args.attempts) or 0)
