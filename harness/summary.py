@@ -11,6 +11,7 @@ from rich.table import Table
 from eval import DEFAULT_PS, EvalResult, Status, fast_p
 from harness.loop import LoopOutcome, best_key
 from harness.progress import NOT_TIMED
+from harness.report.metrics import timing_available
 from harness.store import Outline, RunStore
 
 _MAX_PROBLEM_ROWS = 40
@@ -67,13 +68,18 @@ def fast_p_table(by_turn: dict[int, dict[str, EvalResult | None]], ps: Sequence[
     table.add_column("correct", justify="right")
     for p in ps:
         table.add_column(f"fast_{p:g}", justify="right")
+    timed = _timed(by_turn)
     for t, results in by_turn.items():
         n = len(results) or 1
         passed = [r for r in results.values() if r is not None and r.is_correct]
-        untimed = bool(passed) and not any(r.timing_meaningful for r in passed)  # CPU: no speedup, not a 0
-        fast = [NOT_TIMED if untimed else f"{fast_p(results, p):.2f}" for p in ps]
+        fast = [f"{fast_p(results, p):.2f}" if timed else NOT_TIMED for p in ps]
         table.add_row(str(t), f"{len(passed) / n:.2f}", *fast)
     return table
+
+
+def _timed(by_turn: dict[int, dict[str, EvalResult | None]]) -> bool:
+    """Whether the table's fast_p are figures, decided once for every turn as the report decides it."""
+    return timing_available([r for row in by_turn.values() for r in row.values() if r is not None])
 
 
 def print_summary(
@@ -111,7 +117,6 @@ def print_summary(
     best = best_by_turn(outline, problem_ids, turns)
     texts = store.attempts_by_id(o.id for row in best.values() for o in row.values() if o is not None)
     by_turn = {t: {pid: None if o is None else texts[o.id].result for pid, o in row.items()} for t, row in best.items()}
-    final = by_turn[turns]
     if len(problem_ids) <= _MAX_PROBLEM_ROWS:
         table = Table(title="best attempt per problem")
         for col in ("problem", "status", "speedup", "turn"):
@@ -126,8 +131,7 @@ def print_summary(
             table.add_row(pid, top.status, speed, f"{top.turn} (sample {top.sample})")
         console.print(table)
     console.print(fast_p_table(by_turn))
-    correct = [r for r in final.values() if r is not None and r.is_correct]
-    if correct and not any(r.timing_meaningful for r in correct):
+    if not _timed(by_turn):
         console.print(
             "note: no timing was measured on this device (CPU: the Triton interpreter checks correctness only), "
             "so fast_p counts no problem; `correct` is the share that passed."

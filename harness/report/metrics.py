@@ -176,7 +176,7 @@ def compute_metrics(run: RunData, *, n_boot: int = 2000, seed: int = 0, ps: Sequ
         turns=turns,
         attempts=len(run.attempts),
         timings_measured=timed,
-        timing_available=timed or not devices or not all(_is_cpu(d) for d in devices),
+        timing_available=timing_available(results),
         in_progress=run.in_progress,
         fast_p=scores.fast_p,
         fast_p_ci={p: ci(at_k_per_problem(samples, n, n, p)) for p in ps},
@@ -303,6 +303,18 @@ def _per_problem(attempts: list[Attempt], ids: list[str], levels: dict[str, str]
             host_bound=list(getattr(r, "host_bound", []) or []) if r is not None and r.is_correct else [],
         )
     return out
+
+
+def timing_available(results: Sequence[EvalResult]) -> bool:
+    """Whether fast_p is a figure for these results (else `n/t`, never a 0 that no timing earned): some speedup was
+    measured, or they were neither all judged on a CPU nor correct without a timing. The run's summary table and its
+    report both ask here, so every turn of a CPU run reads `n/t`, the turns before anything passed too."""
+    if any(r.timing_meaningful for r in results):
+        return True
+    ran = [r for r in results if r.compiled] or list(results)  # where the candidate ran: the device that judged it
+    devices = {r.device for r in ran if r.device}
+    on_cpu = bool(devices) and all(_is_cpu(d) for d in devices)
+    return not on_cpu and not any(r.is_correct for r in results)
 
 
 def _is_cpu(device: str) -> bool:
