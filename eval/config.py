@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from eval.measure import TimingRule
 from problems import tolerance
+
+if TYPE_CHECKING:  # the timing module loads torch, which reading or checking a config must not
+    from eval.measure import TimingRule
 
 _UNSET: Any = object()
 SAME: Any = object()  # `unkeyed_at=SAME`: the field's own default
@@ -209,6 +211,8 @@ class EvalConfig:
 
     def timing_rule(self) -> TimingRule:
         """The timing rule these settings give: what the parent plans with and what each timed block carries."""
+        from eval.measure import TimingRule
+
         return TimingRule(method=self.timing_method, min_reps=self.min_reps, max_reps=self.max_reps,
                           target_rel_stderr=self.target_rel_stderr, budget_s=self.time_budget_s,
                           warmup_ms=self.warmup_ms, flush=self.l2_flush, flush_bytes=self.l2_flush_bytes,
