@@ -24,6 +24,7 @@ from harness.inspect.selfcheck import fixtures
 from harness.loop import extract_candidate
 from harness.overrides import compose_config
 from problems import Problem, select_problems
+from tests.serve_fixtures import Server, cpu_overrides
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # sandboxed evaluations; the bound only catches hangs
 
@@ -90,6 +91,20 @@ def test_kernels_task_sends_our_prompts_and_feedback_and_scores_our_verdicts(tmp
     metrics = log.results.scores[0].metrics
     assert metrics["correct"].value == 1.0 and metrics["compiled"].value == 1.0
     assert {name: metrics[name].value for name in FAST} == dict.fromkeys(FAST, 0.0)  # correct, but untimed
+
+
+def test_kernels_task_through_harness_serve_gets_the_servers_prompts_and_verdicts(tmp_path: Path) -> None:
+    [softmax] = select_problems("L1/13_softmax")
+    solution = make_agent({"kind": "reference"}).respond([], problem_id=softmax.id, sample=1, turn=1).text
+    with Server([*cpu_overrides(tmp_path, workers=1), "problems=smoke"]) as server:
+        log = run_kernels(tmp_path, {softmax.id: [solution]}, problems=softmax.id, server=server.url)
+        with server.http() as http:
+            sent = http.post("/v1/messages", json={"problem": softmax.id, "history": []}).json()["messages"]
+    assert log.status == "success", log.error
+    [sample] = log.samples
+    score = sample.scores["kernel_scorer"]
+    assert score.answer == "correct" and score.metadata["result"]["device"] == "cpu (Triton interpreter)", score.explanation
+    assert [(m.role, m.text) for m in sample.messages] == [(m["role"], m["content"]) for m in sent] + [("assistant", solution)]
 
 
 def test_selfcheck_passes_on_a_cpu_through_the_documented_command(tmp_path: Path) -> None:
