@@ -149,3 +149,22 @@ def encode_args(inputs: list[Any]) -> tuple[list[Any], list[torch.Tensor]]:
         else:
             raise ProblemError(f"get_inputs() returned a {type(x).__name__}; only tensors and plain numbers are supported")
     return spec, tensors
+
+
+def encode_trial_args(inputs: list[Any]) -> tuple[list[Any], list[torch.Tensor]]:
+    """`encode_args` for a trial (`protocol.Run`): each tensor carried flat, the span of memory its view covers, with
+    the size and strides that rebuild it, so the worker gets the parent's layout (transposed, sliced) and every trial's
+    request has the same form."""
+    spec, tensors = encode_args(inputs)
+    for entry in spec:
+        if isinstance(entry, dict):
+            t = tensors[entry["t"]]
+            entry.update(size=list(t.shape), stride=list(t.stride()))
+            tensors[entry["t"]] = _flat_span(t)
+    return spec, tensors
+
+
+def _flat_span(t: torch.Tensor) -> torch.Tensor:
+    """The elements from `t`'s first to its last, as a flat view (its strides are never negative)."""
+    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
+    return t.as_strided((span,), (1,))

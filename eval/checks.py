@@ -20,6 +20,7 @@ poisoned allocations, unchanged inputs).
 
 from __future__ import annotations
 
+import random
 import re
 import secrets
 import statistics
@@ -40,7 +41,7 @@ from eval.config import EvalConfig
 from eval.pool import Lease
 from eval._windows import Seat
 from eval._reference_process import Session
-from eval._reference import Reference, encode_args, problem_size
+from eval._reference import Reference, encode_args, encode_trial_args, problem_size
 from eval.result import UNFINISHED, EvalResult, KernelShare, Status, Timing
 from eval.roofline import IMPLAUSIBLE_BELOW_FLOOR, REJECT_BELOW_BYTE_FLOOR, Ceilings
 from problems import (
@@ -57,9 +58,9 @@ from problems import (
     kernelbench_trial_seeds,
     load_source,
     magnitude,
-    make_inputs,
     precision,
     scaled_atol,
+    transformed,
 )
 
 ERROR_CHARS = 3000
@@ -286,92 +287,157 @@ def reply_cap(config: EvalConfig, reference_output_bytes: int = 0) -> int:
     return max(config.max_output_bytes, reference_output_bytes)
 
 
+# The most tensor bytes one trial's inputs may take: the worker's channel takes at most this much a request
+# (`wire.Channel`'s default `max_payload_bytes`). Every trial is carried (`p.Run`); past this a trial off the
+# published inputs is skipped and recorded so, and a published draw ends the evaluation as `skipped`, naming the size.
+MAX_CARRIED_INPUT_BYTES = 8 << 30
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One correctness trial of the plan. Every kind reaches the worker as the same request, the parent's inputs
+    carried (`p.Run`): which kind a trial is, only the parent knows."""
+
+    label: str  # what its secret seed derives from
+    draw: Callable[[int], list[Any]]  # its seed -> its inputs on the evaluation's device
+    record: str = ""  # the result's field that records it ("distributions", "workloads"); "": a published draw
+    name: str = ""  # its entry there; a verdict names it by `where`
+    where: str = ""  # how a verdict names the trial, never with hidden sizes
+    off: bool = False  # values off the published distribution: atol grown with the outputs, run where well-conditioned
+    hidden: bool = False  # shapes never shown to the agent: a verdict gives no index or size of them
+
+
 def trials(ctx: Context) -> None:
-    """Fresh inputs per trial (and every hidden shape set, unless off, and the inputs moved off the published
-    distribution, unless off), outputs compared here, inputs must stay unchanged. Each trial holds the GPU gate shared
-    on its own (the step is "per_trial"); the first, the worker's first call of the candidate, as its warm-up
-    (`GpuGate`: the other workers' trials go on while a timing waits for its JIT compiles)."""
-    assert ctx.reference is not None
-    ref = ctx.reference
-    plan: list[tuple[str, int | None, str]] = [(f"trial{t}", None, "") for t in range(max(2, ctx.config.trials))]
-    if ctx.config.hidden_shapes:
-        plan += [(f"extra{j}", j, "") for j in range(ref.extra_count())]
-    if ctx.config.distribution_trials and not ctx.kernelbench_seeding:
-        plan += [(f"dist-{name}", None, name) for name in DISTRIBUTIONS]
+    """Run the trial plan (`trial_plan`): outputs compared here, inputs must stay unchanged. Each trial holds the GPU
+    gate shared on its own (the step is "per_trial"); the first, the worker's first call of the candidate, as its
+    warm-up (`GpuGate`: the other workers' trials go on while a timing waits for its JIT compiles)."""
+    plan = trial_plan(ctx)
     public = kernelbench_trial_seeds(ctx.config.public_seed, len(plan)) if ctx.kernelbench_seeding else []
-    scales = any(distribution for *_, distribution in plan)  # off-distribution trials grow atol with the outputs
     published: list[float] = []  # mean |output| per output on the first trial's published inputs
-    for trial, (label, extra, distribution) in enumerate(plan):
-        seed = public[trial] if public else derive_seed(ctx.secret, label)
-        with ctx.lease.gate.hold("warm_up" if trial == 0 else "shared"):
-            inputs = draw_inputs(ref.module, seed, ctx.lease.device, extra, on_cpu=bool(public),
-                                         distribution=distribution)
-            fingerprint = input_fingerprint(inputs) if ctx.worker_draws else []
-            expected = ctx.expected(inputs)
-            if distribution and not all(_finite(t) for t in expected):
-                ctx.result.distributions[distribution] = "skipped: the reference is not finite on these inputs"
-                continue
-            atol = scaled_atol(ctx.tolerance()[0], published, [magnitude(t) for t in expected]) if distribution else None
-            if distribution and (why := ref.ill_conditioned(
-                    distribution, inputs, partial(_strict_outputs, ctx, inputs, expected), atol, ctx.tolerance()[1])):
-                ctx.result.distributions[distribution] = f"skipped: ill-conditioned: {why}"
-                continue
-            ctx.allow_outputs(expected)
-            if distribution:  # stays so if the candidate raises, crashes or hangs on these inputs
-                ctx.result.distributions[distribution] = UNFINISHED
-            reply, outputs = _run_trial(ctx, inputs, fingerprint, p.Run(seed=seed, extra=-1 if extra is None else extra,
-                                                                         on_cpu=bool(public), distribution=distribution))
-            ctx.result.trials += 1
-            if scales and not published:
-                published = [magnitude(t) for t in expected]
-            mismatch = _trial_mismatch(ctx, expected, reply, outputs, trial, atol)
-            del inputs, expected, outputs
-        if distribution:
-            ctx.result.distributions[distribution] = "failed" if mismatch is not None else "passed"
+    scales = any(trial.off for trial in plan)
+    for index, trial in enumerate(plan):
+        seed = public[index] if public else derive_seed(ctx.secret, trial.label)
+        with ctx.lease.gate.hold("warm_up" if index == 0 else "shared"):
+            outcome = _trial(ctx, trial, index, seed, published if scales else None)
+        if outcome is None:
+            continue
+        mismatch, reply = outcome
+        if trial.record:
+            _entries(ctx, trial)[trial.name] = "failed" if mismatch is not None else "passed"
         if mismatch is not None:
-            note = f" on hidden input shapes #{extra}" if extra is not None else ""
-            if distribution:
-                note += (f", inputs off the published distribution: {DISTRIBUTIONS[distribution][0]}; atol grown "
-                         "with the outputs' mean |value| (`problems._compare.scaled_atol`)")
-            _incorrect(ctx, mismatch, f"trial {trial}{note}")
+            _incorrect(ctx, mismatch, f"trial {index}{trial.where}", hidden=trial.hidden)
         if reply.mutated_inputs:
             raise Verdict(Status.INCORRECT, f"the candidate modified input(s) {reply.mutated_inputs} in place; "
                                             "the reference leaves its inputs unchanged")
-    if ctx.config.hidden_shapes and not public and ref.extra_count() == 0:
-        derived_workload_trial(ctx, len(plan))
 
 
-def derived_workload_trial(ctx: Context, trial: int) -> None:
-    """A problem without hidden shapes (KernelBench's) gets one derived workload, never shown to the agent: its
-    constants that only get_inputs() reads (batch, sequence...) roughly halved (`runtime.derived_workload`). The
-    inputs are drawn here from that module and carried; skipped where the reference itself fails on them."""
+def trial_plan(ctx: Context) -> list[Trial]:
+    """Fresh published draws (at least 2), every hidden shape set and hidden workload (unless `eval.hidden_shapes`
+    is off), and the inputs moved off the published distribution (unless `eval.distribution_trials` is off). The
+    first is a published draw (the warm-up); the rest are in an order shuffled with the evaluation's secret, so a
+    trial's position does not tell its kind either. KernelBench's seeding keeps its own order and public seeds."""
+    assert ctx.reference is not None
+    ref, device, kb = ctx.reference, ctx.lease.device, ctx.kernelbench_seeding
+    plan = [Trial(f"trial{t}", _draws(ref.module, device, kb)) for t in range(max(2, ctx.config.trials))]
+    if ctx.config.hidden_shapes:
+        plan += [Trial(f"extra{j}", _draws(ref.module, device, kb, j), where=f" on hidden input shapes #{j}",
+                       hidden=True) for j in range(ref.extra_count())]
+    if ctx.config.distribution_trials and not kb:
+        plan += [Trial(f"dist-{name}", partial(_moved, ref.module, device, name), "distributions", name,
+                       f", inputs off the published distribution: {DISTRIBUTIONS[name][0]}; atol grown with the "
+                       "outputs' mean |value| (`problems._compare.scaled_atol`)", off=True) for name in DISTRIBUTIONS]
+    if ctx.config.hidden_shapes and not kb and ref.extra_count() == 0:
+        plan += derived_workload_trials(ctx)
+    if kb:
+        return plan
+    rest = plan[1:]
+    random.Random(derive_seed(ctx.secret, "order")).shuffle(rest)
+    return [plan[0], *rest]
+
+
+def _draws(module: Any, device: torch.device, on_cpu: bool, extra: int | None = None) -> Callable[[int], list[Any]]:
+    return lambda seed: draw_inputs(module, seed, device, extra, on_cpu=on_cpu)
+
+
+def _moved(module: Any, device: torch.device, distribution: str, seed: int) -> list[Any]:
+    return transformed(draw_inputs(module, seed, device), distribution, seed)
+
+
+def derived_workload_trials(ctx: Context) -> list[Trial]:
+    """A problem without hidden shapes (KernelBench's) gets a derived workload, never shown to the agent: its
+    constants that only get_inputs() reads (batch, sequence...) roughly halved (`runtime.derived_workload`), drawn
+    from that module; skipped where the reference itself fails on it."""
     assert ctx.reference is not None
     workload = derived_workload(ctx.reference.module, input_only_constants(ctx.problem.source))
     if not workload:
-        return
+        return []
     name = ", ".join(f"{k}={v}" for k, v in workload.items())
     overrides = {**(ctx.problem.meta["small"] if ctx.small else {}), **workload}
-    with ctx.lease.gate.hold("shared"):
-        try:
-            module = load_source(ctx.problem.source, f"<{ctx.problem.id} derived>", overrides)
-            inputs = make_inputs(module, derive_seed(ctx.secret, "derived"), ctx.lease.device)
-            expected = ctx.expected(inputs)
-        except Exception as exc:  # noqa: BLE001  the reference's own limits: not the candidate's fault
-            ctx.result.workloads[name] = f"skipped: the reference fails on it ({trim(str(exc), 160)})"
-            return
-        if not all(_finite(t) for t in expected):
-            ctx.result.workloads[name] = "skipped: the reference is not finite on it"
-            return
-        ctx.allow_outputs(expected)
-        spec, tensors = encode_args(inputs)
-        ctx.result.workloads[name] = UNFINISHED  # stays so if the candidate raises, crashes or hangs on it
-        reply, outputs = ctx.request(p.Run(args=spec, poison=True), tensors, timeout=ctx.config.call_timeout_s)
-        ctx.result.trials += 1
-        mismatch = _trial_mismatch(ctx, expected, reply, outputs, trial)
-        del inputs, expected, outputs
-    ctx.result.workloads[name] = "failed" if mismatch is not None else "passed"
-    if mismatch is not None:
-        _incorrect(ctx, mismatch, f"trial {trial}, on a hidden workload: {name}")
+    try:
+        module = load_source(ctx.problem.source, f"<{ctx.problem.id} derived>", overrides)
+    except Exception as exc:  # noqa: BLE001  the reference's own limits: not the candidate's fault
+        ctx.result.workloads[name] = f"skipped: the reference fails on it ({trim(str(exc), 160)})"
+        return []
+    return [Trial("derived", _draws(module, ctx.lease.device, False), "workloads", name,
+                  f", on a hidden workload: {name}")]
+
+
+def _entries(ctx: Context, trial: Trial) -> dict[str, str]:
+    """Where the result records `trial` (an unrecorded published draw: a scratch dict)."""
+    return getattr(ctx.result, trial.record) if trial.record else {}
+
+
+def _trial(ctx: Context, trial: Trial, index: int, seed: int, published: list[float] | None
+           ) -> tuple[Mismatch | None, p.RunReply] | None:
+    """One trial: its inputs drawn here and carried, its outputs compared; None where it is skipped (recorded why)."""
+    entries = _entries(ctx, trial)
+    try:
+        inputs = trial.draw(seed)
+        expected = ctx.expected(inputs)
+    except Exception as exc:  # noqa: BLE001  the reference's own limits on inputs it was not written for
+        if not trial.record:
+            raise
+        entries[trial.name] = f"skipped: the reference fails on it ({trim(str(exc), 160)})"
+        return None
+    atol = scaled_atol(ctx.tolerance()[0], published or [], [magnitude(t) for t in expected]) if trial.off else None
+    why = _why_not(ctx, trial, inputs, expected, atol)
+    if why:
+        entries[trial.name] = f"skipped: {why}"
+        return None
+    ctx.allow_outputs(expected)
+    if trial.record:  # stays so if the candidate raises, crashes or hangs on these inputs
+        entries[trial.name] = UNFINISHED
+    spec, tensors = encode_trial_args(inputs)
+    reply, outputs = ctx.request(p.Run(args=spec), tensors, timeout=ctx.config.call_timeout_s)
+    ctx.result.trials += 1
+    if published is not None and not published:
+        published += [magnitude(t) for t in expected]
+    mismatch = _trial_mismatch(ctx, expected, reply, outputs, index, atol)
+    del inputs, expected, outputs, tensors
+    return mismatch, reply
+
+
+def _why_not(ctx: Context, trial: Trial, inputs: list[Any], expected: list[torch.Tensor],
+             atol: list[float] | None) -> str:
+    """Why `trial` is not run on these inputs (or ""): too large to carry, the reference not finite on them, or it
+    ill-conditioned there (`Reference.ill_conditioned`). A published draw too large ends the evaluation."""
+    assert ctx.reference is not None
+    size = tensor_bytes(inputs)
+    if size > MAX_CARRIED_INPUT_BYTES:
+        too_large = (f"its inputs take {size / 2**30:.1f} GiB, over the {MAX_CARRIED_INPUT_BYTES / 2**30:.0f} GiB a "
+                     "trial's inputs may take (checks.MAX_CARRIED_INPUT_BYTES)")
+        if not trial.record:
+            raise Verdict(Status.SKIPPED, f"a trial cannot be run: {too_large}")
+        return too_large
+    if not trial.record:
+        return ""
+    if not all(_finite(t) for t in expected):
+        return "the reference is not finite on these inputs"
+    if atol is None:
+        return ""
+    why = ctx.reference.ill_conditioned(trial.name, inputs, partial(_strict_outputs, ctx, inputs, expected), atol,
+                                        ctx.tolerance()[1])
+    return f"ill-conditioned: {why}" if why else ""
 
 
 def _trial_mismatch(ctx: Context, expected: list[torch.Tensor], reply: p.RunReply, outputs: list[torch.Tensor],
@@ -384,8 +450,13 @@ def _trial_mismatch(ctx: Context, expected: list[torch.Tensor], reply: p.RunRepl
             or compare(expected, outputs, problem_atol if atol is None else atol, rtol, trial=trial))
 
 
-def _incorrect(ctx: Context, mismatch: Mismatch, where: str) -> NoReturn:
-    """The verdict of a trial whose outputs are wrong, naming the output and the trial."""
+def _incorrect(ctx: Context, mismatch: Mismatch, where: str, hidden: bool = False) -> NoReturn:
+    """The verdict of a trial whose outputs are wrong, naming the output and the trial; on hidden shapes without
+    their sizes (no shapes, no index: the verdict reaches the agent)."""
+    if hidden:
+        mismatch.worst_index = None
+        if mismatch.reason.startswith("shape "):
+            mismatch.reason = "shape differs from the reference's"
     ctx.result.mismatch = mismatch
     output = f"output {mismatch.output}: " if mismatch.output >= 0 else ""
     raise Verdict(Status.INCORRECT, f"{output}{mismatch.reason} ({where})")
@@ -405,21 +476,9 @@ def _finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t.float() if t.element_size() == 1 else t).all())
 
 
-def _run_trial(ctx: Context, inputs: list[Any], fingerprint: list[str], drawn: p.Run) -> tuple[Any, list[torch.Tensor]]:
-    """One trial: the worker draws the inputs itself when its draws match ours, else they are carried over."""
-    timeout = ctx.config.call_timeout_s
-    if ctx.worker_draws:
-        reply, outputs = ctx.request(drawn, timeout=timeout)
-        if reply.fingerprint == fingerprint:
-            return reply, outputs
-        _stop_worker_draws(ctx)
-    spec, tensors = encode_args(inputs)
-    return ctx.request(p.Run(args=spec, poison=True), tensors, timeout=timeout)
-
-
 def _stop_worker_draws(ctx: Context) -> None:
     ctx.worker_draws = False
-    ctx.result.flags.append("inputs carried to the worker: its draws from the same seed differed from the "
+    ctx.result.flags.append("timing inputs carried to the worker: its draws from the same seed differed from the "
                             "parent's (get_inputs() is not reproducible across processes)")
 
 

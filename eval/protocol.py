@@ -111,7 +111,6 @@ class Prepare(Request):
 @dataclass
 class RunReply(Reply):
     mutated_inputs: list[int] = field(default_factory=list)
-    fingerprint: list[str] = field(default_factory=list)  # of the inputs the worker drew (`Run.seed`)
     output_structure: str = ""  # the output's containers (`runtime.output_structure`): the parent compares them
 
 
@@ -119,19 +118,17 @@ class RunReply(Reply):
 class Run(Request):
     """One correctness trial; replies with the outputs.
 
-    The inputs are the tensors carried, or, with a `seed`, drawn by the worker on its device
-    (`runtime.draw_inputs(seed, extra or None, on_cpu)`), so large inputs never cross the
-    boundary; the reply's fingerprint lets the parent confirm it drew the same values.
+    The inputs are always the tensors carried, drawn by the parent, which computes the expected outputs from them:
+    a published draw, a hidden shape set, a hidden workload and an input moved off the published distribution are
+    all this one request, with no field that tells them apart (a candidate reads its channel). Each tensor of `args`
+    is `{"t": i, "size": [...], "stride": [...]}`: carried flat, it is rebuilt as that view, so the worker gets
+    the parent's layout (a transposed or sliced input stays so).
     """
 
     cmd: ClassVar[str] = "run"
     reply: ClassVar[type[Reply]] = RunReply
     args: ArgSpec = field(default_factory=list)
     poison: bool = True
-    seed: int = 0  # 0: the inputs are the tensors carried
-    extra: int = -1  # hidden shape set to draw; -1: get_inputs()
-    on_cpu: bool = False
-    distribution: str = ""  # a key of `runtime.DISTRIBUTIONS` applied to the drawn inputs; "": as published
 
 
 @dataclass
@@ -158,7 +155,8 @@ class StageReply(Reply):
 class Stage(Request):
     """Keep `sets` timing input sets on the device for `subject`, rotated by repetition index.
 
-    The sets are the tensors carried, or, with `seeds` (one per set), drawn by the worker as in `Run`. Fresh
+    The sets are the tensors carried, or, with `seeds` (one per set), drawn by the worker
+    (`runtime.draw_inputs(seed, None, on_cpu)`: timing inputs are published draws). Fresh
     inputs for timed repetitions are not staged here: `TimeBlock.seeds` draws them inside the block's wall time.
     """
 

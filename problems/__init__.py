@@ -53,6 +53,7 @@ _EXPORTS = {
     "seed_everything": "problems.runtime",
     "set_precision": "problems.runtime",
     "strict_precision": "problems.runtime",
+    "transformed": "problems.runtime",
     "select_entries": "problems.select",
     "compile_expression": "problems.syntax",
     "literal_value": "problems.syntax",

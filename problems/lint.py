@@ -81,6 +81,7 @@ from problems.runtime import (
     make_inputs,
     output_tensors,
     run_forward,
+    transformed,
 )
 
 DEFAULT_BUDGET_BYTES = 24 * 10**9
@@ -573,7 +574,7 @@ def _check_distributions(problem: Problem, scale: str, module, model: torch.nn.M
         cost = None
     runs, not_finite, ill = [], [], []
     for name in DISTRIBUTIONS:
-        inputs = draw_inputs(module, SEED_A, device, distribution=name)
+        inputs = transformed(draw_inputs(module, SEED_A, device), name, SEED_A)
         try:
             outs = output_tensors(run_forward(model, inputs))
         except Exception as exc:

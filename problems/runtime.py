@@ -226,7 +226,8 @@ def make_inputs(module: types.ModuleType, seed: int, device: str | torch.device 
 # Correctness trials beyond the published distribution: each applies to every floating-point input at once. A
 # shortcut that uses get_inputs()'s distribution instead of the inputs (a loss that is, on average, a function of a
 # few statistics) fails on them; an honest kernel computes the same formula on any values. Each change takes the
-# tensor and a seed of its own (the trial's seed and the input's index), so both sides draw the same values.
+# tensor and a seed of its own (the trial's secret seed and the input's index). The parent applies them and carries
+# the inputs: the worker never learns which trial is moved.
 _HEAVIEST = 1_000.0  # the largest heavy-tailed factor: randn inputs stay finite in fp16 (65,504)
 
 
@@ -259,14 +260,13 @@ def transformed(inputs: list[Any], distribution: str, seed: int) -> list[Any]:
 
 
 def draw_inputs(module: types.ModuleType, seed: int, device: str | torch.device, extra_index: int | None = None,
-                on_cpu: bool = False, distribution: str = "") -> list[Any]:
-    """The inputs of `seed` on `device`: drawn there, or on the CPU and moved (`on_cpu`, KernelBench's values),
-    then moved off the published distribution when asked (`DISTRIBUTIONS`).
+                on_cpu: bool = False) -> list[Any]:
+    """The inputs of `seed` on `device`: drawn there, or on the CPU and moved (`on_cpu`, KernelBench's values).
 
-    The parent and the worker both call this, so the same seed gives the same values on either side.
+    The parent and the worker both call this (the worker for timing inputs only), so the same seed gives the same
+    values on either side.
     """
-    drawn = (make_inputs_on_cpu if on_cpu else make_inputs)(module, seed, device, extra_index)
-    return transformed(drawn, distribution, seed)
+    return (make_inputs_on_cpu if on_cpu else make_inputs)(module, seed, device, extra_index)
 
 
 _FINGERPRINT_VALUES = 64

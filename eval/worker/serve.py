@@ -261,16 +261,10 @@ class Worker:
                               lazy_failed=_error_text(next(iter(lazy_failures), None))), []
 
     def cmd_run(self, msg: p.Run, tensors: list[torch.Tensor]) -> Handled:
-        """One correctness trial on the given or drawn inputs, memory poisoned while it runs."""
+        """One correctness trial on the inputs carried, memory poisoned while it runs."""
         assert self.candidate is not None and self.snapshot is not None
-        fingerprint: list[str] = []
-        if msg.seed:
-            extra = None if msg.extra < 0 else msg.extra
-            inputs = self._draw(msg.seed, extra, msg.on_cpu, distribution=msg.distribution)
-            fingerprint = input_fingerprint(inputs)
-        else:
-            inputs = _rebuild_args(msg.args, [t.to(self.device) for t in tensors])
-        inputs = _at_stable_addresses(inputs, self.trial_buffers)
+        carried = _at_stable_addresses([t.to(self.device) for t in tensors], self.trial_buffers)
+        inputs = _rebuild_args(msg.args, carried)
         pristine = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
         self._sync()
         try:
@@ -290,7 +284,7 @@ class Worker:
         if problem:
             return p.RunReply(ok=False, stage="output", error=problem), []
         mutated = [i for i, (a, b) in enumerate(zip(inputs, pristine)) if isinstance(a, torch.Tensor) and not _same(a, b)]
-        return p.RunReply(mutated_inputs=mutated, fingerprint=fingerprint, output_structure=structure), outputs
+        return p.RunReply(mutated_inputs=mutated, output_structure=structure), outputs
 
     def cmd_stage(self, msg: p.Stage, tensors: list[torch.Tensor]) -> Handled:
         """Keep a subject's timing input sets on the device (carried or drawn outside the exclusive timing window)."""
@@ -298,7 +292,7 @@ class Worker:
         n, count = msg.n_inputs, msg.sets
         reply = p.StageReply()
         if msg.seeds:
-            drawn = [self._draw(seed, None, msg.on_cpu, subject) for seed in msg.seeds]
+            drawn = [self._draw(seed, msg.on_cpu, subject) for seed in msg.seeds]
             reply.fingerprints = [input_fingerprint(d) for d in drawn]
             groups = [[x for x in d if isinstance(x, torch.Tensor)] for d in drawn]
         else:
@@ -313,11 +307,9 @@ class Worker:
         subject.graph = None
         return reply, []
 
-    def _draw(self, seed: int, extra: int | None, on_cpu: bool, subject: Subject | None = None,
-              distribution: str = "") -> list[Any]:
-        """Inputs drawn here from a seed the parent chose (it draws the same ones for the reference)."""
-        problem = (subject or self.subjects["candidate"]).problem
-        return draw_inputs(problem, seed, self.device, extra, on_cpu, distribution)
+    def _draw(self, seed: int, on_cpu: bool, subject: Subject) -> list[Any]:
+        """Timing inputs drawn here from a seed the parent chose (it draws the same ones for the reference)."""
+        return draw_inputs(subject.problem, seed, self.device, None, on_cpu)
 
     def cmd_kernels(self, msg: p.Kernels, tensors: list[torch.Tensor]) -> Handled:
         """Own Triton launches so far and, on a GPU, a profile of calls on the subject's staged set (the reference
@@ -407,7 +399,7 @@ class Worker:
             return {}, f"{len(seeds)} seeds for {len(reps)} repetitions"
         fresh: dict[int, list[torch.Tensor]] = {}
         for rep, seed in zip(reps, seeds):
-            drawn = [x for x in self._draw(seed, None, False, subject) if isinstance(x, torch.Tensor)]
+            drawn = [x for x in self._draw(seed, False, subject) if isinstance(x, torch.Tensor)]
             if len(drawn) != len(subject.buffers) or any(
                     (a.shape, a.dtype) != (b.shape, b.dtype) for a, b in zip(drawn, subject.buffers)):
                 return {}, "get_inputs() draws other shapes each time"
@@ -594,8 +586,14 @@ def _at_stable_addresses(inputs: list[Any], buffers: dict[tuple[Any, ...], torch
 
 
 def _rebuild_args(spec: p.ArgSpec, tensors: list[torch.Tensor]) -> list[Any]:
-    """Inputs travel as tensors plus literals: `{"t": i}` marks tensor i, anything else is a literal."""
-    return [tensors[a["t"]] if isinstance(a, dict) and "t" in a else a for a in spec]
+    """Inputs travel as tensors plus literals: `{"t": i}` marks tensor i, anything else is a literal; with "size" and
+    "stride" (a trial's), tensor i is carried flat and rebuilt as that view of it."""
+    return [_tensor_arg(a, tensors) if isinstance(a, dict) and "t" in a else a for a in spec]
+
+
+def _tensor_arg(entry: dict[str, Any], tensors: list[torch.Tensor]) -> torch.Tensor:
+    t = tensors[entry["t"]]
+    return t.as_strided(entry["size"], entry["stride"]) if "size" in entry else t
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
-"""Inputs drawn by the worker from seeds the parent chose (so large inputs never cross the boundary):
-the draw matches the parent's, a problem whose draw is not reproducible across processes falls back to
-carried inputs without a false verdict, and a candidate that tampers with the worker's draw gains nothing."""
+"""Timing inputs drawn by the worker from seeds the parent chose (so large inputs never cross the boundary; the
+correctness trials are always carried, `tests/eval/test_trial_requests.py`): the draw matches the parent's, a problem
+whose draw is not reproducible across processes falls back to carried inputs without a false verdict, and a candidate
+that tampers with the worker's draw gains nothing."""
 
 from __future__ import annotations
 
@@ -41,7 +42,11 @@ def test_honest_candidate_with_worker_draws(evaluator):
     assert not any("inputs carried" in f for f in result.flags)
 
 
-def test_a_draw_that_differs_between_processes_falls_back_to_carried_inputs(evaluator):
+def test_a_draw_that_differs_between_processes_falls_back_to_carried_inputs():
+    """The trials are carried, so they judge such a problem as any other; the timing sets (staged where timings are
+    taken: `eval.cpu_timing` runs that pipeline on the CPU) fall back to carried sets, and the result says so."""
+    from eval import EvalConfig, Evaluator
+
     # get_inputs() adds a number each process draws once from the OS: the worker's draw from a seed is not the
     # parent's. (Not the process id: a worker's id in its own PID namespace can equal the parent's modulo anything.)
     source = candidates.problem_source(N).replace(
@@ -50,12 +55,13 @@ def test_a_draw_that_differs_between_processes_falls_back_to_carried_inputs(eval
         "\nimport os\n_PER_PROCESS = 1 + int.from_bytes(os.urandom(6), 'little') / 2 ** 48\n")
     assert source != candidates.problem_source(N)
     problem = problem_from_source(source, name="unrepeatable_draw", problem_id="test/unrepeatable_draw")
-    result = evaluator.evaluate(problem, candidates.triton_candidate() + "\n# unrepeatable\n")
-    assert result.status is Status.CORRECT, result.reason
-    assert any("inputs carried" in f for f in result.flags)
-    wrong = candidates.triton_candidate().replace("tl.maximum(a + b, 0.0)", "tl.maximum(a - b, 0.0)")
-    assert wrong != candidates.triton_candidate()
-    assert evaluator.evaluate(problem, wrong).status is Status.INCORRECT
+    with Evaluator(EvalConfig(**EVALUATOR, cpu_timing=True)) as timed:
+        result = timed.evaluate(problem, candidates.triton_candidate() + "\n# unrepeatable\n")
+        assert result.status is Status.CORRECT, result.reason
+        assert any("inputs carried" in f for f in result.flags)
+        wrong = candidates.triton_candidate().replace("tl.maximum(a + b, 0.0)", "tl.maximum(a - b, 0.0)")
+        assert wrong != candidates.triton_candidate()
+        assert timed.evaluate(problem, wrong).status is Status.INCORRECT
 
 
 TAMPER_RUNTIME = '''
