@@ -33,7 +33,7 @@ from eval.checks import Context, RetryAlone, RetryEager, Verdict, trim
 from eval.config import EvalConfig
 from eval.pool import WorkerPool
 from eval._reference import Reference, encode_args, traced_cost, use_small_sizes
-from eval.result import EvalResult, Status, Timing
+from eval.result import EvalResult, EvaluatorClosed, Status, Timing
 from eval.roofline import Ceilings, cached_ceilings, probe, probe_and_cache
 from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout, check_identity, protect_parent, visible_device_entry
 from eval._watchdog import GIB, default_limit_bytes
@@ -101,10 +101,6 @@ def host_gpu_index(host_gpu_ids: Sequence[str], index: int | None) -> int | None
 # Verdicts a process's end decides are never cached: the end may be the host's doing (a stop signal sent to the
 # whole process group, the out-of-memory killer, a busy machine), and a cached verdict outlives the evaluator.
 _NOT_CACHED = (Status.TIMEOUT, Status.CRASH)
-
-
-class EvaluatorClosed(RuntimeError):
-    """An evaluation ended after `close()` began: its verdict may be the closing's doing, so there is none."""
 
 
 class Evaluator:
@@ -267,12 +263,23 @@ class Evaluator:
                 self._baselines.put(key, value)
             return value
 
+    def cached(self, problem: Problem, source: str, backend: str = DEFAULT_BACKEND) -> EvalResult | None:
+        """The verdict the result cache holds for this candidate, read without a worker (None: not cached), so a
+        caller that queues evaluations (`harness serve`) can answer a repeat at once instead of queueing it."""
+        return self._cached(self._result_key(Job(problem, source, backend)))
+
+    def _cached(self, key: str) -> EvalResult | None:
+        hit = self._cache.get(key) if self._cache is not None else None
+        if hit is None:
+            return None
+        return EvalResult.from_dict({**hit, "cached": True, "node": hit.get("node") or socket.gethostname()})
+
     # -- one evaluation ----------------------------------------------------------------------
     def _evaluate(self, job: Job, report: static_checks.SourceReport, build: Claim | None) -> EvalResult:
         t0 = time.perf_counter()
         key = self._result_key(job)
-        if self._cache is not None and (hit := self._cache.get(key)) is not None:
-            return EvalResult.from_dict({**hit, "cached": True, "node": hit.get("node") or socket.gethostname()})
+        if (hit := self._cached(key)) is not None:
+            return hit
         result = self._new_result(job)
         closed = f"the evaluator closed while {job.problem.id} was being evaluated; evaluate it again"
         try:

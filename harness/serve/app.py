@@ -3,7 +3,8 @@
 FastAPI/Starlette on uvicorn: the most used ASGI stack in Python, maintained, typed, with an async request
 model that lets one process hold thousands of waiting requests while the evaluator's threads work; uvicorn is
 its reference server. Bodies are read and checked here by hand (not by pydantic models) so that every refusal
-is ours: 400 naming the field, 413 naming the limit, 404, 401, 429 with Retry-After.
+is ours: 400 naming the field, 413 naming the limit, 404, 401, 409 for an id reused with other content, 429 with
+Retry-After.
 
 A client that disconnects while its evaluation waits in the queue cancels it (unless another client waits for
 the same work). No request and no candidate can stop the server: every error becomes a JSON answer.
@@ -22,7 +23,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from agents import TurnRecord
 from eval import BACKENDS, DEFAULT_BACKEND, EvaluatorClosed
 from harness.serve.queue import QueueFull
-from harness.serve.catalog import BadRequest, NotFound
+from harness.serve.catalog import BadRequest, NotFound, refuse_non_text
+from harness.serve.ids import IdConflict
 from harness.serve.service import Pending, Service
 
 _POLL_S = 0.5  # how often a waiting request checks that its client is still there, and that the service goes on
@@ -38,7 +40,9 @@ class HTTPError(Exception):
         self.code, self.message, self.field, self.limit, self.headers = code, message, field, limit, headers or {}
 
     def response(self) -> JSONResponse:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        """The answer; a message quoting a request's non-text (a lone surrogate) is escaped, so it can be sent."""
+        message = self.message.encode("utf-8", "backslashreplace").decode()
+        error: dict[str, Any] = {"code": self.code, "message": message}
         if self.field is not None:
             error["field"] = self.field
         if self.limit is not None:
@@ -50,6 +54,8 @@ def _item_error(exc: Exception) -> dict[str, Any]:
     """A batch item's own error, shaped like a whole request's."""
     if isinstance(exc, BadRequest):
         return {"error": {"code": 400, "field": exc.field, "message": str(exc)}}
+    if isinstance(exc, IdConflict):
+        return {"error": {"code": 409, "field": exc.field, "message": str(exc)}}
     return {"error": {"code": 404, "message": str(exc)}}
 
 
@@ -155,7 +161,14 @@ def create_app(service: Service, *, token: str | None, max_body_bytes: int = 8 <
                     raise stopping_error() from None
         if service.stopping.is_set():  # set before this coroutine resumed: a signal is handled first
             raise stopping_error()
-        return await asyncio.to_thread(lambda: [service.finish(p) for p in pending])
+        return await asyncio.to_thread(lambda: [finished(p) for p in pending])
+
+    def finished(p: Pending) -> dict[str, Any]:
+        """The answer to `p`, or its error: an id bound to another request (one item's in a batch)."""
+        try:
+            return service.finish(p)
+        except IdConflict as exc:
+            return _item_error(exc)
 
     def submit(requests: list[Any]) -> list[Pending]:
         if service.stopping.is_set():
@@ -177,6 +190,8 @@ def create_app(service: Service, *, token: str | None, max_body_bytes: int = 8 <
             raise HTTPError(404, str(exc), field="problem") from None
         pending = await asyncio.to_thread(submit, [req])
         answers = await answer(request, pending)
+        if answers and "error" in answers[0]:
+            raise HTTPError(**answers[0]["error"])
         return JSONResponse(answers[0] if answers else {"error": {"code": 499, "message": "client went away"}})
 
     @app.post("/v1/evaluate/batch")
@@ -233,6 +248,10 @@ def create_app(service: Service, *, token: str | None, max_body_bytes: int = 8 <
         body = await read_json(request)
         if not isinstance(body, dict) or "problem" not in body:
             raise HTTPError(400, "problem: is required", field="problem")
+        try:
+            refuse_non_text(body)
+        except BadRequest as exc:
+            raise HTTPError(400, str(exc), field=exc.field) from None
         backend = body.get("backend", DEFAULT_BACKEND)
         if backend not in BACKENDS:
             raise HTTPError(400, f"backend: must be one of {', '.join(BACKENDS)}", field="backend")

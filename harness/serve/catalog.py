@@ -15,6 +15,7 @@ from harness.store import safe_name
 from problems import Problem, ProblemError, problem_from_source, select_problems
 
 MAX_SOURCE_CHARS = 1 << 20  # one problem source
+MAX_NAME_CHARS = 100  # a problem's name: a folder of the audit trail's code, which a file system bounds
 
 
 class BadRequest(ValueError):
@@ -23,6 +24,26 @@ class BadRequest(ValueError):
     def __init__(self, field: str, message: str):
         super().__init__(f"{field}: {message}")
         self.field = field
+
+
+def refuse_non_text(value: Any, field: str = "") -> None:
+    """`BadRequest` naming the first string of a JSON value (`field`; "": the body) that UTF-8 cannot hold: a lone
+    surrogate, which a JSON `\\u` escape can make, could be neither stored nor sent back. Iterative, since JSON
+    nests as deep as it parses."""
+    stack: list[tuple[str, Any]] = [(field, value)]
+    while stack:
+        field, item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode()
+            except UnicodeEncodeError as exc:
+                raise BadRequest(field or "body", f"holds a lone surrogate (U+{ord(item[exc.start]):04X} at "
+                                                  f"character {exc.start}), which is not text") from None
+        elif isinstance(item, dict):
+            for key, v in reversed(item.items()):  # each key is checked before its value, in the body's order
+                stack += [(f"{field}.{key}" if field else str(key), v), (f"{field or 'body'} (a key)", key)]
+        elif isinstance(item, list):
+            stack += [(f"{field or 'body'}[{i}]", v) for i, v in reversed(list(enumerate(item)))]
 
 
 class NotFound(LookupError):
@@ -60,8 +81,8 @@ class Catalog:
                 raise BadRequest(f"{field}.source", "must be the problem file's text")
             if len(source) > MAX_SOURCE_CHARS:
                 raise BadRequest(f"{field}.source", f"longer than {MAX_SOURCE_CHARS} characters")
-            if not isinstance(name, str) or not name or safe_name(name) != name:
-                raise BadRequest(f"{field}.name", "must be a name of letters, digits and . _ + -")
+            if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS or safe_name(name) != name:
+                raise BadRequest(f"{field}.name", f"must be a name of 1 to {MAX_NAME_CHARS} letters, digits and . _ + -")
             try:
                 return problem_from_source(source, name=name, problem_id=f"custom/{name}")
             except ProblemError as exc:

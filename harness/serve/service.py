@@ -27,12 +27,15 @@ from harness.executors import make_evaluator
 from harness.loop import evaluate_safely, extract_candidate
 from harness.serve import rewards
 from harness.serve.audit import AuditTrail
-from harness.serve.catalog import BadRequest, Catalog
+from harness.serve.catalog import BadRequest, Catalog, refuse_non_text
+from harness.serve.ids import IdConflict, RequestIds, fingerprint
 from harness.serve.metrics import Metrics
 from harness.serve.queue import QueueFull, Ticket, WorkQueue
 from problems import Problem
 
 MAX_CODE_CHARS = 1 << 20  # one reply or candidate
+MAX_ID_CHARS = 128
+MAX_TURN = (1 << 63) - 1  # the largest integer the audit trail's SQLite column holds
 _ANSWERS_KEPT = 16384  # answers kept by request id, so a retried request gets the same answer
 
 
@@ -47,6 +50,13 @@ class EvalRequest:
     preset: str | None = None
     reward: str | None = None
     turn: int = 1
+    field: str = "id"  # where the id was given (`requests[2].id` in a batch), for a conflict's answer
+
+    @property
+    def fingerprint(self) -> str:
+        """The digest its id is bound to: everything that shapes its answer."""
+        return fingerprint(self.problem.id, self.problem.source_hash, self.reply, self.backend, self.preset,
+                           self.reward, self.turn)
 
 
 @dataclass
@@ -59,6 +69,7 @@ class Pending:
     result: EvalResult | None = None
     ticket: Ticket | None = None
     queue: WorkQueue | None = None
+    conflict: IdConflict | None = None  # its id is bound to another request: answered 409, never evaluated
     coalesced: bool = False
     started: float = dataclasses.field(default_factory=time.time)
     submitted: float = dataclasses.field(default_factory=time.monotonic)  # for the answer's `timings`
@@ -103,7 +114,7 @@ class Service:
         self._finish_lock = threading.Lock()  # held while an answer is stored (the store writes one at a time anyway)
         self._lane_lock = threading.Lock()  # held while a preset's evaluator starts (slow); requests go on meanwhile
         self._lanes: dict[str, Lane] = {}
-        self._answers: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+        self._ids = RequestIds(_ANSWERS_KEPT)
         self.audit: AuditTrail | None = None
         try:
             first = self.lane(self.default_preset)
@@ -159,9 +170,11 @@ class Service:
 
     # -- requests ----------------------------------------------------------------------------
     def parse(self, body: Any, prefix: str = "") -> EvalRequest:
-        """Check one evaluate request; `BadRequest` names the first bad field, `NotFound` an unknown problem."""
+        """Check one evaluate request; `BadRequest` names the first bad field, `NotFound` an unknown problem. Every
+        field is checked here, before any work, so that nothing a request holds can fail its store or its answer."""
         if not isinstance(body, dict):
             raise BadRequest(prefix.rstrip(".") or "body", "must be a JSON object")
+        refuse_non_text(body, prefix.rstrip("."))
         for key in ("problem", "code"):
             if key not in body:
                 raise BadRequest(prefix + key, "is required")
@@ -177,35 +190,44 @@ class Service:
         if preset is not None and preset not in self.presets:
             raise BadRequest(prefix + "eval", f"unknown preset {preset!r}; valid: {', '.join(self.presets)}")
         reward = body.get("reward")
+        if reward is not None and not isinstance(reward, str):
+            raise BadRequest(prefix + "reward", "must be a reward's name (a string)")
         try:
             rewards.get(reward if reward is not None else self.default_reward)
         except rewards.RewardError as exc:
             raise BadRequest(prefix + "reward", str(exc)) from None
         rid, turn = body.get("id"), body.get("turn", 1)
-        if rid is not None and (not isinstance(rid, str) or not 0 < len(rid) <= 128):
-            raise BadRequest(prefix + "id", "must be a string of 1 to 128 characters")
-        if isinstance(turn, bool) or not isinstance(turn, int) or turn < 1:
-            raise BadRequest(prefix + "turn", "must be an integer >= 1")
+        if rid is not None and (not isinstance(rid, str) or not 0 < len(rid) <= MAX_ID_CHARS):
+            raise BadRequest(prefix + "id", f"must be a string of 1 to {MAX_ID_CHARS} characters")
+        if isinstance(turn, bool) or not isinstance(turn, int) or not 1 <= turn <= MAX_TURN:
+            raise BadRequest(prefix + "turn", f"must be an integer from 1 to {MAX_TURN}")
         problem = self.find_problem(body["problem"], prefix + "problem")
         return EvalRequest(id=rid or uuid.uuid4().hex, problem=problem, reply=code, backend=backend,
-                           preset=preset, reward=reward, turn=turn)
+                           preset=preset, reward=reward, turn=turn, field=prefix + "id")
 
     def submit(self, requests: list[EvalRequest]) -> list[Pending]:
-        """Start every request (all or nothing: `QueueFull`); format errors and repeated ids are answered at once."""
+        """Start every request (all or nothing: `QueueFull`); format errors, cached verdicts and repeated ids are
+        answered at once, never queued behind evaluations. A request whose id is bound to other content is never
+        evaluated: `finish` raises its `IdConflict`."""
         pending: list[Pending] = []
         by_lane: dict[str, list[tuple[int, tuple[str, Callable[[], Any]]]]] = collections.defaultdict(list)
         for i, req in enumerate(requests):
             p = Pending(req)
             pending.append(p)
-            with self._lock:
-                p.answer = self._answers.get(req.id)
-            if p.answer is not None:
+            try:
+                p.answer = self._ids.bind(req.id, req.fingerprint, req.field)
+            except IdConflict as exc:
+                p.conflict = exc
+            if p.answer is not None or p.conflict is not None:
                 continue
             code, refused = extract_candidate(req.reply, req.problem.id, req.backend)
             p.code, p.result = code, refused
             if refused is not None:
                 continue
             lane = self.lane(req.preset or self.default_preset)
+            p.result = lane.evaluator.cached(req.problem, code, req.backend)
+            if p.result is not None:
+                continue
             key = cache_key(problem=req.problem.source_hash, candidate=code, backend=req.backend,
                             config=lane.config.cache_fields(), device=lane.device)
             by_lane[lane.preset].append((i, (key, self._job(lane, req.problem, code, req.backend))))
@@ -249,7 +271,10 @@ class Service:
         """The answer to a request whose result is known: reward, feedback, and the attempt stored.
 
         One answer per id, recorded once, and on disk before anyone gets it: a retry of the id that arrives while
-        the first try is being stored waits for it (`_finish_lock`) and gets the same answer."""
+        the first try is being stored waits for it (`_finish_lock`) and gets the same answer; a request of other
+        content under that id gets `IdConflict`, never that answer."""
+        if p.conflict is not None:
+            raise p.conflict
         if p.answer is not None:
             return p.answer
         handed = time.monotonic()
@@ -266,8 +291,7 @@ class Service:
                   "feedback": feedback, "code": p.code, "problem": req.problem.id, "reward_name": req.reward or self.default_reward,
                   "coalesced": p.coalesced, "result": result.to_dict()}
         with self._finish_lock:
-            with self._lock:
-                known = self._answers.get(req.id)
+            known = self._ids.bind(req.id, req.fingerprint, req.field)
             if known is not None:
                 return known
             self.metrics.verdict(result.status.value, cached=result.cached)
@@ -277,11 +301,7 @@ class Service:
                                   code=p.code, result=result, feedback=feedback, speedup=speedup, eval_s=eval_s,
                                   started=p.started)
             answer["timings"] = _timings(p, eval_s, handed, stored, time.monotonic())
-            with self._lock:
-                self._answers[req.id] = answer
-                while len(self._answers) > _ANSWERS_KEPT:
-                    self._answers.popitem(last=False)
-        return answer
+            return self._ids.keep(req.id, req.fingerprint, answer, req.field)
 
     def evaluate(self, body: dict[str, Any]) -> dict[str, Any]:
         """One request, answered in this thread (what `KernelEnv` uses in-process); waits while the queue is full."""

@@ -47,8 +47,8 @@ def distinct(code: str, tag: str) -> str:
 
 def test_evaluate_contract(client, server):
     """A reply with prose around the code: the loop's extraction, a real verdict, a reward, feedback, the result."""
-    r = client.post("/v1/evaluate", json={"problem": CUSTOM, "code": reply(distinct(GOOD, "contract")),
-                                          "backend": "triton", "id": "req-contract-1"})
+    body = {"problem": CUSTOM, "code": reply(distinct(GOOD, "contract")), "backend": "triton", "id": "req-contract-1"}
+    r = client.post("/v1/evaluate", json=body)
     assert r.status_code == 200, r.text
     d = r.json()
     assert {"id", "status", "speedup", "reward", "feedback", "result"} <= set(d)
@@ -57,9 +57,11 @@ def test_evaluate_contract(client, server):
     assert d["feedback"].startswith("Status: correct") and "add_relu_kernel" in d["feedback"]
     assert d["result"]["status"] == "correct" and d["result"]["kernels"]["own_kernels_launched"] == ["add_relu_kernel"]
     assert "seed" not in json.dumps(d["result"]).lower()
-    # the same id again: the same answer, not a second evaluation
-    again = client.post("/v1/evaluate", json={"problem": CUSTOM, "code": "anything", "id": "req-contract-1"}).json()
+    # the same request again: the same answer, not a second evaluation; the same id with other content: 409
+    again = client.post("/v1/evaluate", json=body).json()
     assert again == d
+    other = client.post("/v1/evaluate", json={**body, "code": "anything"})
+    assert other.status_code == 409 and other.json()["error"]["field"] == "id"
 
 
 def test_rewards_by_name_and_failures(client):
