@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 from agents.base import Agent, ConfigError
 from agents.retry import RateLimiter, RateLimits, RetryingAgent, RetryPolicy
 from agents.settings import (SETTINGS, AnthropicSettings, CommandSettings, OpenAISettings,
-                             ReferenceSettings, ReplaySettings)
+                             ReferenceSettings, ReplaySettings, refuse_settings_that_cannot_work)
 
 AGENT_KINDS: tuple[str, ...] = tuple(SETTINGS)
 
@@ -42,6 +42,7 @@ def make_agent(cfg: Mapping[str, Any]) -> Agent:
     # null means "use the default", except api_key_env: null, which means "no key needed"
     args = {k: v for k, v in cfg.items() if v is not None or k == "api_key_env"}
     settings = dataclasses.replace(defaults, **args, retry=retry, rate_limit=rate_limit)
+    refuse_settings_that_cannot_work(settings)
     try:
         inner = _BUILDERS[kind](settings)
     except (TypeError, ValueError) as exc:

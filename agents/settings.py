@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Optional
+from urllib.parse import urlsplit
 
+from agents.base import ConfigError
 from agents.retry import RateLimits, RetryPolicy
 
 
@@ -105,3 +107,19 @@ class ReferenceSettings:
 SETTINGS: dict[str, type] = {
     cls.kind: cls for cls in (OpenAISettings, AnthropicSettings, CommandSettings, ReplaySettings, ReferenceSettings)
 }
+
+
+def refuse_settings_that_cannot_work(settings: Any) -> None:
+    """`ConfigError` naming a setting under which no request could ever succeed, so the run stops before any work
+    with the setting named (a zero timeout fails every request; a base_url that is not a URL reads as an
+    unreachable agent)."""
+    kind = settings.kind
+    timeout = getattr(settings, "timeout_s", None)
+    if timeout is not None and not 0 < timeout < float("inf"):
+        raise ConfigError(f"agent {kind!r}: timeout_s must be a number of seconds > 0, got {timeout}")
+    base_url = getattr(settings, "base_url", None)
+    if base_url is not None:
+        parts = urlsplit(str(base_url))
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(f"agent {kind!r}: base_url must be an http:// or https:// URL (such as "
+                              f"http://localhost:8000/v1), got {base_url!r}")

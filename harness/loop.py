@@ -104,13 +104,15 @@ class LoopSettings:
             problems.append(f"backend must be {' or '.join(BACKENDS)}, got {self.backend!r}")
         if self.max_concurrency < 1:
             problems.append(f"max_concurrency must be >= 1, got {self.max_concurrency}")
-        if self.target_speedup is not None and self.target_speedup <= 0:
+        # written `not x > 0`, not `x <= 0`, so that nan (which no comparison holds for, and so would never stop
+        # anything) is refused too
+        if self.target_speedup is not None and not self.target_speedup > 0:
             problems.append(f"target_speedup must be > 0 or null, got {self.target_speedup}")
         if self.max_tokens is not None and self.max_tokens < 0:
             problems.append(f"budget.max_tokens must be >= 0 or null, got {self.max_tokens}")
-        if self.max_cost_usd is not None and self.max_cost_usd < 0:
+        if self.max_cost_usd is not None and not self.max_cost_usd >= 0:
             problems.append(f"budget.max_cost_usd must be >= 0 or null, got {self.max_cost_usd}")
-        if self.stop_grace_s < 0:
+        if not self.stop_grace_s >= 0:
             problems.append(f"stop_grace_s must be >= 0, got {self.stop_grace_s}")
         if problems:
             raise ValueError("; ".join(problems))

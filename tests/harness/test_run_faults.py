@@ -52,3 +52,18 @@ def test_malformed_replies_are_their_attempts_verdicts_and_the_run_goes_on(serve
     assert "not valid UTF-8" in got[2][2]
     assert got[3][3] == "No code yet \ufffd."
     assert main(["run", *args]) == 0 and len(server.requests) == 4
+
+
+@pytest.mark.parametrize("override, named", [
+    ("target_speedup=nan", "target_speedup must be > 0 or null, got nan"),
+    ("budget.max_cost_usd=nan", "budget.max_cost_usd must be >= 0 or null, got nan"),
+    ("agent.timeout_s=0", "timeout_s must be a number of seconds > 0"),
+    ("agent.base_url=notaurl", "base_url must be an http:// or https:// URL"),
+])
+def test_settings_that_would_do_nothing_are_refused_in_one_line(server, base, tmp_path, capsys, override,
+                                                                named) -> None:
+    args = [*base, *openai_args(server, "idle", model="gpt-4o"), override]
+    assert main(["run", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert named in err and len(err.splitlines()) == 1, err
+    assert not server.requests and not (tmp_path / "runs" / "idle").exists()
