@@ -28,7 +28,7 @@ from typing import Any
 
 LEAD_US = 300.0
 # work per repetition: spin kernels of these lengths (one thread), and a memory-bound add over 2**24 floats
-SPIN_US = (2.0, 10.0, 50.0, 500.0)
+SPIN_US = (0.0, 2.0, 10.0, 50.0, 500.0)
 ADD_ELEMENTS = 1 << 24
 
 
@@ -86,7 +86,7 @@ def _spin_cycles(us: float) -> int:
 
 def _cycles(kind: str) -> int:
     """A work kind's spin cycles (0: the memory-bound add)."""
-    return 0 if kind == "add" else _spin_cycles(float(kind.removeprefix("spin")))
+    return 0 if kind == "add" else max(1, _spin_cycles(float(kind.removeprefix("spin"))))
 
 
 def _work(kind: str, x: Any) -> None:
@@ -102,35 +102,46 @@ def _kinds() -> list[str]:
     return [f"spin{us:g}" for us in SPIN_US] + ["add"]
 
 
-def _spawn(confined: bool) -> tuple[subprocess.Popen, Any, Any, str]:
-    """The worker process, unconfined or in the evaluator's sandbox, with a pipe each way."""
+# How the worker runs, besides unconfined and in the evaluator's sandbox: one namespace or identity change at a time,
+# to tell which of the sandbox's parts an interprocess event cannot cross
+_ALONE = {"ipc namespace": ["-i"], "pid namespace": ["-p", "-f", "--mount-proc"], "mount namespace": ["-m"],
+          "network namespace": ["-n"], "uts namespace": ["-u"]}
+WAYS = ("unconfined", "sandboxed", *_ALONE, "uid 65534")
+
+
+def _spawn(way: str) -> tuple[subprocess.Popen, Any, Any]:
+    """The worker process, run `way` (one of WAYS), with a pipe each way."""
     from eval import confine_command, sandbox_plan
 
     to_child_r, to_child_w = os.pipe()
     from_child_r, from_child_w = os.pipe()
     folder = tempfile.mkdtemp(prefix="kh-bench-events-")
+    os.chmod(folder, 0o777)
     cmd = [sys.executable, "-c", _WORKER, str(to_child_r), str(from_child_w)]
-    note = "unconfined"
-    if confined:
+    user = None
+    if way == "sandboxed":
         plan = sandbox_plan()
         if not plan.filesystem:
             raise RuntimeError(f"no sandbox on this host: {plan.note}")
         if plan.uid is not None:
             os.chown(folder, plan.uid, plan.uid)
         cmd = confine_command(plan, [folder], cmd, network=False)
-        note = "sandboxed"
-    proc = subprocess.Popen(cmd, pass_fds=(to_child_r, from_child_w), cwd=folder)
+    elif way in _ALONE:
+        cmd = ["unshare", *_ALONE[way], "--", *cmd]
+    elif way == "uid 65534":
+        user = 65534
+    proc = subprocess.Popen(cmd, pass_fds=(to_child_r, from_child_w), cwd=folder, user=user)
     os.close(to_child_r)
     os.close(from_child_w)
-    return proc, os.fdopen(to_child_w, "w", buffering=1), os.fdopen(from_child_r, "r"), note
+    return proc, os.fdopen(to_child_w, "w", buffering=1), os.fdopen(from_child_r, "r")
 
 
-def _trusted_windows(confined: bool, reps: int) -> dict[str, Any]:
+def _trusted_windows(way: str, reps: int, lead_us: float) -> dict[str, Any]:
     """Per work kind: the trusted side's windows, the worker's own event times, and how many repetitions' host
     exchange outlasted the GPU lead."""
     import torch
 
-    proc, to_child, from_child, note = _spawn(confined)
+    proc, to_child, from_child = _spawn(way)
     go = torch.cuda.Event(enable_timing=False, interprocess=True)
     done = torch.cuda.Event(enable_timing=False, interprocess=True)
     stream = torch.cuda.Stream()
@@ -143,7 +154,7 @@ def _trusted_windows(confined: bool, reps: int) -> dict[str, Any]:
             start, end, lead_end = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True),
                                     torch.cuda.Event())
             with torch.cuda.stream(stream):
-                torch.cuda._sleep(_spin_cycles(LEAD_US))
+                torch.cuda._sleep(_spin_cycles(lead_us))
                 lead_end.record(stream)
                 start.record(stream)
                 go.record(stream)
@@ -158,6 +169,7 @@ def _trusted_windows(confined: bool, reps: int) -> dict[str, Any]:
         to_child.write(json.dumps({"stop": True}) + "\n")
         own = json.loads(from_child.readline())
     finally:
+        proc.kill()
         proc.wait(timeout=120)
     torch.cuda.synchronize()
     by_kind: dict[str, Any] = {}
@@ -168,7 +180,7 @@ def _trusted_windows(confined: bool, reps: int) -> dict[str, Any]:
             continue
         entry["window_us"].append(s.elapsed_time(e) * 1000)
         entry["own_us"].append(own_us)
-    return {"worker": note, "kinds": by_kind}
+    return {"worker": way, "kinds": by_kind}
 
 
 def _in_process(reps: int) -> dict[str, list[float]]:
@@ -196,7 +208,8 @@ def _iqr(values: list[float]) -> float:
     return q[2] - q[0]
 
 
-def main(reps: int, out: str | None) -> int:
+def main(reps: int, out: str | None, ways: tuple[str, ...] = ("unconfined", "sandboxed"),
+         lead_us: float = LEAD_US) -> int:
     import torch
 
     if not torch.cuda.is_available():
@@ -205,13 +218,13 @@ def main(reps: int, out: str | None) -> int:
     torch.cuda.init()
     report: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "reps": reps,
                               "in_process": _in_process(reps), "runs": []}
-    for confined in (False, True):
+    for way in ways:
         try:
-            report["runs"].append(_trusted_windows(confined, reps))
-        except Exception as exc:  # noqa: BLE001  a host where IPC events cannot cross the sandbox: say so
-            report["runs"].append({"worker": "sandboxed" if confined else "unconfined", "error": repr(exc)[:400]})
-    print(f"{report['device']}, torch {report['torch']}, {reps} repetitions per work kind, lead {LEAD_US:g} us")
-    print(f"{'work':>8} {'in-process median/IQR us':>26} | {'worker':>10} {'window median/IQR':>18} "
+            report["runs"].append(_trusted_windows(way, reps, lead_us))
+        except Exception as exc:  # noqa: BLE001  a way an interprocess event cannot cross: say so
+            report["runs"].append({"worker": way, "error": repr(exc)[:400]})
+    print(f"{report['device']}, torch {report['torch']}, {reps} repetitions per work kind, lead {lead_us:g} us")
+    print(f"{'work':>8} {'in-process median/IQR us':>26} | {'worker':>17} {'window median/IQR':>18} "
           f"{'own median':>11} {'window-own':>11} {'late':>5}")
     for run in report["runs"]:
         if "error" in run:
@@ -221,7 +234,7 @@ def main(reps: int, out: str | None) -> int:
             base = report["in_process"][kind]
             w, o = entry["window_us"], entry["own_us"]
             gap = statistics.median([a - b for a, b in zip(w, o)]) if w else float("nan")
-            print(f"{kind:>8} {statistics.median(base):13.2f} / {_iqr(base):6.2f}     | {run['worker'][:10]:>10} "
+            print(f"{kind:>8} {statistics.median(base):13.2f} / {_iqr(base):6.2f}     | {run['worker'][:17]:>17} "
                   f"{(statistics.median(w) if w else float('nan')):10.2f} / {_iqr(w):5.2f} "
                   f"{(statistics.median(o) if o else float('nan')):11.2f} {gap:11.2f} {entry['late']:>5}")
     if out:

@@ -101,6 +101,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                    "through interprocess events, beside events in one process (GPU)")
     events.add_argument("--reps", type=int, default=200, help="repetitions per work kind (default 200)")
     events.add_argument("--out", help="write the raw figures as JSON here")
+    events.add_argument("--lead-us", type=float, default=300.0, help="the GPU lead before each window (default 300)")
+    events.add_argument("--ways", default="unconfined,sandboxed",
+                        help="how the worker runs, comma-separated: unconfined, sandboxed, or one namespace or identity "
+                             "change alone (ipc, pid, mount, network or uts namespace; uid 65534)")
     loop = sub.add_parser("loop", help="per-attempt overhead of the run loop")
     loop.add_argument("--attempts", type=int, default=200)
     store = sub.add_parser("store", help="a large synthetic run through the store: resume, report and the page's load "
@@ -163,7 +167,11 @@ def run(args: argparse.Namespace) -> int:
     if args.bench == "trusted-events":
         from harness.bench import trusted_events
 
-        return trusted_events.main(args.reps, args.out)
+        ways = tuple(w.strip() for w in args.ways.split(",") if w.strip())
+        if not ways or set(ways) - set(trusted_events.WAYS):
+            print(f"--ways: choose from {', '.join(trusted_events.WAYS)} (got {args.ways!r})")
+            return 2
+        return trusted_events.main(args.reps, args.out, ways, args.lead_us)
     from harness.bench import loop_bench
 
     return int(loop_bench.main(args.attempts) or 0)
