@@ -23,7 +23,7 @@ _EXPORTS = {
     "steps_left_out": "eval.checks",
     "EvalConfig": "eval.config",
     "Evaluator": "eval.evaluator",
-    "EvaluatorClosed": "eval.evaluator",
+    "EvaluatorClosed": "eval.result",
     "Job": "eval.evaluator",
     "render_feedback": "eval.feedback",
     "share_text": "eval.feedback",

@@ -33,7 +33,7 @@ from eval.checks import Context, RetryAlone, RetryEager, Verdict, trim
 from eval.config import EvalConfig
 from eval.pool import WorkerPool
 from eval._reference import Reference, encode_args, traced_cost, use_small_sizes
-from eval.result import EvalResult, Status, Timing
+from eval.result import EvalResult, EvaluatorClosed, Status, Timing
 from eval.roofline import Ceilings, cached_ceilings, probe, probe_and_cache
 from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout, check_identity, protect_parent, visible_device_entry
 from eval._watchdog import GIB, default_limit_bytes
@@ -101,10 +101,6 @@ def host_gpu_index(host_gpu_ids: Sequence[str], index: int | None) -> int | None
 # Verdicts a process's end decides are never cached: the end may be the host's doing (a stop signal sent to the
 # whole process group, the out-of-memory killer, a busy machine), and a cached verdict outlives the evaluator.
 _NOT_CACHED = (Status.TIMEOUT, Status.CRASH)
-
-
-class EvaluatorClosed(RuntimeError):
-    """An evaluation ended after `close()` began: its verdict may be the closing's doing, so there is none."""
 
 
 class Evaluator:

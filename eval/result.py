@@ -40,6 +40,11 @@ class Status(str, Enum):
 UNFINISHED = "unfinished"
 
 
+class EvaluatorClosed(RuntimeError):
+    """An evaluation ended after `close()` began: its verdict may be the closing's doing, so there is none. Here,
+    with the results, so that code that handles it (the run loop) loads no evaluator to name it."""
+
+
 @dataclass
 class Timing:
     """Summary of repeated timings of one callable, in milliseconds."""

@@ -37,7 +37,6 @@ from agents import ConfigError, PromptBuilder, PromptError, make_agent
 from eval import DEFAULT_BACKEND, EvalConfig
 from harness import overrides as ov
 from harness.cli import VERSION, stdout_closed
-from harness.executors import make_evaluator
 from harness.loop import (DISK, MIN_CONCURRENCY, REFUSED, UNREACHABLE, LoopOutcome, LoopSettings, RunLoop,
                           concurrency_for, unfinished)
 from harness.progress import QuietDisplay, live_display
@@ -212,6 +211,14 @@ def _run(cfg: DictConfig) -> int:
             sys.stdout.flush()
             os._exit(code)
     return code
+
+
+def make_evaluator(executor: dict[str, Any], eval_config: EvalConfig, log: Any = None) -> Any:
+    """`harness.executors.make_evaluator`, imported only once a run has work left: it loads torch and the evaluator,
+    which a config error, `--help` or a resume with nothing left to run must not wait for."""
+    from harness.executors import make_evaluator as make
+
+    return make(executor, eval_config, log=log)
 
 
 class _NoEvaluator:

@@ -2,7 +2,7 @@
 
 Every key's type and default lives in a Python schema, registered here with Hydra's ConfigStore
 (outside every group, so `--help` never lists a schema as an option): the root (`schema.RunConfig`),
-each agent kind (`agents.settings`), each executor (`harness.executors`) and the evaluator
+each agent kind (`agents.settings`), each executor (`harness.executor_settings`) and the evaluator
 (`eval.config.EvalConfig`). Each YAML file starts from its schema and holds only what differs.
 """
 
@@ -11,7 +11,7 @@ from hydra.core.config_store import ConfigStore
 from agents import SETTINGS
 from eval import EvalConfig
 from harness.conf.schema import RunConfig
-from harness.executors import EXECUTORS
+from harness.executor_settings import EXECUTORS
 
 _store = ConfigStore.instance()
 _store.store(name="run_schema", node=RunConfig)

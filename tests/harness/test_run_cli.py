@@ -162,3 +162,34 @@ def test_a_resume_with_nothing_left_starts_no_evaluator(base, tmp_path, capsys) 
     assert "resuming" in again and "stopped: finished" in out
     assert main(["run", *args, "turns=2"]) == 0  # more turns: work left, an evaluator again
     assert "evaluator worker(s)" in capsys.readouterr().err
+
+
+HEAVY = ("torch", "triton", "ray", "eval.evaluator")  # what takes `harness run` seconds to import
+
+
+def _heavy_imports(*args: str) -> tuple[int, list[str], str]:
+    """`harness run ARGS` in a fresh interpreter: its exit code, the `HEAVY` modules it imported, its stderr."""
+    probe = ("import atexit, sys\n"
+             f"atexit.register(lambda: print('heavy:', *[m for m in {HEAVY!r} if m in sys.modules]))\n"
+             "from harness.cli import main\n"
+             "sys.exit(main(['run', *sys.argv[1:]]))\n")  # --help exits inside: the hook reports at exit
+    done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, cwd=REPO, timeout=600)
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("heavy:")]
+    return done.returncode, line.split()[1:], done.stderr
+
+
+def test_a_config_error_and_help_load_no_torch(tmp_path) -> None:
+    """A typo, a value of the wrong type and `--help` are answered before the evaluator (torch, Triton, Ray) is
+    imported: about a second, not the 15-40 s a loaded machine took (docs/benchmarks.md)."""
+    for args in (["turnz=3"], ["turns=many"], [f"runs_dir={tmp_path}", "agent=openai", "agent.modle=x"]):
+        code, heavy, err = _heavy_imports(*args)
+        assert code == 2 and "error:" in err and heavy == [], (args, heavy, err)
+    code, heavy, _ = _heavy_imports("--help")
+    assert code == 0 and heavy == [], heavy
+
+
+def test_a_resume_with_nothing_left_loads_no_torch(base, tmp_path) -> None:
+    args = [*base, "agent=reference", "name=idle"]
+    assert main(["run", *args]) == 0
+    code, heavy, err = _heavy_imports(*args, "quiet=false")
+    assert code == 0 and "nothing left to run" in err and heavy == [], (heavy, err)
