@@ -33,9 +33,11 @@ class Verdict:
 
 
 class Judge(Protocol):
-    """What the solver and the scorer need: the conversation of the next turn, and a reply's verdict."""
+    """What the solver and the scorer need: each sample's problem (by sample id), the conversation of the next
+    turn, and a reply's verdict."""
 
     backend: str
+    problems: dict[str, Problem]
 
     def messages(self, problem: Problem, history: Sequence[TurnRecord]) -> list[dict[str, str]]: ...
 
@@ -45,8 +47,9 @@ class Judge(Protocol):
 class LocalJudge:
     """Prompts and verdicts in this process, from a `harness run` config (`harness.overrides.compose_config`)."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], problems: dict[str, Problem]) -> None:
         self.backend = str(config["backend"])
+        self.problems = problems
         self._prompts = prompt_builder(config, self.backend)
         self._config = config
 
@@ -77,8 +80,9 @@ class ServedJudge:
     """Prompts and verdicts from a `harness serve` at `url` (its settings: preset, prompts, device). A problem it
     serves goes by id; any other (the self-check's own problem) by its source."""
 
-    def __init__(self, url: str, backend: str) -> None:
+    def __init__(self, url: str, backend: str, problems: dict[str, Problem]) -> None:
         self.backend = backend
+        self.problems = problems
         self._client = EvalClient(url)
         self._served = {p["id"] for p in self._client.problems()}
 

@@ -19,7 +19,6 @@ from eval import DEFAULT_PS, EvalResult, Status, score
 from harness.inspect.judge import Judge
 from harness.inspect.solver import TURNS, turn_entry
 from harness.loop import best_key
-from problems import Problem
 
 
 @metric(scores="unreduced")
@@ -42,10 +41,11 @@ def scored_turn(turns: list[dict[str, Any]]) -> dict[str, Any]:
     return best if best["result"]["status"] == Status.CORRECT.value else turns[-1]
 
 
-async def judged(judge: Judge, problem: Problem, state: TaskState) -> Score:
+async def judged(judge: Judge, state: TaskState) -> Score:
     """Judge the sample's last reply and score its whole trajectory (the solver's judged turns before it)."""
     turns = list(state.store.get(TURNS, []))
     reply = state.output.completion
+    problem = judge.problems[str(state.sample_id)]
     verdict = await anyio.to_thread.run_sync(judge.verdict, problem, reply, len(turns) + 1)
     turns.append(turn_entry(len(turns) + 1, reply, verdict))
     best = scored_turn(turns)
@@ -62,10 +62,10 @@ async def judged(judge: Judge, problem: Problem, state: TaskState) -> Score:
 
 
 @scorer(metrics=[kernel_metrics()])
-def kernel_scorer(judge: Judge, problems: dict[str, Problem]) -> Scorer:
+def kernel_scorer(judge: Judge) -> Scorer:
     """Our evaluator's verdict on each sample's last reply; the trajectory scored by its best attempt."""
 
     async def score_sample(state: TaskState, target: Target) -> Score:
-        return await judged(judge, problems[str(state.sample_id)], state)
+        return await judged(judge, state)
 
     return score_sample

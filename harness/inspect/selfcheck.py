@@ -33,14 +33,21 @@ class SelfCheckFailed(RuntimeError):
 
 
 @dataclass(frozen=True)
+class Expected:
+    """The verdict a fixture must get, and whether it must carry a measured speedup."""
+
+    status: Status
+    timed: bool = False
+
+
+@dataclass(frozen=True)
 class Fixture:
-    """A candidate, its problem, the verdict it must get, and whether that verdict must carry a measured speedup."""
+    """A candidate, its problem and what it must get."""
 
     name: str
     problem: Problem
     code: str
-    expected: Status
-    timed: bool = False
+    expected: Expected
 
 
 def fixtures(gpu: bool) -> list[Fixture]:
@@ -48,21 +55,22 @@ def fixtures(gpu: bool) -> list[Fixture]:
     add_relu = problem_from_source(hostile.PROBLEM, name="add_relu", problem_id="selfcheck/add_relu")
     [(softmax, solution)] = solutions(HONEST_SOLUTION)
     _, side_stream, side_verdict = hostile.kernelbench_gaps(on_gpu=gpu)["side_stream"]
-    found = [Fixture("honest_solution", softmax, solution, Status.CORRECT, timed=gpu),
-             Fixture("honest_example", add_relu, hostile.GOOD, Status.CORRECT, timed=gpu),
-             Fixture("side_stream", add_relu, side_stream, Status(side_verdict), timed=gpu and side_verdict == "correct")]
-    found += [Fixture(name, add_relu, hostile.HOSTILE[name][0], Status(hostile.HOSTILE[name][1])) for name in HOSTILE]
+    found = [Fixture("honest_solution", softmax, solution, Expected(Status.CORRECT, timed=gpu)),
+             Fixture("honest_example", add_relu, hostile.GOOD, Expected(Status.CORRECT, timed=gpu)),
+             Fixture("side_stream", add_relu, side_stream, Expected(Status(side_verdict),
+                                                                    timed=gpu and side_verdict == "correct"))]
+    found += [Fixture(name, add_relu, hostile.HOSTILE[name][0], Expected(Status(hostile.HOSTILE[name][1])))
+              for name in HOSTILE]
     nonce = uuid.uuid4().hex
-    return [Fixture(f.name, f.problem, f"{f.code.rstrip()}\n# harness self-check {nonce}\n", f.expected, f.timed)
-            for f in found]
+    return [Fixture(f.name, f.problem, f"{f.code.rstrip()}\n# harness self-check {nonce}\n", f.expected) for f in found]
 
 
 @solver
-def fixture_reply(by_name: dict[str, Fixture]) -> Solver:
-    """The sample's fixture as the model's reply (one fenced block), with no model call."""
+def fixture_reply(codes: dict[str, str]) -> Solver:
+    """The sample's fixture (`codes` by sample id) as the model's reply, in one fenced block, with no model call."""
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
-        reply = fenced(by_name[str(state.sample_id)].code)
+        reply = fenced(codes[str(state.sample_id)])
         state.output = ModelOutput.from_content(model="selfcheck", content=reply)
         state.messages.append(ChatMessageAssistant(content=reply))
         return state
@@ -70,27 +78,26 @@ def fixture_reply(by_name: dict[str, Fixture]) -> Solver:
     return solve
 
 
-def mismatch(fixture: Fixture, score: Score) -> str | None:
+def mismatch(expected: Expected, score: Score) -> str | None:
     """What is wrong with a fixture's score, or None when it got its known verdict."""
     meta = score.metadata or {}
-    if meta.get("status") != fixture.expected.value:
-        return f"expected {fixture.expected.value}, got {meta.get('status')}: {meta.get('reason')}"
-    if fixture.timed and meta.get("speedup") is None:
+    if meta.get("status") != expected.status.value:
+        return f"expected {expected.status.value}, got {meta.get('status')}: {meta.get('reason')}"
+    if expected.timed and meta.get("speedup") is None:
         device = (meta.get("result") or {}).get("device") or "unknown"
         return f"expected a measured speedup on a GPU, got none (device: {device}): {meta.get('reason')}"
     return None
 
 
 @scorer(metrics=[accuracy()])
-def selfcheck_scorer(judge: Judge, by_name: dict[str, Fixture]) -> Scorer:
-    """The real scorer on each fixture; its known verdict, or `SelfCheckFailed`."""
+def selfcheck_scorer(judge: Judge, expected: dict[str, Expected]) -> Scorer:
+    """The real scorer on each fixture; its known verdict (`expected` by sample id), or `SelfCheckFailed`."""
 
     async def score_fixture(state: TaskState, target: Target) -> Score:
-        fixture = by_name[str(state.sample_id)]
-        score = await judged(judge, fixture.problem, state)
-        wrong = mismatch(fixture, score)
+        score = await judged(judge, state)
+        wrong = mismatch(expected[str(state.sample_id)], score)
         if wrong is not None:
-            raise SelfCheckFailed(f"self-check fixture {fixture.name!r}: {wrong}")
+            raise SelfCheckFailed(f"self-check fixture {state.sample_id!r}: {wrong}")
         return Score(value=CORRECT, answer=score.answer, explanation=score.explanation, metadata=score.metadata)
 
     return score_fixture

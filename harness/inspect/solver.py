@@ -16,7 +16,6 @@ from inspect_ai.solver import Generate, Solver, TaskState, solver
 
 from agents import TurnRecord
 from harness.inspect.judge import Judge, Verdict
-from problems import Problem
 
 TURNS = "harness_turns"  # the store key: [{"turn", "reply", "code", "feedback", "result"}] of the judged turns
 _ROLES = {"system": ChatMessageSystem, "user": ChatMessageUser, "assistant": ChatMessageAssistant}
@@ -39,11 +38,11 @@ def records(entries: list[dict[str, Any]]) -> list[TurnRecord]:
 
 
 @solver
-def kernel_turns(judge: Judge, problems: dict[str, Problem], turns: int = 1) -> Solver:
+def kernel_turns(judge: Judge, turns: int = 1) -> Solver:
     """`turns` turns per problem: prompt, reply, and (before the last) our verdict's feedback."""
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
-        problem = problems[str(state.sample_id)]
+        problem = judge.problems[str(state.sample_id)]
         judged: list[dict[str, Any]] = []
         for turn in range(1, turns + 1):
             state.messages = chat(await anyio.to_thread.run_sync(judge.messages, problem, records(judged)))

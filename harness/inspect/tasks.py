@@ -24,13 +24,12 @@ from harness.inspect.scorer import kernel_scorer
 from harness.inspect.selfcheck import fixture_reply, fixtures, selfcheck_scorer
 from harness.inspect.solver import chat, kernel_turns
 from harness.overrides import compose_config
-from problems import select_problems
+from problems import Problem, select_problems
 
 
-def _judge(overrides: list[str], server: str | None) -> tuple[Judge, dict[str, Any]]:
-    """The judge, in process or served, and the `harness run` config these overrides give."""
-    config = compose_config(overrides)
-    return (ServedJudge(server, config["backend"]) if server else LocalJudge(config)), config
+def _judge(config: dict[str, Any], problems: dict[str, Problem], server: str | None) -> Judge:
+    """The judge of these problems (by sample id): in process under this `harness run` config, or served."""
+    return ServedJudge(server, config["backend"], problems) if server else LocalJudge(config, problems)
 
 
 @task
@@ -39,21 +38,21 @@ def kernels(problems: str = "smoke", turns: int = 1, backend: str = DEFAULT_BACK
     """Each problem of the selection over `turns` turns, scored by our evaluator; fast_p as metrics."""
     if turns < 1:
         raise ValueError(f"turns must be >= 1, got {turns}")
-    judge, config = _judge([f"problems.spec='{problems}'", f"backend={backend}", *shlex.split(overrides)], server)
-    selected = {p.id: p for p in select_problems(str(config["problems"]["spec"]))}
+    config = compose_config([f"problems.spec='{problems}'", f"backend={backend}", *shlex.split(overrides)])
+    judge = _judge(config, {p.id: p for p in select_problems(str(config["problems"]["spec"]))}, server)
     dataset = [Sample(id=p.id, input=chat(judge.messages(p, [])), metadata={"level": p.level, "name": p.name})
-               for p in selected.values()]
-    return Task(dataset=dataset, solver=kernel_turns(judge, selected, turns), scorer=kernel_scorer(judge, selected))
+               for p in judge.problems.values()]
+    return Task(dataset=dataset, solver=kernel_turns(judge, turns), scorer=kernel_scorer(judge))
 
 
 @task
 def kernels_selfcheck(gpu: bool | None = None, overrides: str = "", server: str | None = None) -> Task:
     """Known-verdict fixtures through the real scorer; fails loudly when a verdict differs. `gpu=true` on a GPU
     machine (the default is what torch sees, so a machine whose CUDA is broken would be checked as a CPU)."""
-    expected = fixtures(torch.cuda.is_available() if gpu is None else gpu)
-    by_name = {f.name: f for f in expected}
-    judge, _ = _judge(["eval.cache_dir=null", *shlex.split(overrides)], server)  # judged now, never from a cache
-    dataset = [Sample(id=f.name, input=f"The self-check's {f.name} fixture ({f.problem.id})", target=f.expected.value,
-                      metadata={"expected": f.expected.value, "timed": f.timed}) for f in expected]
-    return Task(dataset=dataset, solver=fixture_reply(by_name), scorer=selfcheck_scorer(judge, by_name),
-                fail_on_error=True)
+    found = fixtures(torch.cuda.is_available() if gpu is None else gpu)
+    config = compose_config(["eval.cache_dir=null", *shlex.split(overrides)])  # judged now, never from a cache
+    judge = _judge(config, {f.name: f.problem for f in found}, server)
+    dataset = [Sample(id=f.name, input=f"The self-check's {f.name} fixture ({f.problem.id})",
+                      target=f.expected.status.value, metadata={"timed": f.expected.timed}) for f in found]
+    return Task(dataset=dataset, solver=fixture_reply({f.name: f.code for f in found}),
+                scorer=selfcheck_scorer(judge, {f.name: f.expected for f in found}), fail_on_error=True)

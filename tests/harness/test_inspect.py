@@ -111,7 +111,7 @@ def test_selfcheck_passes_on_a_cpu_through_the_documented_command(tmp_path: Path
     proc, log = selfcheck_cli(tmp_path, "gpu=false", "overrides=eval.device=cpu")
     assert proc.returncode == 0 and log.status == "success", proc.stdout[-4000:] + proc.stderr[-4000:]
     verdicts = {s.id: s.scores["selfcheck_scorer"].answer for s in log.samples}
-    assert verdicts == {f.name: f.expected.value for f in fixtures(gpu=False)}
+    assert verdicts == {f.name: f.expected.status.value for f in fixtures(gpu=False)}
     assert set(verdicts.values()) == {"correct", "incorrect", "rejected"}
     assert log.results.scores[0].metrics["accuracy"].value == 1.0
 
