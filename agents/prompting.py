@@ -9,14 +9,14 @@ Templates use `string.Template` placeholders (`$name`; write `$$` for a literal 
 A template is named in config: a bare name is looked up in `prompts_dir` (if given), then in
 `agents/prompts/`; a path to a `.md` file is used as is. Unknown placeholders fail at construction.
 
-Context policy: `full` sends every earlier reply verbatim; `last_k` keeps only the last k turns
+Context policy: `full` sends every earlier reply verbatim, up to `MAX_REPLY_CHARS` (a longer one is
+cut, and its feedback says so; the run store keeps it whole); `last_k` keeps only the last k turns
 and, of those, only the code (the reasoning prose is dropped) plus the feedback, so context stays
 bounded over many turns.
 """
 
 from __future__ import annotations
 
-import ast
 import re
 import string
 from dataclasses import dataclass
@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 from agents.base import Message
 from agents._hardware import hardware_facts
 from eval import BACKENDS, DEFAULT_BACKEND
-from problems import parse_python
+from problems import ProblemError, public_source
 
 PROMPTS_DIR = Path(__file__).parent / "prompts"
 EXAMPLES_DIR = PROMPTS_DIR / "examples"
@@ -35,7 +35,7 @@ CONTEXT_POLICIES = ("full", "last_k")
 _TASK_VARS = frozenset({"problem_source", "hardware", "example_reference", "example_solution"})
 _FEEDBACK_VARS = frozenset({"turn", "feedback"})
 _NO_CODE = "(This reply contained no usable code block.)"
-_HIDDEN_NAMES = ("META", "get_extra_inputs")  # harness metadata and shapes checked but never shown
+MAX_REPLY_CHARS = 65536  # of one earlier reply, as a later prompt sends it back
 
 
 class PromptError(ValueError):
@@ -81,31 +81,12 @@ def load_template(name: str, prompts_dir: str | Path | None = None, *, allowed: 
 
 
 def visible_source(source: str) -> str:
-    """The problem source as the agent sees it: without `META` and `get_extra_inputs` (and the
-    comment lines right above them), since extra input shapes are checked but never shown."""
+    """The problem source as the agent sees it (`problems.public_source`: without `META` and `get_extra_inputs`),
+    a `PromptError` for one that does not parse."""
     try:
-        tree = parse_python(source)
-    except SyntaxError as exc:
-        raise PromptError(f"problem source does not parse (line {exc.lineno}: {exc.msg})") from None
-    lines = source.splitlines()
-    drop: set[int] = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            names = [node.name]
-        elif isinstance(node, ast.Assign):
-            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            names = [node.target.id]
-        else:
-            continue
-        if not any(n in _HIDDEN_NAMES for n in names):
-            continue
-        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
-        while first > 0 and lines[first - 1].lstrip().startswith("#"):
-            first -= 1
-        drop.update(range(first, node.end_lineno or node.lineno))
-    kept = [line for i, line in enumerate(lines) if i not in drop]
-    return re.sub(r"\n{3,}", "\n\n\n", "\n".join(kept)).strip() + "\n"
+        return public_source(source)
+    except ProblemError as exc:
+        raise PromptError(str(exc)) from None
 
 
 def render_hardware(facts: Mapping[str, Any]) -> str:
@@ -189,8 +170,13 @@ class PromptBuilder:
         )
 
     def feedback_prompt(self, record: TurnRecord) -> str:
-        """The user message that follows turn `record.turn`."""
-        return self._feedback.substitute(turn=record.turn, feedback=record.feedback.strip() or "(no feedback)")
+        """The user message that follows turn `record.turn`; under `full` context, it says when that turn's reply
+        was cut (`MAX_REPLY_CHARS`)."""
+        feedback = record.feedback.strip() or "(no feedback)"
+        if self.context == "full" and len(record.reply) > MAX_REPLY_CHARS:
+            feedback += (f"\n\nNote: your reply was {len(record.reply):,} characters long; only its first "
+                         f"{MAX_REPLY_CHARS:,} are shown above. Keep replies to the code and a short explanation.")
+        return self._feedback.substitute(turn=record.turn, feedback=feedback)
 
     def messages(self, problem_source: str, history: Sequence[TurnRecord] = ()) -> list[Message]:
         """The conversation for the next turn, after the finished turns in `history` (oldest first)."""
@@ -207,7 +193,7 @@ class PromptBuilder:
         out.append(Message("user", first))
         for record in kept:
             if self.context == "full":
-                reply = record.reply if record.reply.strip() else "(empty reply)"
+                reply = record.reply[:MAX_REPLY_CHARS] if record.reply.strip() else "(empty reply)"
             else:
                 reply = fenced(record.code) if record.code is not None else _NO_CODE
             out.append(Message("assistant", reply))

@@ -59,6 +59,7 @@ from problems import (
     load_source,
     magnitude,
     precision,
+    public_source,
     scaled_atol,
     transformed,
 )
@@ -240,7 +241,7 @@ def load(ctx: Context) -> None:
         "precision": ctx.config.precision, "copy_state": ctx.config.copy_reference_state}
     label = ctx.problem.path or f"<{ctx.problem.id}>"
     reply, _ = ctx.lease.worker.request(
-        p.Load(problem_source=ctx.problem.source, problem_label=label, candidate_source=ctx.source,
+        p.Load(problem_source=public_source(ctx.problem.source), problem_label=label, candidate_source=ctx.source,
                weight_seed=weight_seed, size_overrides=overrides,
                extensions_dir=ctx.build.extensions_dir if ctx.build else None, **rules),
         timeout=ctx.config.import_timeout_s)

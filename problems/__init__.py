@@ -32,6 +32,7 @@ _EXPORTS = {
     "ProblemError": "problems.problem",
     "load_problem_file": "problems.problem",
     "problem_from_source": "problems.problem",
+    "public_source": "problems.problem",
     "DISTRIBUTIONS": "problems.runtime",
     "build_model": "problems.runtime",
     "derive_seed": "problems.runtime",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,3 +142,35 @@ def load_problem_file(path: str | Path, *, problem_id: str | None = None, level:
         byte = exc.object[exc.start]
         raise ProblemError(f"{p}: not a text file (not UTF-8: byte {byte:#04x} at offset {exc.start})") from None
     return problem_from_source(source, name=p.stem, problem_id=problem_id or p.stem, level=level, path=str(p))
+
+
+_HIDDEN_NAMES = ("META", "get_extra_inputs")  # harness metadata and hidden shapes: checked, never shown
+
+
+def public_source(source: str) -> str:
+    """The problem source as those judged on it see it: without `META` and `get_extra_inputs` (and the comment lines
+    right above them). Agents are shown this, and a candidate's worker is sent it (`eval.checks.load`): hidden shapes
+    are checked but never revealed, not even to code that reads its own process."""
+    try:
+        tree = parse_python(source)
+    except SyntaxError as exc:
+        raise ProblemError(f"problem source does not parse (line {exc.lineno}: {exc.msg})") from None
+    lines = source.splitlines()
+    drop: set[int] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names = [node.name]
+        elif isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names = [node.target.id]
+        else:
+            continue
+        if not any(n in _HIDDEN_NAMES for n in names):
+            continue
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+        while first > 0 and lines[first - 1].lstrip().startswith("#"):
+            first -= 1
+        drop.update(range(first, node.end_lineno or node.lineno))
+    kept = [line for i, line in enumerate(lines) if i not in drop]
+    return re.sub(r"\n{3,}", "\n\n\n", "\n".join(kept)).strip() + "\n"

@@ -256,6 +256,22 @@ def test_solutions_runs_tests_and_caches_of_the_project_are_hidden(evaluator, pr
         shutil.rmtree(PROJECT_ROOT / "runs" / f"kh-run-{os.getpid()}", ignore_errors=True)
 
 
+def test_the_worker_is_sent_only_the_public_part_of_its_problem(evaluator):
+    """Hidden shapes are checked but never shown, not even to code that searches its own process: the candidate
+    looks through every object the worker holds for the problem's module, and answers wrongly if any it finds defines
+    `get_extra_inputs` or `META` (the worker is sent `problems.public_source` of the problem)."""
+    hidden = PROBLEM + "\n\nMETA = {'small': {}}\n\n\ndef get_extra_inputs():\n    return [[torch.randn(1, 77), torch.randn(1, 77)]]\n"
+    body = """        collector = __import__("g" + "c")
+        modules = [o for o in collector.get_objects() if type(o).__name__ == "module" and hasattr(o, "get_init_inputs")]
+        assert modules, "found no problem module"
+        if any(hasattr(m, "get_extra_inputs") or hasattr(m, "META") for m in modules):
+            raise RuntimeError("saw the hidden workloads")
+"""
+    r = evaluator.evaluate(problem_from_source(hidden, name="add_relu_hidden"), variant(FORWARD, body + FORWARD))
+    assert r.status is Status.CORRECT, r.reason + r.error
+    assert "extra0" in r.workloads or r.trials > 5, r.workloads  # the hidden shapes were still judged
+
+
 SHM_KEY_HOST, SHM_KEY_WORKER = 0x4B480000 + os.getpid() % 0xFFFF, 0x4B470000 + os.getpid() % 0xFFFF
 
 
