@@ -67,3 +67,15 @@ def test_settings_that_would_do_nothing_are_refused_in_one_line(server, base, tm
     err = capsys.readouterr().err.strip()
     assert named in err and len(err.splitlines()) == 1, err
     assert not server.requests and not (tmp_path / "runs" / "idle").exists()
+
+
+def test_a_huge_reply_is_stored_whole_but_sent_back_cut_and_the_feedback_says_so(server, base, tmp_path) -> None:
+    huge = "Thinking aloud. " * 655_360  # about 10 MB of prose, no code
+    server.script(reply(huge), reply("No code yet."))
+    assert main(["run", *base, *openai_args(server, "huge", turns=2)]) == 0
+    ((stored,), _) = rows(tmp_path / "runs" / "huge", "reply")
+    assert stored == huge
+    second = server.requests[1].body["messages"]
+    sent_back = next(m["content"] for m in second if m["role"] == "assistant")
+    assert huge.startswith(sent_back) and len(sent_back) < len(huge) // 100
+    assert f"your reply was {len(huge):,} characters long" in second[-1]["content"]
