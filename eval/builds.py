@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 import threading
 import time
@@ -69,6 +70,28 @@ def build_note(reply: protocol.PrepareReply, compile_only: bool, unfinished: lis
                      f"still building when the build's limit of {limit_s:.0f} s ran out (eval.import_timeout_s): the "
                      f"candidate's call to it fails at once")
     return "; ".join(parts)
+
+
+# A compiler's line for an include it cannot find: gcc/clang (`FILE:LINE:COL: fatal error: H: No such file or
+# directory`) and nvcc's front end (`FILE(LINE): catastrophic error: cannot open source file "H"`)
+_MISSING_HEADER = re.compile(r'^(?P<file>\S+?)(?::\d+:\d+: fatal error: (?P<gcc>[^:\s]+): No such file or directory'
+                             r'|\(\d+\): catastrophic error: cannot open source file "(?P<nvcc>[^"]+)")', re.MULTILINE)
+# The headers of the CUDA toolkit's own libraries (cuBLAS, cuSPARSE, cuSOLVER, cuRAND, cuFFT, NVTX, NVRTC, ...): a
+# partial toolkit (nvcc alone, as pip's packages install it) lacks some, which torch's CUDA headers include
+_TOOLKIT_HEADER = re.compile(r"^(cuda|cublas|cusparse|cusolver|curand|cufft|cudnn|nvtx|nccl|nvrtc|nvjpeg|npp|cupti)")
+
+
+def missing_toolkit_header(error: str, build_folder: Path) -> str | None:
+    """The toolkit header a failed compile-only build could not find, or None when the failure is the candidate's:
+    a header counts as the toolkit's when it is one of its libraries' (`cusparse.h`), or when a file outside the
+    candidate's build folder (torch's headers) includes it. A syntax error, or an include of a header of the
+    candidate's own making, stays a compile error."""
+    for m in _MISSING_HEADER.finditer(error or ""):
+        header = m.group("gcc") or m.group("nvcc")
+        outside = not Path(m.group("file")).resolve().is_relative_to(build_folder.resolve())
+        if outside or _TOOLKIT_HEADER.match(Path(header).name):
+            return header
+    return None
 
 
 def needs_build(report: SourceReport, backend: str, own_kernel_policy: str) -> bool:
@@ -294,6 +317,11 @@ class Builder:
             return Build(ok=False, error=f"the build crashed: {exc.detail}\n{exc.output}")
         finally:
             worker.close()
+        header = missing_toolkit_header(reply.error, ext_dir) if compile_only and not reply.ok else None
+        if header is not None:  # the check, not the candidate, fell short: what a GPU machine's toolkit has is missing
+            return Build(ok=True, extensions_dir=str(ext_dir), seconds=round(time.perf_counter() - t0, 3),
+                         note=f"CUDA candidates cannot run without a GPU, and the compile-only check could not "
+                              f"finish: this machine's CUDA toolkit lacks {header}, which the build includes")
         note = build_note(reply, compile_only, unfinished_builds(ext_dir), self._timeout)
         # read here, once the build worker is gone: what the build produced, never what the source says
         return Build(ok=reply.ok, error=reply.error, extensions_dir=str(ext_dir), note=note,

@@ -146,3 +146,21 @@ def test_a_candidate_refused_from_its_source_is_never_built(build_evaluator):
     (r,) = build_evaluator.evaluate_many([Job(problem, pytorch_only, "cuda")])
     assert r.status is Status.REJECTED and "defines no kernel of its own" in r.reason, f"{r.status}: {r.reason}"
     assert build_evaluator._builder.kept() == before
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="the build runs only with nvcc")
+def test_a_toolkit_header_this_machine_lacks_skips_the_candidate_and_a_syntax_error_still_fails(build_evaluator):
+    """A partial CUDA toolkit (nvcc without the libraries' headers) fails an honest candidate's build on a header
+    that a GPU machine's toolkit has (`ATen/cuda/CUDAContext.h` includes `cusparse.h`): `skipped`, saying so, not a
+    `compile_error` that every study counts as the candidate's failure. Where the toolkit is whole, it compiles:
+    `skipped` too. A syntax error in a kernel whose headers are all there is still a compile error (where a header
+    is missing, the compiler stops at it, so this machine cannot tell)."""
+    problem = candidates.problem(4096)
+    plain = candidates.cuda_candidate("toolkit", 256, "")
+    context = "#include <torch/types.h>\n#include <ATen/cuda/CUDAContext.h>"
+    honest = candidates.edit(plain, "#include <torch/extension.h>", context)
+    typo = _one_build(candidates.edit(plain, "int threads = 256;", "int threads = 256"))
+    ok, bad = build_evaluator.evaluate_many([Job(problem, honest, "cuda"), Job(problem, typo, "cuda")])
+    assert ok.status is Status.SKIPPED, ok.reason + ok.error
+    assert "compiled with nvcc" in ok.reason or "this machine's CUDA toolkit lacks" in ok.reason, ok.reason
+    assert bad.status is Status.COMPILE_ERROR, bad.reason
