@@ -29,7 +29,7 @@ from eval._reaper import owner_of, owner_token
 _PROBE_LOCK = threading.Lock()  # workers start on several threads; one probe answers them all
 
 
-def _hierarchies() -> list[tuple[int, Path, list[str]]]:
+def hierarchies() -> list[tuple[int, Path, list[str]]]:
     """This process's own cgroup in each mounted hierarchy: (version, folder, controllers), v2 first."""
     own: dict[str, str] = {}
     try:
@@ -55,12 +55,12 @@ def _hierarchies() -> list[tuple[int, Path, list[str]]]:
 
 def _candidate_bases() -> list[Path]:
     """This process's own cgroup in each hierarchy that has a pids controller (v2 first, then v1)."""
-    return [path for version, path, options in _hierarchies() if version == 2 or "pids" in options]
+    return [path for version, path, options in hierarchies() if version == 2 or "pids" in options]
 
 
 def unified_base() -> Path | None:
     """This process's own cgroup in the v2 hierarchy, where one is mounted."""
-    return next((path for version, path, _ in _hierarchies() if version == 2), None)
+    return next((path for version, path, _ in hierarchies() if version == 2), None)
 
 
 def joinable(group: Path) -> bool:

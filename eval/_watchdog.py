@@ -59,9 +59,13 @@ def _proportional_bytes(pid: int) -> int:
     return _resident_set_bytes(pid)
 
 
-def over_limit(root: int, limit_bytes: int) -> int | None:
-    """The tree's Pss where it is over `limit_bytes`, else None; Pss is read only where the resident sets, its upper
-    bound, are over (with `_COUNTER_SLACK`: the kernel's resident counters may lag by a few pages per thread)."""
+def over_limit(root: int, limit_bytes: int, charged: Callable[[], int] | None = None) -> int | None:
+    """What the tree holds where it is over `limit_bytes`, else None: the kernel's charge to its memory cgroup
+    (`charged`, `eval._memcg`: shared memory it never maps included) or its Pss. Pss is read only where the resident
+    sets, its upper bound, are over (with `_COUNTER_SLACK`: the kernel's resident counters may lag by a few pages per
+    thread)."""
+    if charged is not None and (held := charged()) > limit_bytes:
+        return held
     pids = proctree.processes(root)
     if sum(_resident_set_bytes(pid) for pid in pids) + _COUNTER_SLACK <= limit_bytes:
         return None
@@ -73,14 +77,16 @@ class MemoryWatch:
     """One thread for all watched trees; `watch(pid, limit, kill)` until `forget(pid)`."""
 
     def __init__(self) -> None:
-        self._watched: dict[int, tuple[int, Callable[[int], None]]] = {}
+        self._watched: dict[int, tuple[int, Callable[[int], None], Callable[[], int] | None]] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
-    def watch(self, pid: int, limit_bytes: int, over: Callable[[int], None]) -> None:
-        """Call `over(rss_bytes)` once (then stop watching) when the tree of `pid` exceeds `limit_bytes`."""
+    def watch(self, pid: int, limit_bytes: int, over: Callable[[int], None],
+              charged: Callable[[], int] | None = None) -> None:
+        """Call `over(held_bytes)` once (then stop watching) when the tree of `pid` exceeds `limit_bytes` (by its
+        memory cgroup's `charged` bytes, where it has one, or its Pss)."""
         with self._lock:
-            self._watched[pid] = (limit_bytes, over)
+            self._watched[pid] = (limit_bytes, over, charged)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="kh-memory-watch", daemon=True)
                 self._thread.start()
@@ -96,8 +102,8 @@ class MemoryWatch:
                 if not watched:
                     self._thread = None
                     return
-            for pid, (limit, over) in watched.items():
-                rss = over_limit(pid, limit)
+            for pid, (limit, over, charged) in watched.items():
+                rss = over_limit(pid, limit, charged)
                 if rss is not None:
                     self.forget(pid)
                     over(rss)

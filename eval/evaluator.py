@@ -370,6 +370,7 @@ class Evaluator:
         result.filesystem_isolated = lease.worker.info.get("filesystem_isolated")
         result.unprivileged = lease.worker.unprivileged
         result.ipc_isolated = lease.worker.ipc_isolated
+        result.memory_accounting = lease.worker.memory_accounting
         result.process_limit = lease.worker.process_limit
         result.freeze = lease.worker.freezer.mechanism
         result.gpu_index = host_gpu_index(self._host_gpu_ids, lease.gpu_index)

@@ -42,7 +42,7 @@ from typing import Any, Callable
 
 import torch
 
-from eval import _freeze as freeze, _pids as pids, protocol
+from eval import _freeze as freeze, _memcg as memcg, _pids as pids, protocol
 from eval._bytecode import interpreter_flags
 from eval._kernel_symbols import pin_folder
 from eval._reaper import owned_tempdir, owner_token
@@ -340,13 +340,14 @@ def _layout(writable: list[str]) -> dict[str, Any]:
 
 def confine_command(plan: SandboxPlan, writable: list[str], cmd: list[str], network: bool,
                     max_processes: int = MAX_PROCESSES, pids_group: Path | None = None,
-                    freeze_group: Path | None = None, userns: bool = False) -> list[str]:
+                    freeze_group: Path | None = None, userns: bool = False,
+                    memory_group: Path | None = None) -> list[str]:
     """`cmd` wrapped so that it runs confined as `plan` says (unchanged when the plan has no prefix): in
     `pids_group` if given, else under RLIMIT_NPROC `max_processes` (in a user namespace of its own if `userns`); in
-    `freeze_group` too if given."""
+    `freeze_group` and `memory_group` too if given."""
     if not plan.prefix:
         return cmd
-    join = [str(g / "cgroup.procs") for g in dict.fromkeys((pids_group, freeze_group)) if g is not None]
+    join = [str(g / "cgroup.procs") for g in dict.fromkeys((pids_group, freeze_group, memory_group)) if g is not None]
     spec = json.dumps({"uid": plan.uid, "nproc": max_processes, "join": join, "pids_cgroup": pids_group is not None,
                        "userns": userns,
                        **_layout([os.path.realpath(w) for w in writable])})
@@ -599,10 +600,13 @@ class WorkerProcess:
             except OSError:  # the probed hierarchy refuses this one: the limit in a user namespace of its own
                 self.process_limit = "userns" if plan.uid is None or _nobody_userns() else "uid"
         self.freeze_group = self._freeze_group(plan) if kind == "worker" else None  # a build is never frozen
+        self.memory_group = self._memory_group(plan) if memory_limit_bytes else None
+        self.memory_accounting = "cgroup" if self.memory_group else "pss"  # recorded in every result
         if plan.filesystem:
             cmd = confine_command(plan, self._writable(env_extra), cmd, network=isolate_network,
                                   max_processes=max_processes, pids_group=self.pids_group,
-                                  freeze_group=self.freeze_group, userns=self.process_limit == "userns")
+                                  freeze_group=self.freeze_group, userns=self.process_limit == "userns",
+                                  memory_group=self.memory_group)
         cmd = [*prefix, *cmd]
         try:
             self.proc = subprocess.Popen(
@@ -617,7 +621,9 @@ class WorkerProcess:
                                       pid_namespace=plan.processes)
         self.killed_for = ""  # why the parent killed it, when it did (a limit), for the verdict
         if memory_limit_bytes:
-            WATCH.watch(self.proc.pid, memory_limit_bytes, functools.partial(self._over_memory, memory_limit_bytes))
+            charged = functools.partial(memcg.charged_bytes, self.memory_group) if self.memory_group else None
+            WATCH.watch(self.proc.pid, memory_limit_bytes, functools.partial(self._over_memory, memory_limit_bytes),
+                        charged)
         self.channel = Channel(c2p_r, p2c_w, send_fd=regions[0] if regions else None,
                                recv_fd=regions[1] if regions else None, max_payload_bytes=max_reply_bytes)
         self.output = _CappedOutput(out_r, log_cap_bytes)
@@ -651,6 +657,19 @@ class WorkerProcess:
         except OSError:
             return None
 
+    def _memory_group(self, plan: SandboxPlan) -> Path | None:
+        """The memory cgroup the worker is accounted in (`eval._memcg`): its pids cgroup where that one accounts memory
+        (cgroup v2 with both controllers), else one of its own where one can be made; None without confinement
+        (nothing joins it then) or where none can be made (its Pss alone then holds it to its limit)."""
+        if self.pids_group is not None and (self.pids_group / "memory.stat").exists():
+            return self.pids_group
+        if not plan.filesystem or memcg.base() is None:
+            return None
+        try:
+            return memcg.create(self.workdir.name)
+        except OSError:
+            return None
+
     def _writable(self, env: dict[str, str]) -> list[str]:
         """The worker's own folder and its build folder, nothing else: a build worker builds into its candidate's
         build folder; an evaluating worker loads prebuilt extensions read-only (`eval.worker.prebuilt`) and
@@ -663,8 +682,8 @@ class WorkerProcess:
     def _over_memory(self, limit: int, rss: int) -> None:
         """The watchdog's call (its own thread): record why, then kill the group; the request in flight then ends
         as `WorkerDied` with this reason."""
-        self.killed_for = (f"its processes held {rss / GIB:.1f} GiB of memory, over the limit of {limit / GIB:.1f} "
-                           "GiB per worker (eval.max_worker_memory_gib)")
+        self.killed_for = (f"its processes held {rss / GIB:.1f} GiB of memory (shared memory, memfd and tmpfs pages "
+                           f"counted), over the limit of {limit / GIB:.1f} GiB per worker (eval.max_worker_memory_gib)")
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -788,7 +807,7 @@ class WorkerProcess:
         for fd in self.own_folders:  # a handle would keep the worker's tmpfs alive
             os.close(fd)
         self.own_folders = []
-        for group in dict.fromkeys((self.pids_group, self.freeze_group)):
+        for group in dict.fromkeys((self.pids_group, self.freeze_group, self.memory_group)):
             if group is not None:
                 pids.remove(group)
         shutil.rmtree(self.workdir, ignore_errors=True)

@@ -473,6 +473,34 @@ def test_a_worker_over_its_memory_limit_is_killed_and_the_verdict_names_the_limi
     assert "over the limit of 1.5 GiB per worker (eval.max_worker_memory_gib)" in r.reason + r.error, r.reason
 
 
+MEMFD_HOG = variant(FORWARD, """        import os, time
+        fd = os.memfd_create("held")  # filled through write(), never mapped: no process's Pss shows it
+        for _ in range(40):
+            os.write(fd, b"x" * (64 << 20))
+        time.sleep(60)
+""" + FORWARD)
+
+
+@pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
+def test_memory_the_worker_never_maps_counts_against_its_limit(problem):
+    """2.5 GiB in a memfd that is never mapped (and so in no Pss) is charged to the worker's memory cgroup, where
+    the host allows one (`eval._memcg`), and the worker is killed over its limit like any other; where the host
+    allows none, the result says the Pss alone held it (and the memfd goes unseen: a known limit)."""
+    from eval import _memcg
+
+    with Evaluator(EvalConfig(device="cpu", cache_dir=None, max_worker_memory_gib=1.5, call_timeout_s=120)) as ev:
+        honest = ev.evaluate(problem, GOOD)
+        r = ev.evaluate(problem, MEMFD_HOG)
+    assert honest.status is Status.CORRECT, honest.reason + honest.error
+    if _memcg.base() is None:
+        assert honest.memory_accounting == "pss"
+        pytest.skip("no memory cgroup can be made on this host")
+    assert honest.memory_accounting == r.memory_accounting == "cgroup"
+    assert r.status is Status.CRASH, f"{r.status}: {r.reason} {r.error}"
+    assert "over the limit of 1.5 GiB per worker (eval.max_worker_memory_gib)" in r.reason + r.error, r.reason
+    assert "shared memory, memfd and tmpfs pages counted" in r.reason + r.error
+
+
 def _bomb(hold_s: float) -> str:
     """The honest candidate, whose first forward forks until refused, holds its children `hold_s` seconds, then
     raises saying how many it got."""
