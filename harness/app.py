@@ -133,7 +133,7 @@ def _run(cfg: DictConfig) -> int:
     _replay_defaults(config)
     settings = _settings(config)
     problems = _problems(config["problems"])
-    agent, prompts, eval_config = _build(config, settings)
+    agent, eval_config = _build(config, settings)
     _refuse_partial_replay(agent, settings, problems)
     run_dir = Path(config["runs_dir"]) / name
     quiet = bool(config["quiet"])
@@ -155,9 +155,11 @@ def _run(cfg: DictConfig) -> int:
             store = open_store() if (run_dir / DB_NAME).exists() else None
             if store is not None and not unfinished(store.outline(), problem_ids, settings):
                 evaluator: Any = _NoEvaluator()
+                prompts = _prompts(config, settings, nothing_to_ask=True)
                 if not quiet:
                     _say("nothing left to run: the evaluator is not started")
             else:
+                prompts = _prompts(config, settings)
                 evaluator = stack.enter_context(make_evaluator(config["executor"], eval_config, log=_say))
             if config["max_concurrency"] is None:  # every GPU's workers busy (the evaluator knows how many)
                 settings = dataclasses.replace(settings, max_concurrency=concurrency_for(evaluator.workers))
@@ -241,8 +243,8 @@ def _quit_now(store: RunStore | None, reason: str) -> NoReturn:
     os._exit(EXIT_STOPPED)
 
 
-def _build(config: dict[str, Any], settings: LoopSettings) -> tuple[Any, PromptBuilder, EvalConfig]:
-    """The agent (a missing API key fails here, before any work), the prompt builder and the evaluator settings."""
+def _build(config: dict[str, Any], settings: LoopSettings) -> tuple[Any, EvalConfig]:
+    """The agent (a missing API key fails here, before any work) and the evaluator settings."""
     agent_cfg = config["agent"]
     unpriced = agent_cfg["kind"] in ("openai", "anthropic") and not agent_cfg.get("pricing")
     if settings.max_cost_usd is not None and unpriced:
@@ -251,9 +253,20 @@ def _build(config: dict[str, Any], settings: LoopSettings) -> tuple[Any, PromptB
             "or set agent.pricing={input: USD_PER_M, output: USD_PER_M}"
         )
     try:
-        agent = make_agent(agent_cfg)
-        return agent, prompt_builder(config, settings.backend), EvalConfig(**config["eval"])
-    except (ConfigError, PromptError, TypeError, ValueError) as exc:
+        return make_agent(agent_cfg), EvalConfig(**config["eval"])
+    except (ConfigError, TypeError, ValueError) as exc:
+        raise BadInput(str(exc)) from None
+
+
+def _prompts(config: dict[str, Any], settings: LoopSettings, *, nothing_to_ask: bool = False) -> PromptBuilder:
+    """The run's prompt builder, made before any evaluator starts (a bad template is refused first). With
+    `nothing_to_ask` (a resume with nothing left) it names no hardware: probing the GPU imports torch, and no
+    prompt will be sent."""
+    if nothing_to_ask:
+        config = {**config, "prompt": {**config["prompt"], "hardware": None}}
+    try:
+        return prompt_builder(config, settings.backend)
+    except (PromptError, TypeError, ValueError) as exc:
         raise BadInput(str(exc)) from None
 
 

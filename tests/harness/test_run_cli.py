@@ -189,7 +189,8 @@ def test_a_config_error_and_help_load_no_torch(tmp_path) -> None:
 
 
 def test_a_resume_with_nothing_left_loads_no_torch(base, tmp_path) -> None:
-    args = [*base, "agent=reference", "name=idle"]
+    """Nothing left to run: no evaluator, and no GPU probe for the prompts' hardware facts (no prompt is sent)."""
+    args = [*base, "agent=reference", "name=idle", "prompt.hardware=auto"]
     assert main(["run", *args]) == 0
     code, heavy, err = _heavy_imports(*args, "quiet=false")
     assert code == 0 and "nothing left to run" in err and heavy == [], (heavy, err)
