@@ -9,6 +9,8 @@ Both give the same ids for the same problem, `KB/L<level>/<number>_<Name>` (e.g.
 from __future__ import annotations
 
 import re
+import socket
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from problems.problem import Problem, ProblemError, load_problem_file, problem_f
 
 KB_LEVELS = (1, 2, 3)
 HF_DATASET = "ScalingIntelligence/KernelBench"
+_HUB_TIMEOUT_S = 10.0  # to connect to the Hub before `datasets` is asked (its own retries take about 40 s)
 _NUMBERED = re.compile(r"^(\d+)_")
 
 
@@ -104,9 +107,28 @@ def _open_dataset(source: str, split: str | None) -> dict[str, Any]:
             raise ProblemError(f"{local}: neither a saved dataset nor a folder of level_N*.parquet files")
         wanted = {split: files[split]} if split and split in files else files
         return dict(datasets.load_dataset("parquet", data_files=wanted))
+    _check_the_hub(source)
     if split:
         return {split: datasets.load_dataset(source, split=split)}
     return dict(datasets.load_dataset(source))
+
+
+def _check_the_hub(source: str) -> None:
+    """Fail at once, in one line, where the Hub cannot be reached: `datasets` would first retry for about 40 s,
+    printing each retry, then give the same error. `HF_HUB_OFFLINE=1` reads a cached copy without asking."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return
+    url = urllib.parse.urlsplit(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=_HUB_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ProblemError(
+            f"cannot reach the Hugging Face Hub at {constants.ENDPOINT} for {source!r} ({exc.strerror or exc}); "
+            "with a cached copy, set HF_HUB_OFFLINE=1; or use a local checkout: kernelbench:/path/to/KernelBench"
+        ) from None
 
 
 def load_kernelbench_dataset(source: str = HF_DATASET, levels: list[int] | None = None) -> list[Entry]:

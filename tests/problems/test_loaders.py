@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 
 import datasets
 import pytest
@@ -18,7 +21,7 @@ from problems.kernelbench import (
 from problems.problem import Problem, ProblemError
 from problems.select import SMOKE, select_entries, select_problems
 from problems.suite import SUITE_DIR, load_suite, solution_path
-from tests.paths import KERNELBENCH as FIXTURE
+from tests.paths import KERNELBENCH as FIXTURE, REPO
 
 KB_ROOT = FIXTURE / "KernelBench"
 
@@ -147,3 +150,14 @@ def test_selection_of_kernelbench_and_files(tmp_path):
     assert (problem.id, problem.level) == ("my_problem", "custom")
     with pytest.raises(ProblemError, match="cannot read problem file"):
         select_problems(str(tmp_path / "absent.py"))
+
+
+def test_an_unreachable_hub_is_one_clear_line_without_retries(tmp_path) -> None:
+    """`hf:` with no way to the Hub (here a port nothing listens on): the one-line error at once, not ten lines of
+    `datasets` retrying for about 40 s before it."""
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")}
+    env.pop("HF_HUB_OFFLINE", None)
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "problems", "list", "hf:ScalingIntelligence/KernelBench"],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert done.returncode != 0 and "cannot reach the Hugging Face Hub at http://127.0.0.1:9" in done.stderr, done.stderr
+    assert "HF_HUB_OFFLINE=1" in done.stderr and "Retrying" not in done.stderr, done.stderr
