@@ -8,6 +8,7 @@ import csv
 import hashlib
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from harness.cli import main
 from harness.report import build_report, write_report
 from harness.report.transcripts import read_script
+from tests.paths import REPO
 from tests.report_fixtures import SMOKE, config, write_run
 from tests.run_fixtures import BROKEN, GOOD, WRONG, base_overrides, fenced, write_problem
 
@@ -257,3 +259,10 @@ def test_report_of_a_real_run_on_cpu(tmp_path: Path) -> None:
         (2, 3, "correct"),
     ]
     assert EVIL in data["strings"] and GOOD in data["strings"] and "<script>window" not in html
+
+
+def test_the_readmes_report_folders_are_ignored_by_git() -> None:
+    """`harness report ... --out reports/abc` (the README's example) and runs/ write nothing `git status` shows."""
+    for path in ("reports/abc/leaderboard.md", "runs/NAME/report/leaderboard.html"):
+        done = subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO)
+        assert done.returncode == 0, f"{path} is not ignored by .gitignore"
