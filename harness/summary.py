@@ -134,5 +134,5 @@ def print_summary(
     if not _timed(by_turn):
         console.print(
             "note: no timing was measured on this device (CPU: the Triton interpreter checks correctness only), "
-            "so fast_p counts no problem; `correct` is the share that passed."
+            "so fast_p counts no problem; `correct` is the share that passed.", soft_wrap=True,
         )
