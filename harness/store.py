@@ -9,9 +9,12 @@ Layout of `runs/<name>/`:
 
 The database is the source of truth. An attempt is committed to it first; its code file and
 its `results.jsonl` line follow (flushed and fsync'd), under one lock, so the file's order is the
-database's commit order (`id`). A `kill -9` between those steps leaves a missing or torn last
-line: `RunStore.open` cuts the torn line and appends the missing ones, never rewriting the lines
-already there, so a resumed run neither repeats nor loses finished attempts.
+database's commit order (`id`). The database also keeps the SHA-256 of the whole file as the committed
+attempts make it (meta `results_sha256`, updated in each attempt's transaction), so `RunStore.open` checks the
+file's content, not its line count: a `kill -9` between those steps leaves a missing or torn last line, which is
+cut and the missing lines appended in place; any other disagreement (a garbled, duplicated, cut or swapped line)
+rewrites the file atomically from the database, in commit order. A resumed run neither repeats nor loses
+finished attempts.
 
 Resume, planning and summaries read an attempt's `Outline` (its small columns, served by the
 covering index `attempts_outline`), never every prompt; the texts of an attempt are read only
@@ -44,6 +47,10 @@ JSONL_NAME = "results.jsonl"
 CONFIG_NAME = "config.yaml"
 CODE_DIR = "code"
 LOCK_NAME = ".lock"
+DIGEST_KEY = "results_sha256"  # meta: the SHA-256 of results.jsonl as the committed attempts make it
+# What to do about a damaged database: `harness report`, `harness export` and a resume all say it.
+DAMAGE_HINT = ("Nothing was changed. Restore the file from a backup, or salvage what SQLite can still read with "
+               "`sqlite3 FILE .recover`.")
 
 
 # Settings a resumed run may change: they alter how the run proceeds, never what an attempt means.
@@ -77,6 +84,22 @@ class StoreError(RuntimeError):
 class StoreWriteError(StoreError):
     """A write the run store could not make (a full disk, a read-only filesystem); the message names the path.
     What was committed before stays intact, so the run resumes once there is room."""
+
+
+def _damaged(db_path: Path, exc: BaseException | str, where: str = "") -> StoreError:
+    """One line naming a damaged database, the attempt where known, and what to do (SQLite's message can hold a
+    whole column's text: only its first line is kept, without the text)."""
+    detail = re.sub(r" with text '.*", "", str(exc), flags=re.S).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    what = f": the attempt of {where} cannot be read" if where else " and cannot be read"
+    return StoreError(f"{db_path} is corrupted{what} ({detail}). {DAMAGE_HINT.replace('FILE', str(db_path))}")
+
+
+def _check_intact(conn: sqlite3.Connection, db_path: Path) -> None:
+    """SQLite's structural check of every page (`PRAGMA quick_check`); `StoreError` naming the damage."""
+    check = conn.execute("PRAGMA quick_check").fetchall()
+    if check != [("ok",)]:
+        found = [line for r in check[:4] for line in str(r[0]).splitlines() if not line.startswith("*** in database")]
+        raise _damaged(db_path, f"integrity check: {'; '.join(found[:3])}")
 
 
 def _write_failed(path: Path, exc: BaseException) -> StoreWriteError:
@@ -344,7 +367,8 @@ class RunStore:
         self._lock_fd = lock_fd
         self._mutex = threading.Lock()
         self._session_id: int | None = None
-        self._jsonl = open(run_dir / JSONL_NAME, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        self._jsonl = open(run_dir / JSONL_NAME, "ab")  # noqa: SIM115 (closed in close())
+        self._digest = hashlib.sha256()  # of results.jsonl as the committed attempts make it (set by the repair)
 
     # ----------------------------------------------------------------- opening
     @classmethod
@@ -405,7 +429,13 @@ class RunStore:
         if not durable:
             conn.execute("PRAGMA synchronous=OFF")
         store = cls(run_dir, conn, lock_fd, config, durable)
-        store._reconcile_files()
+        try:
+            store._reconcile_files()
+        except BaseException as exc:
+            store.close()
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise _damaged(run_dir / DB_NAME, exc) from None
+            raise
         return store
 
     @staticmethod
@@ -536,13 +566,17 @@ class RunStore:
         attempt.speedup = _finite_or_none(attempt.speedup)
         attempt.best_speedup = _finite_or_none(attempt.best_speedup)
         columns = ("session_id", *_COLUMNS)
+        line = _line(attempt)
         with self._mutex:
+            digest = self._digest.copy()
+            digest.update(line)
             try:
                 with self._conn:
                     self._conn.execute(
                         f"INSERT INTO attempts ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
                         (self._session_id, *_encode(attempt)),
                     )
+                    _set_digest(self._conn, digest)
             except sqlite3.IntegrityError:
                 raise StoreError(
                     f"attempt {attempt.key} is already recorded in {self.run_dir}; it is never overwritten"
@@ -550,10 +584,11 @@ class RunStore:
             except sqlite3.OperationalError as exc:  # "database or disk is full", a read-only file
                 raise _write_failed(self.run_dir / DB_NAME, exc) from None
             # committed: a failure below leaves a file or line that the next `open` writes again
+            self._digest = digest
             if attempt.code is not None:
                 _write_atomic(self.run_dir / attempt.code_path, attempt.code, durable=self._durable)
             try:
-                self._jsonl.write(_dumps(attempt.summary()) + "\n")
+                self._jsonl.write(line)
                 self._jsonl.flush()
                 if self._durable:
                     os.fsync(self._jsonl.fileno())
@@ -571,7 +606,7 @@ class RunStore:
             self._jsonl.close()
         except (OSError, ValueError):
             pass
-        self._jsonl = open(self.run_dir / JSONL_NAME, "a", encoding="utf-8")  # noqa: SIM115
+        self._jsonl = open(self.run_dir / JSONL_NAME, "ab")  # noqa: SIM115
 
     def close(self) -> None:
         """Release the database, the jsonl file and the directory lock."""
@@ -591,66 +626,94 @@ class RunStore:
 
     # ----------------------------------------------------------------- repair
     def _reconcile_files(self) -> None:
-        """Make `results.jsonl` and the code files agree with the database after a crash, appending only.
+        """Make `results.jsonl` and the code files agree with the database after a crash or damage.
 
-        A torn last line is cut; the lines of attempts committed but not yet written are appended in commit
-        order. The lines already there are never rewritten (a clean resume reads the file once, parsing
-        nothing). A missing code file is written back.
+        A clean resume reads the file once and hashes it (C speed, no parsing) against the digest the database
+        keeps; only a file that disagrees is compared line by line with the database's rows (`_repair_results`).
+        A missing code file is written back.
         """
         path = self.run_dir / JSONL_NAME
-        lines = _complete_lines(path)
+        digest = _file_digest(path)
         with self._mutex:
-            count = self._conn.execute("SELECT COUNT(*) FROM attempts").fetchone()[0]
+            recorded = _meta(self._conn).get(DIGEST_KEY)
             missing_code = [o for o in _outline(self._conn, SCHEMA_VERSION)
                             if o.code_path and not (self.run_dir / o.code_path).exists()]
-        if lines != count:
-            self._append_missing_lines(path)
+        if digest.hexdigest() != recorded:
+            self._repair_results(path)
+            digest = _file_digest(path)
+            with self._mutex, self._conn:  # a run recorded before the digest existed gets it here
+                _set_digest(self._conn, digest)
+        self._digest = digest
         if missing_code:
             for a in self.attempts_by_id(o.id for o in missing_code).values():
                 if a.code is not None and a.code_path:
                     _write_atomic(self.run_dir / a.code_path, a.code)
 
-    def _append_missing_lines(self, path: Path) -> None:
-        """Append the `results.jsonl` lines of attempts the file lacks (in commit order)."""
-        written: set[tuple[str, int, int]] = set()
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                    written.add((rec["problem_id"], rec["sample"], rec["turn"]))
-                except (ValueError, KeyError, TypeError):
-                    continue  # a line this store did not write: left as it is
+    def _repair_results(self, path: Path) -> None:
+        """Rewrite `results.jsonl` from the database, in commit order. Where the file is the database's first
+        lines and then at most a torn line (a crash between commit and write), the torn line is cut and the rest
+        appended in place; any other disagreement replaces the file whole (written aside, then renamed)."""
         with self._mutex:
-            ids = [o.id for o in sorted(_outline(self._conn, SCHEMA_VERSION), key=lambda o: o.id)
-                   if (o.problem_id, o.sample, o.turn) not in written]
+            ids = [row[0] for row in self._conn.execute("SELECT id FROM attempts ORDER BY id")]
+        kept, offset, torn_tail = _matching_prefix(path, self._lines(ids))
+        if torn_tail:
+            with open(path, "rb+") as f:
+                f.truncate(offset)
+            self._reopen_jsonl()
+            for line in self._lines(ids[kept:]):
+                self._jsonl.write(line)
+            self._jsonl.flush()
+            os.fsync(self._jsonl.fileno())
+            return
+        tmp = path.with_name(f".{path.name}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                for line in self._lines(ids):
+                    f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise _write_failed(path, exc) from None
+        self._reopen_jsonl()
+
+    def _lines(self, ids: list[int]) -> Iterator[bytes]:
+        """The `results.jsonl` lines of these attempts, in this order, read from the database 500 at a time."""
         for start in range(0, len(ids), 500):
             chunk = self.attempts_by_id(ids[start:start + 500])
             for attempt_id in ids[start:start + 500]:
-                self._jsonl.write(_dumps(chunk[attempt_id].summary()) + "\n")
-        self._jsonl.flush()
-        os.fsync(self._jsonl.fileno())
+                yield _line(chunk[attempt_id])
 
 
-def _complete_lines(path: Path) -> int:
-    """How many whole lines `path` holds, after cutting a torn last line (a crash mid-write) off in place."""
-    lines, last, size = 0, b"\n", 0
+def _line(attempt: Attempt) -> bytes:
+    """An attempt's `results.jsonl` line, as written and as checked."""
+    return (_dumps(attempt.summary()) + "\n").encode("utf-8")
+
+
+def _set_digest(conn: sqlite3.Connection, digest: Any) -> None:
+    conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (DIGEST_KEY, digest.hexdigest()))
+
+
+def _file_digest(path: Path) -> Any:
+    """The SHA-256 of `path`'s bytes (a hashlib object, to be continued as lines are appended)."""
+    digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
-            lines += chunk.count(b"\n")
-            size += len(chunk)
-            last = chunk[-1:]
-    if last != b"\n":
-        with open(path, "rb+") as f:
-            f.seek(0)
-            keep, offset = 0, 0
-            while chunk := f.read(1 << 20):
-                if (i := chunk.rfind(b"\n")) >= 0:
-                    keep = offset + i + 1
-                offset += len(chunk)
-            f.truncate(keep)
-            f.flush()
-            os.fsync(f.fileno())
-    return lines
+            digest.update(chunk)
+    return digest
+
+
+def _matching_prefix(path: Path, expected: Iterator[bytes]) -> tuple[int, int, bool]:
+    """How many of `path`'s first lines are the `expected` ones, their size in bytes, and whether all that follows
+    them is one torn line (no newline: a crash mid-write) or nothing; False when a whole line disagrees."""
+    kept, offset = 0, 0
+    with open(path, "rb") as f:
+        for line in f:
+            if line != next(expected, None):
+                return kept, offset, not line.endswith(b"\n")
+            kept, offset = kept + 1, offset + len(line)
+    return kept, offset, True
 
 
 # ---------------------------------------------------------------------- reading
@@ -695,18 +758,19 @@ def _read_once(db_path: Path, *, immutable: bool, texts: bool = True) -> RunReco
         raise StoreError(f"cannot open {db_path} read-only: {exc}. {hint}") from None
     try:
         version = _check_version(conn, db_path, READABLE_VERSIONS, hint)
+        _check_intact(conn, db_path)
         config = json.loads(_meta(conn)["config"])
         conn.execute("BEGIN")  # one read transaction: attempts and sessions from the same snapshot
         attempts, session_of = [], {}
         skip = () if texts else _SKIPPED_TEXTS
         for row in _attempt_rows(conn, with_session=True, skip=skip):  # decoded as they stream in
-            a = _decode_or_refuse(row, version, db_path, hint)
+            a = _decode_or_refuse(row, version, db_path)
             attempts.append(a)
             session_of[a.key] = row["session_id"]
         sessions = _sessions(conn)
         conn.execute("COMMIT")
     except sqlite3.DatabaseError as exc:
-        raise StoreError(f"{db_path} cannot be read ({exc}). {hint}") from None
+        raise _damaged(db_path, exc) from None
     except (KeyError, ValueError) as exc:
         raise StoreError(f"{db_path} has no valid run metadata ({exc}). {hint}") from None
     finally:
@@ -714,12 +778,12 @@ def _read_once(db_path: Path, *, immutable: bool, texts: bool = True) -> RunReco
     return RunRecord(config, attempts, sessions, session_of, version)
 
 
-def _decode_or_refuse(row: dict[str, Any], version: int, db_path: Path, hint: str) -> Attempt:
+def _decode_or_refuse(row: dict[str, Any], version: int, db_path: Path) -> Attempt:
     try:
         return _decode(row, version)
     except (KeyError, TypeError, ValueError) as exc:
         where = f"problem {row.get('problem_id')!r}, sample {row.get('sample')}, turn {row.get('turn')}"
-        raise StoreError(f"{db_path}: the attempt of {where} cannot be read ({exc}). {hint}") from None
+        raise _damaged(db_path, exc, where) from None
 
 
 _BLANK = {"prompt": "[]", "reply": "", "code": None, "result": None, "feedback": "", "error": ""}
@@ -775,7 +839,7 @@ def read_problem_texts(run_dir: str | Path, *, results: bool = True) -> Iterator
             conn.execute("BEGIN")
             problem, group = None, []
             for row in _attempt_rows(conn, skip=() if results else ("result",)):
-                a = _decode_or_refuse(row, version, db_path, "Nothing was changed.")
+                a = _decode_or_refuse(row, version, db_path)
                 if a.problem_id != problem and group:
                     yield problem, group
                     group = []
@@ -787,7 +851,7 @@ def read_problem_texts(run_dir: str | Path, *, results: bool = True) -> Iterator
         finally:
             conn.close()
     except sqlite3.DatabaseError as exc:
-        raise StoreError(f"{db_path} cannot be read ({exc}). Nothing was changed.") from None
+        raise _damaged(db_path, exc) from None
 
 
 def _sessions(conn: sqlite3.Connection) -> list[dict[str, Any]]:
@@ -900,6 +964,7 @@ def _create(db_path: Path, config: dict[str, Any], harness_version: str) -> None
                     ("harness_version", harness_version),
                     ("created_at", str(time.time())),
                     ("config", _dumps(config)),
+                    (DIGEST_KEY, hashlib.sha256().hexdigest()),
                 ],
             )
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -937,14 +1002,11 @@ def _open_existing(db_path: Path) -> sqlite3.Connection:
         raise StoreError(f"cannot open {db_path}: {exc}. {hint}") from None
     try:
         _check_version(conn, db_path, (SCHEMA_VERSION,), hint)
-        check = conn.execute("PRAGMA quick_check").fetchall()
-        if check != [("ok",)]:
-            detail = "; ".join(str(r[0]) for r in check[:3])
-            raise StoreError(f"{db_path} is corrupted (integrity check: {detail}). {hint}")
+        _check_intact(conn, db_path)
         json.loads(_meta(conn)["config"])
     except sqlite3.DatabaseError as exc:
         conn.close()
-        raise StoreError(f"{db_path} is corrupted ({exc}). {hint}") from None
+        raise _damaged(db_path, exc) from None
     except (KeyError, ValueError) as exc:
         conn.close()
         raise StoreError(f"{db_path} has no valid run metadata ({exc}). {hint}") from None

@@ -50,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         paths = write_report(report, out)
+    except StoreError as exc:  # damage in the texts, read only for the transcripts
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         hint = "" if args.out else "; write it elsewhere with --out DIR"
         print(f"error: cannot write the report to {out}: {exc.strerror or exc}{hint}", file=sys.stderr)

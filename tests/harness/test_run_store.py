@@ -346,3 +346,102 @@ def test_results_jsonl_is_append_only_in_commit_order(tmp_path: Path) -> None:
     RunStore.open(run, CONFIG).close()
     assert path.read_bytes() == before and path.stat().st_ino == inode  # appended in place, in commit order
     assert len(read_run(run).attempts) == len(order)
+
+
+def _swap(lines: list[str]) -> list[str]:
+    return [lines[2], lines[1], lines[0], *lines[3:]]
+
+
+_DAMAGE = {  # what a disk, an editor or a bad copy can do to results.jsonl; the line count misses all but "extra"
+    "garbled": lambda lines: [lines[0].replace('"status": "incorrect"', '"status": "correct"', 1), *lines[1:]],
+    "duplicated": lambda lines: [lines[0], lines[1], lines[1], *lines[2:4]],
+    "cut": lambda lines: [lines[0], lines[1][:40] + "\n", *lines[2:]],
+    "swapped": _swap,
+    "extra": lambda lines: [*lines, lines[-1]],
+}
+
+
+@pytest.mark.parametrize("damage", sorted(_DAMAGE))
+def test_results_jsonl_is_checked_by_content_and_rewritten_from_the_database(tmp_path: Path, damage: str) -> None:
+    """A line of results.jsonl that disagrees with the database (garbled, duplicated, cut, swapped, one too many) is
+    found on resume and the file rewritten whole from the database, in commit order, leaving no temporary file."""
+    run = tmp_path / "r"
+    order = [("L1/02_y", 1, 1), ("L1/01_x", 2, 1), ("L1/01_x", 1, 1), ("L1/02_y", 1, 2), ("L1/01_x", 1, 2)]
+    with RunStore.open(run, CONFIG) as store:
+        store.begin_session()
+        for pid, sample, turn in order:
+            store.record(attempt(problem=pid, sample=sample, turn=turn))
+    path = run / "results.jsonl"
+    good = path.read_text()
+    path.write_text("".join(_DAMAGE[damage](good.splitlines(keepends=True))))
+    assert path.read_text() != good
+    with RunStore.open(run, CONFIG) as store:
+        store.begin_session()
+        store.record(attempt(problem="L1/03_z"))  # and the store goes on appending to the rewritten file
+    assert path.read_text() == good + path.read_text().splitlines(keepends=True)[-1]
+    assert [json.loads(x)["problem_id"] for x in path.read_text().splitlines()][-1] == "L1/03_z"
+    assert sorted(p.name for p in run.iterdir()) == [".lock", "attempts.sqlite", "code", "config.yaml", "results.jsonl"]
+    RunStore.open(run, CONFIG).close()
+    assert path.read_text().startswith(good)
+
+
+def test_a_run_recorded_before_the_digest_is_checked_once_and_kept(tmp_path: Path) -> None:
+    """A database without the file's digest (an older harness) gets it on resume; a file that agrees stays as it is."""
+    run = tmp_path / "r"
+    with RunStore.open(run, CONFIG) as store:
+        store.begin_session()
+        store.record(attempt(turn=1))
+        store.record(attempt(turn=2))
+    conn = sqlite3.connect(run / "attempts.sqlite")
+    with conn:
+        conn.execute("DELETE FROM meta WHERE key = 'results_sha256'")
+    conn.close()
+    path = run / "results.jsonl"
+    before, inode = path.read_bytes(), path.stat().st_ino
+    RunStore.open(run, CONFIG).close()
+    assert path.read_bytes() == before and path.stat().st_ino == inode
+    conn = sqlite3.connect(run / "attempts.sqlite")
+    (digest,) = conn.execute("SELECT value FROM meta WHERE key = 'results_sha256'").fetchone()
+    conn.close()
+    assert digest == hashlib.sha256(before).hexdigest()
+
+
+def test_a_damaged_page_is_named_with_what_to_do_by_the_resume_and_the_reader(tmp_path: Path) -> None:
+    """A page of the database overwritten with garbage: a resume and every reader refuse it in one line that names
+    the file and says how to recover, and change nothing."""
+    run = tmp_path / "r"
+    with RunStore.open(run, CONFIG) as store:
+        store.begin_session()
+        for t in range(1, 40):
+            store.record(attempt(turn=t, feedback="x" * 500))
+    db = run / "attempts.sqlite"
+    data = bytearray(db.read_bytes())
+    data[4096:8192] = bytes((i * 37 + 11) % 256 for i in range(4096))  # page 2, whole
+    db.write_bytes(bytes(data))
+    before = sha(db), sha(run / "results.jsonl")
+    for open_it in (lambda: RunStore.open(run, CONFIG), lambda: read_run(run, texts=False),
+                    lambda: export_jsonl(run, tmp_path / "out.jsonl")):
+        with pytest.raises(StoreError) as info:
+            open_it()
+        message = str(info.value)
+        assert "\n" not in message and f"{db} is corrupted" in message and f"`sqlite3 {db} .recover`" in message
+    assert (sha(db), sha(run / "results.jsonl")) == before and not (tmp_path / "out.jsonl").exists()
+
+
+def test_harness_report_names_a_damaged_text_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A prompt whose bytes are no longer UTF-8 (read only for the transcripts): `harness report` ends with one line
+    naming the file and what to do, exit 2, never a traceback."""
+    from harness.cli import main
+
+    run = tmp_path / "r"
+    with RunStore.open(run, {**CONFIG, "problems": {"spec": "L1/13_softmax", "limit": None}}) as store:
+        store.begin_session()
+        store.record(attempt(problem="L1/13_softmax"))
+    conn = sqlite3.connect(run / "attempts.sqlite")
+    with conn:
+        conn.execute("UPDATE attempts SET prompt = CAST(x'5b7b22ff7d5d' AS TEXT)")
+    conn.close()
+    assert main(["report", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    db = run / "attempts.sqlite"
+    assert err.count("\n") == 0 and err.startswith(f"error: {db} is corrupted") and ".recover" in err
