@@ -393,8 +393,13 @@ class RunStore:
         (`harness bench store`), where a crash loses nothing of value.
         """
         run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        lock_fd = _acquire_lock(run_dir)
+        made = _missing_dirs(run_dir)  # a new run that cannot be made (a full disk) takes these away again
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            lock_fd = _acquire_lock(run_dir)
+        except BaseException:
+            _remove_empty(made)
+            raise
         try:
             db_path = run_dir / DB_NAME
             if db_path.exists():
@@ -421,10 +426,15 @@ class RunStore:
                         f"can resume. Nothing was changed; choose another name=."
                     )
                 _write_atomic(run_dir / CONFIG_NAME, yaml.safe_dump(config, sort_keys=False))
-                _create(db_path, config, harness_version)
+                try:
+                    _create(db_path, config, harness_version)
+                except sqlite3.Error as exc:  # "database or disk is full"
+                    raise _write_failed(db_path, exc) from None
                 conn = _open_existing(db_path)
         except BaseException:
             os.close(lock_fd)
+            if made:
+                _discard_new_run(run_dir, made)
             raise
         if not durable:
             conn.execute("PRAGMA synchronous=OFF")
@@ -1025,6 +1035,7 @@ def _write_atomic(path: Path, text: str, *, durable: bool = True) -> None:
     """Write `path` whole or not at all; a failure (a full disk) leaves no temporary file and raises
     `StoreWriteError` naming the path."""
     tmp = path.with_name(f".{path.name}.tmp")
+    made = _missing_dirs(path.parent)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "w", encoding="utf-8") as f:
@@ -1035,4 +1046,30 @@ def _write_atomic(path: Path, text: str, *, durable: bool = True) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
+        _remove_empty(made)  # no empty code/<problem>/ folder is left for a file that was never written
         raise _write_failed(path, exc) from None
+
+
+def _missing_dirs(folder: Path) -> list[Path]:
+    """The folders of `folder`'s path that do not exist yet, outermost first (what a `mkdir -p` would make)."""
+    return [p for p in (folder, *folder.parents) if not p.exists()][::-1]
+
+
+def _remove_empty(made: list[Path]) -> None:
+    """Take back folders made for a write that failed, innermost first, as long as they are empty."""
+    for folder in reversed(made):
+        try:
+            folder.rmdir()
+        except FileNotFoundError:
+            continue
+        except OSError:  # not empty: something else was written there meanwhile
+            return
+
+
+def _discard_new_run(run_dir: Path, made: list[Path]) -> None:
+    """A new run whose creation failed (a full disk) leaves nothing: the files this call made, then its folders."""
+    tmp = run_dir / f".{DB_NAME}.tmp"
+    for name in (LOCK_NAME, CONFIG_NAME, JSONL_NAME, DB_NAME, tmp.name, f"{tmp.name}-wal", f"{tmp.name}-shm",
+                 f"{tmp.name}-journal", f"{DB_NAME}-wal", f"{DB_NAME}-shm"):
+        (run_dir / name).unlink(missing_ok=True)
+    _remove_empty(made)
