@@ -1,7 +1,7 @@
 """The schema of `harness run`'s root config: every top-level key, its type and its default.
 
 `config.yaml` holds only the defaults list (which group options a run starts from) and Hydra's own
-settings; the groups have their own schemas (`agents.settings`, `harness.executors`, `eval.config`),
+settings; the groups have their own schemas (`agents.settings`, `harness.executor_settings`, `eval.config`),
 registered beside this one in `harness.conf`. Hydra checks every value against these types, so a
 wrong type is refused before a run starts.
 """
