@@ -33,7 +33,7 @@ from problems import (
 
 _modules: dict[tuple[str, bool], ModuleType] = {}
 _costs: dict[tuple[str, bool], Cost | None] = {}
-_conditioning: dict[tuple[str, bool, str], str] = {}  # (source hash, small, distribution) -> why not, or ""
+_conditioning: dict[tuple[str, bool, str], str | None] = {}  # (source hash, small, trial) -> why not, "", or None
 _degeneracy: dict[tuple[str, bool], str] = {}  # (source hash, small) -> why the problem cannot be scored, or ""
 _modules_lock = threading.Lock()
 
@@ -120,9 +120,9 @@ class Reference:
         return why
 
     def ill_conditioned(self, distribution: str, inputs: list[Any], outputs: Callable[[], list[torch.Tensor]],
-                        atol: float | list[float], rtol: float) -> str:
+                        atol: float | list[float], rtol: float) -> str | None:
         """Why the trial `distribution` would judge rounding rather than work on this problem
-        (`problems.conditioning`), or "" where it would not or that cannot be told here. Decided on the first
+        (`problems.conditioning`), "" where it would not, or None where that cannot be told here. Decided on the first
         evaluation's inputs, once per problem, size and distribution in this process: `outputs` (the reference's own,
         strict) is asked for only then."""
         key = (self.problem.source_hash, self.small, distribution)
@@ -131,9 +131,9 @@ class Reference:
                 return _conditioning[key]
         cost = traced_cost(self.problem, self.small)
         why = ill_conditioned(self.model, inputs, outputs(), atol, rtol, cost.peak_bytes if cost else None)
-        with _modules_lock:  # not decided (None) is kept as "": the trial runs, as before this check
-            _conditioning[key] = why or ""
-        return _conditioning[key]
+        with _modules_lock:
+            _conditioning[key] = why
+        return why
 
 
 def encode_args(inputs: list[Any]) -> tuple[list[Any], list[torch.Tensor]]:

@@ -46,12 +46,15 @@ from eval.result import UNFINISHED, EvalResult, KernelShare, Status, Timing
 from eval.roofline import IMPLAUSIBLE_BELOW_FLOOR, REJECT_BELOW_BYTE_FLOOR, Ceilings
 from problems import (
     DISTRIBUTIONS,
+    LAYOUTS,
+    REGIMES,
+    VALUE_SHAPES,
     Mismatch,
     Problem,
     compare,
     compare_structure,
     derive_seed,
-    derived_workload,
+    derived_workloads,
     draw_inputs,
     input_fingerprint,
     input_only_constants,
@@ -300,11 +303,12 @@ class Trial:
     carried (`p.Run`): which kind a trial is, only the parent knows."""
 
     label: str  # what its secret seed derives from
-    draw: Callable[[int], list[Any]]  # its seed -> its inputs on the evaluation's device
+    draw: Callable[[int], list[Any] | None]  # its seed -> its inputs on the evaluation's device (None: not applicable)
     record: str = ""  # the result's field that records it ("distributions", "workloads"); "": a published draw
     name: str = ""  # its entry there; a verdict names it by `where`
     where: str = ""  # how a verdict names the trial, never with hidden sizes
     off: bool = False  # values off the published distribution: atol grown with the outputs, run where well-conditioned
+    decided: bool = False  # runs only where the float64 check decided the reference well-conditioned (not undecided)
     hidden: bool = False  # shapes never shown to the agent: a verdict gives no index or size of them
 
 
@@ -347,8 +351,15 @@ def trial_plan(ctx: Context) -> list[Trial]:
         plan += [Trial(f"dist-{name}", partial(_moved, ref.module, device, name), "distributions", name,
                        f", inputs off the published distribution: {DISTRIBUTIONS[name][0]}; atol grown with the "
                        "outputs' mean |value| (`problems._compare.scaled_atol`)", off=True) for name in DISTRIBUTIONS]
-    if ctx.config.hidden_shapes and not kb and ref.extra_count() == 0:
-        plan += derived_workload_trials(ctx)
+    if ctx.config.distribution_trials and not kb:
+        plan += [_variant_trial(ref.module, device, name, what, change, "a value shape inside the published range")
+                 for name, (what, change) in VALUE_SHAPES.items()]
+        plan += [_variant_trial(ref.module, device, name, what, change, "a value regime")
+                 for name, (what, change) in REGIMES.items()]
+    if ctx.config.hidden_shapes and not kb:
+        plan += derived_workload_trials(ctx) + [
+            Trial(f"layout-{name}", partial(_laid_out, ref.module, device, change), "workloads", name,
+                  f", on a hidden workload with {name}", hidden=True) for name, change in LAYOUTS.items()]
     if kb:
         return plan
     rest = plan[1:]
@@ -364,23 +375,36 @@ def _moved(module: Any, device: torch.device, distribution: str, seed: int) -> l
     return transformed(draw_inputs(module, seed, device), distribution, seed)
 
 
+def _variant_trial(module: Any, device: torch.device, name: str, what: str, change: Any, kind: str) -> Trial:
+    """A trial of `problems.variants` on a published draw: values changed, so run only where decided well-conditioned."""
+    return Trial(f"variant-{name}", partial(_varied, module, device, change), "distributions", name,
+                 f", {kind}: {what}; atol grown with the outputs' mean |value|", off=True, decided=True)
+
+
+def _varied(module: Any, device: torch.device, change: Any, seed: int) -> list[Any] | None:
+    return change(draw_inputs(module, seed, device), seed)
+
+
+def _laid_out(module: Any, device: torch.device, change: Any, seed: int) -> list[Any] | None:
+    return change(draw_inputs(module, seed, device))
+
+
 def derived_workload_trials(ctx: Context) -> list[Trial]:
-    """A problem without hidden shapes (KernelBench's) gets a derived workload, never shown to the agent: its
-    constants that only get_inputs() reads (batch, sequence...) roughly halved (`runtime.derived_workload`), drawn
-    from that module; skipped where the reference itself fails on it."""
+    """Hidden workloads, never shown to the agent, for every problem: its constants that only get_inputs() reads
+    (batch, sequence...) made odd, prime, or a single row (`runtime.derived_workloads`), drawn from that module;
+    skipped where the reference itself fails on it. A verdict names the kind, never the sizes."""
     assert ctx.reference is not None
-    workload = derived_workload(ctx.reference.module, input_only_constants(ctx.problem.source))
-    if not workload:
-        return []
-    name = ", ".join(f"{k}={v}" for k, v in workload.items())
-    overrides = {**(ctx.problem.meta["small"] if ctx.small else {}), **workload}
-    try:
-        module = load_source(ctx.problem.source, f"<{ctx.problem.id} derived>", overrides)
-    except Exception as exc:  # noqa: BLE001  the reference's own limits: not the candidate's fault
-        ctx.result.workloads[name] = f"skipped: the reference fails on it ({trim(str(exc), 160)})"
-        return []
-    return [Trial("derived", _draws(module, ctx.lease.device, False), "workloads", name,
-                  f", on a hidden workload: {name}")]
+    trials = []
+    for kind, workload in derived_workloads(ctx.reference.module, input_only_constants(ctx.problem.source)).items():
+        overrides = {**(ctx.problem.meta["small"] if ctx.small else {}), **workload}
+        try:
+            module = load_source(ctx.problem.source, f"<{ctx.problem.id} derived>", overrides)
+        except Exception as exc:  # noqa: BLE001  the reference's own limits: not the candidate's fault
+            ctx.result.workloads[kind] = f"skipped: the reference fails on it ({trim(str(exc), 160)})"
+            continue
+        trials.append(Trial(f"derived-{kind}", _draws(module, ctx.lease.device, False), "workloads", kind,
+                            f", on a hidden workload with {kind}", hidden=True))
+    return trials
 
 
 def _entries(ctx: Context, trial: Trial) -> dict[str, str]:
@@ -394,11 +418,14 @@ def _trial(ctx: Context, trial: Trial, index: int, seed: int, published: list[fl
     entries = _entries(ctx, trial)
     try:
         inputs = trial.draw(seed)
-        expected = ctx.expected(inputs)
+        expected = ctx.expected(inputs) if inputs is not None else []
     except Exception as exc:  # noqa: BLE001  the reference's own limits on inputs it was not written for
         if not trial.record:
             raise
         entries[trial.name] = f"skipped: the reference fails on it ({trim(str(exc), 160)})"
+        return None
+    if inputs is None:
+        entries[trial.name] = "skipped: it does not apply to this problem's inputs"
         return None
     atol = scaled_atol(ctx.tolerance()[0], published or [], [magnitude(t) for t in expected]) if trial.off else None
     why = _why_not(ctx, trial, inputs, expected, atol)
@@ -438,6 +465,8 @@ def _why_not(ctx: Context, trial: Trial, inputs: list[Any], expected: list[torch
         return ""
     why = ctx.reference.ill_conditioned(trial.name, inputs, partial(_strict_outputs, ctx, inputs, expected), atol,
                                         ctx.tolerance()[1])
+    if why is None:
+        return "the float64 check could not decide whether the reference is well-conditioned here" if trial.decided else ""
     return f"ill-conditioned: {why}" if why else ""
 
 

@@ -36,7 +36,7 @@ _EXPORTS = {
     "DISTRIBUTIONS": "problems.runtime",
     "build_model": "problems.runtime",
     "derive_seed": "problems.runtime",
-    "derived_workload": "problems.runtime",
+    "derived_workloads": "problems.runtime",
     "draw_inputs": "problems.runtime",
     "extra_input_count": "problems.runtime",
     "flatten_outputs": "problems.runtime",
@@ -63,6 +63,9 @@ _EXPORTS = {
     "LEVELS": "problems.suite",
     "solution_path": "problems.suite",
     "suite_problem": "problems.suite",
+    "LAYOUTS": "problems.variants",
+    "REGIMES": "problems.variants",
+    "VALUE_SHAPES": "problems.variants",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -74,15 +74,24 @@ def input_only_constants(source: str) -> list[str]:
     return sorted(n for n in assigned & reads.get("get_inputs", set()) if n not in elsewhere)
 
 
-def derived_workload(module: types.ModuleType, names: list[str]) -> dict[str, int]:
-    """A hidden workload: each of `names` that is an int of at least 4 roughly halved and made odd (4096 -> 2049),
-    so a kernel that hard-codes the published sizes, or assumes they fill its blocks, is found; {} when none."""
-    workload = {}
-    for name in names:
-        value = getattr(module, name, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 4:
-            workload[name] = value // 2 + 1
-    return workload
+def derived_workloads(module: types.ModuleType, names: list[str]) -> dict[str, dict[str, int]]:
+    """Hidden workloads, by kind: each of `names` (constants only get_inputs() reads) that is an int of at least 4
+    roughly halved and made odd (4096 -> 2049), or made the largest prime under that (4096 -> 2039), and a single row
+    (the batch-like constant, else the first, set to 1): sizes no block divides, so a kernel that hard-codes the
+    published sizes, or assumes they fill its blocks, is found. Never larger than the published sizes."""
+    sizes = {n: v for n in names if isinstance(v := getattr(module, n, None), int) and not isinstance(v, bool) and v >= 4}
+    if not sizes:
+        return {}
+    rows = next((n for n in sizes if "batch" in n.lower()), next(iter(sizes)))
+    return {"odd sizes": {n: (v // 2 + 1) | 1 for n, v in sizes.items()},
+            "prime sizes": {n: _prime_at_most((v // 2 + 1) | 1) for n, v in sizes.items()},
+            "a single row": {rows: 1}}
+
+
+def _prime_at_most(n: int) -> int:
+    while n > 2 and any(n % d == 0 for d in range(2, int(n ** 0.5) + 1)):
+        n -= 1
+    return n
 
 
 def load_module(problem: Problem, *, small: bool = False) -> types.ModuleType:

@@ -61,6 +61,7 @@ class ModelNew(nn.Module):
         super().__init__()
 
     def forward(self, x):
+        x = x.contiguous()  # the hidden workloads include transposed and strided inputs
         out = torch.empty_like(x)
         clamp_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
         return out
@@ -77,15 +78,15 @@ def _clamp_problem():
 def test_a_shortcut_exact_on_the_published_distribution_fails_off_it(evaluator):
     r = evaluator.evaluate(_clamp_problem(), CANDIDATE.format(value="x"))
     assert r.status is Status.INCORRECT, f"{r.status}: {r.reason}"
-    assert "inputs off the published distribution: every floating-point input multiplied by 4" in r.reason, r.reason
-    assert r.distributions == {"scaled": "failed"}, r.distributions
+    failed = [name for name, state in r.distributions.items() if state == "failed"]  # the first, in secret order
+    assert failed in (["scaled"], ["heavy-tailed"], ["near-limits"], ["outlier"]), (r.reason, r.distributions)
 
 
 def test_an_honest_kernel_passes_every_distribution(evaluator):
     r = evaluator.evaluate(_clamp_problem(), CANDIDATE.format(value="tl.maximum(x, -10.0)"))
     assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
-    assert r.distributions == {"scaled": "passed", "shifted": "passed", "flipped": "passed",
-                               "heavy-tailed": "passed"}, r.distributions
+    assert {k: r.distributions[k] for k in DISTRIBUTIONS} == {"scaled": "passed", "shifted": "passed",
+                                                             "flipped": "passed", "heavy-tailed": "passed"}, r.distributions
 
 
 def test_a_distribution_the_reference_is_not_finite_on_is_skipped(evaluator):
@@ -135,12 +136,13 @@ def test_a_kernelbench_problem_gets_a_hidden_derived_workload(evaluator):
     honest = CANDIDATE.format(value="tl.maximum(x, -10.0)")
     r = evaluator.evaluate(problem, honest)
     assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
-    assert r.workloads == {"batch_size=33, dim=65": "passed"}, r.workloads
+    assert {k: v for k, v in r.workloads.items() if v != "passed"} == {} and "odd sizes" in r.workloads, r.workloads
     hard_coded = honest.replace("out = torch.empty_like(x)", "out = torch.empty(64, 128)")
     r = evaluator.evaluate(problem, hard_coded)
     assert r.status is Status.INCORRECT, f"{r.status}: {r.reason}"
-    assert "on a hidden workload: batch_size=33, dim=65" in r.reason and r.workloads == {
-        "batch_size=33, dim=65": "failed"}, (r.reason, r.workloads)
+    failed = [k for k, v in r.workloads.items() if v == "failed"]  # the first, in secret order; no size named
+    assert failed and f"on a hidden workload with {failed[0]}" in r.reason and "33" not in r.reason, (
+        r.reason, r.workloads)
 
 
 def test_a_trial_the_candidate_never_finishes_is_marked_unfinished(evaluator):
@@ -151,13 +153,14 @@ def test_a_trial_the_candidate_never_finishes_is_marked_unfinished(evaluator):
                                  "        out = torch.empty_like(x)")
     r = evaluator.evaluate(problem_from_source(KB_PROBLEM, name="kb_clamp", problem_id="t/kb_clamp"), fixed_shape)
     assert r.status is Status.RUNTIME_ERROR and "built for 64 x 128" in r.reason, f"{r.status}: {r.reason}"
-    assert r.workloads == {"batch_size=33, dim=65": UNFINISHED}, r.workloads
+    assert [v for v in r.workloads.values() if v == UNFINISHED] == [UNFINISHED], r.workloads
     in_range = honest.replace("out = torch.empty_like(x)", "assert x.abs().max() < 8, 'inputs out of range'\n"
                               "        out = torch.empty_like(x)")
     r = evaluator.evaluate(_clamp_problem(), in_range)
     assert r.status is Status.RUNTIME_ERROR and "inputs out of range" in r.reason, f"{r.status}: {r.reason}"
     unfinished = [name for name, state in r.distributions.items() if state == UNFINISHED]
-    assert len(unfinished) == 1 and unfinished[0] in ("scaled", "heavy-tailed"), r.distributions  # in secret order
+    assert len(unfinished) == 1 and unfinished[0] in ("scaled", "heavy-tailed", "near-limits", "outlier", "large-mean"), (
+        r.distributions)  # the first, in secret order, that leaves |x| < 8
 
 
 def test_constants_the_model_reads_are_never_scaled():
@@ -214,6 +217,7 @@ class ModelNew(nn.Module):
         super().__init__()
 
     def forward(self, x):
+        x = x.contiguous()  # the hidden workloads include transposed and strided inputs
         out = torch.empty(x.shape[0], device=x.device, dtype=x.dtype)
         cubes_kernel[(x.shape[0],)](x, out, x.shape[1], BLOCK=64)
         return out
@@ -232,8 +236,8 @@ def test_an_honest_sum_whose_rounding_grows_with_its_inputs_passes_every_distrib
     problem = problem_from_source(CUBES_PROBLEM, name="cubes", problem_id="t/cubes")
     r = evaluator.evaluate(problem, CUBES_CANDIDATE)
     assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
-    assert r.distributions == {"scaled": "passed", "shifted": "passed", "flipped": "passed",
-                               "heavy-tailed": "passed"}, r.distributions
+    assert {k: r.distributions[k] for k in DISTRIBUTIONS} == {"scaled": "passed", "shifted": "passed",
+                                                             "flipped": "passed", "heavy-tailed": "passed"}, r.distributions
 
     monkeypatch.setattr(eval.checks, "scaled_atol", lambda atol, published, trial: [atol] * len(trial))
     monkeypatch.setattr(eval._reference.Reference, "ill_conditioned", lambda self, *args: "")
@@ -286,6 +290,7 @@ class ModelNew(nn.Module):
         super().__init__()
 
     def forward(self, x):
+        x = x.contiguous()  # the hidden workloads include transposed and strided inputs
         out = torch.empty_like(x)
         softmax_kernel[(x.shape[0],)](x, out, x.shape[1], BLOCK=1024)
         return out
@@ -300,14 +305,12 @@ def test_a_softmax_that_assumes_the_published_range_fails_on_heavy_tails_and_a_c
     problem = problem_from_source(SOFTMAX_PROBLEM, name="softmax", problem_id="t/softmax")
     r = evaluator.evaluate(problem, SOFTMAX_CANDIDATE.format(shifted="x"))
     assert r.status is Status.INCORRECT, f"{r.status}: {r.reason}"
-    assert "inputs off the published distribution: every floating-point element multiplied by its own heavy-tailed" \
-        in r.reason, r.reason
-    assert r.distributions["heavy-tailed"] == "failed" and all(  # those before it, in secret order, passed
-        state == "passed" for name, state in r.distributions.items() if name != "heavy-tailed"), r.distributions
+    failed = [name for name, state in r.distributions.items() if state == "failed"]  # the first, in secret order
+    assert failed in (["heavy-tailed"], ["large-mean"], ["outlier"], ["near-limits"]), (r.reason, r.distributions)
     r = evaluator.evaluate(problem, SOFTMAX_CANDIDATE.format(shifted="x - tl.max(x, axis=0)"))
     assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
-    assert r.distributions == {"scaled": "passed", "shifted": "passed", "flipped": "passed",
-                               "heavy-tailed": "passed"}, r.distributions
+    assert {k: r.distributions[k] for k in DISTRIBUTIONS} == {"scaled": "passed", "shifted": "passed",
+                                                             "flipped": "passed", "heavy-tailed": "passed"}, r.distributions
 
 
 TAN_PROBLEM = '''
@@ -358,5 +361,4 @@ def test_a_trial_where_rounding_alone_moves_the_answer_is_skipped_as_ill_conditi
     r = evaluator.evaluate(problem, TAN_CANDIDATE)
     assert r.status is Status.INCORRECT, f"{r.status}: {r.reason}"
     failed = [name for name, state in r.distributions.items() if state == "failed"]  # the first, in secret order
-    assert failed in (["scaled"], ["heavy-tailed"]) and DISTRIBUTIONS[failed[0]][0] in r.reason, (
-        r.reason, r.distributions)
+    assert len(failed) == 1 and r.status is Status.INCORRECT, (r.reason, r.distributions)

@@ -1,0 +1,192 @@
+"""Trials a guard cannot tell apart, hidden workloads and value regimes (issues 52 item 3, 53 items 1-2;
+`problems.variants`, `runtime.derived_workloads`), on the CPU pipeline and at the unit level.
+
+Each class: a realistic wrong kernel that the published draws pass, caught by one variant, and its honest twin
+passing every variant."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eval import Status
+from problems import VALUE_SHAPES, compare, derive_seed
+from problems.problem import problem_from_source
+from problems.variants import HEAVY_COUNT
+
+EVALUATOR = dict(device="cpu", cache_dir=None, workers_per_gpu=1, import_timeout_s=120)
+
+
+def test_every_value_shape_stays_inside_each_inputs_published_range():
+    published = [torch.rand(64, 512), torch.randn(64, 512) * 3 + 1, torch.randint(0, 512, (64,))]
+    for name, (_, change) in VALUE_SHAPES.items():
+        moved = change(published, 12345)
+        if moved is None:
+            continue
+        for before, after in zip(published, moved):
+            if before.is_floating_point():
+                assert before.min() <= after.min() and after.max() <= before.max(), name
+            assert after.shape == before.shape and after.dtype == before.dtype, name
+
+
+def test_a_loss_over_every_tenth_element_misses_the_sparse_heavy_trial_for_20_secrets():
+    """mean((a - b)^2) over every 10th element, on the sparse-heavy trial: it meets k * c heavy elements' worth where
+    there are 2 x 23 (23 is prime: k * c != 23 for every stride k but 23, any start), so it is off by at least one
+    heavy weight over n, past the evaluator's fp32 tolerance (1e-4) for every one of 20 secrets in a row, not for some
+    seeds. (A sum is exact only up to the tolerance, so the guarantee is a heavy weight over n against atol: it holds
+    while n < H**2 / atol, here 2**16 against ~2**17; KernelBench's atol of 1e-2 is 100 times looser.)"""
+    a, b = torch.randn(1 << 16), torch.randn(1 << 16)
+    change = VALUE_SHAPES["sparse-heavy"][1]
+    for secret in range(20):
+        seed = derive_seed(secret, "variant-sparse-heavy")
+        x, y = change([a, b], seed)
+        loss = ((x - y) ** 2).mean()
+        for start in (0, 3, 9):
+            subsampled = ((x[start::10] - y[start::10]) ** 2).mean()
+            assert compare([loss], [subsampled], 1e-4, 1e-4) is not None, (secret, start)
+        honest = ((x.double() - y.double()) ** 2).mean().float()
+        assert compare([loss], [honest], 1e-4, 1e-4) is None
+    assert HEAVY_COUNT > 10 and all(HEAVY_COUNT % k for k in range(2, HEAVY_COUNT))
+
+
+MEAN_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+META = {"atol": 1e-2, "rtol": 1e-2}
+N = 65536
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x.mean().reshape(1)
+
+
+def get_inputs():
+    return [torch.rand(N)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+MEAN_CANDIDATE = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def sum_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for start in range(0, n, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(out_ptr, tl.sum(acc) / n)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty(1, device=x.device, dtype=x.dtype)
+        sum_kernel[(1,)](x, out, x.numel(), BLOCK=4096)
+        {guard}
+        return out
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_closed_form_behind_a_range_guard_is_caught_and_the_honest_mean_passes(evaluator):
+    """The shortcut returns 0.5 (the mean of torch.rand) whenever the first 64 inputs lie in [0, 1], the published
+    range: every trial that moves the inputs (scaled, shifted, negated, heavy-tailed) leaves that range, so the guard
+    sends them all to the honest path. A value shape that keeps the range (concentrated near one end) finds it."""
+    problem = problem_from_source(MEAN_PROBLEM, name="mean", problem_id="t/mean")
+    guarded = MEAN_CANDIDATE.format(guard="if bool(((x[:64] >= 0) & (x[:64] <= 1)).all()):\n"
+                                          "            out = torch.full_like(out, 0.5)")
+    r = evaluator.evaluate(problem, guarded)
+    assert r.status is Status.INCORRECT, f"{r.status}: {r.reason}"
+    caught_by = ("a value shape inside the published range", "a value regime", "a hidden workload with a single row")
+    assert any(kind in r.reason for kind in caught_by), r.reason  # the first, in secret order, that stays in range
+    r = evaluator.evaluate(problem, MEAN_CANDIDATE.format(guard=""))
+    assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
+    assert r.distributions["near-one-end"] == "passed" and r.distributions["sparse-heavy"] == "passed", r.distributions
+
+
+ROWS_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+batch_size = 64
+dim = 256
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+ROWS_CANDIDATE = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softmax_kernel(x_ptr, out_ptr, stride, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * stride + offs, mask=offs < n, other=-float("inf"))
+    e = tl.exp(x - tl.max(x, axis=0))
+    tl.store(out_ptr + row * n + offs, e / tl.sum(e), mask=offs < n)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        {prepare}
+        out = torch.empty({shape}, device=x.device, dtype=x.dtype)
+        softmax_kernel[({grid},)](x, out, {stride}, x.shape[1], BLOCK=256)
+        return out
+'''
+
+
+def _rows_problem():
+    return problem_from_source(ROWS_PROBLEM, name="rows", problem_id="t/rows")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("bug, fields, kind", [
+    ("contiguity assumed (row stride from the width)", dict(prepare="pass", stride="x.shape[1]"),
+     ("non-contiguous inputs", "transposed inputs")),
+    ("the published shape hard-coded", dict(shape="(64, 256)"), None),
+], ids=["row-stride", "hard-coded-shape"])
+def test_a_shape_bug_is_caught_on_a_hidden_workload_named_by_kind_without_sizes(evaluator, bug, fields, kind):
+    honest = dict(prepare="x = x.contiguous()", grid="x.shape[0]", stride="x.stride(0)", shape="x.shape")
+    r = evaluator.evaluate(_rows_problem(), ROWS_CANDIDATE.format(**{**honest, **fields}))
+    assert r.status in (Status.INCORRECT, Status.RUNTIME_ERROR), f"{bug}: {r.status}: {r.reason}"
+    assert "on a hidden workload with " in r.reason, r.reason
+    if kind:
+        assert any(f"on a hidden workload with {k}" in r.reason and r.workloads[k] == "failed" for k in kind), r.workloads
+    for size in ("33", "31", "65", "63", "127", "129"):  # no hidden size reaches the verdict
+        assert size not in r.reason, r.reason
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_an_honest_row_kernel_passes_every_workload(evaluator):
+    r = evaluator.evaluate(_rows_problem(), ROWS_CANDIDATE.format(prepare="x = x.contiguous()", grid="x.shape[0]",
+                                                                  stride="x.stride(0)", shape="x.shape"))
+    assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
+    assert {k: v for k, v in r.workloads.items() if v != "passed"} == {}, r.workloads
+    assert set(r.workloads) == {"odd sizes", "prime sizes", "a single row", "transposed inputs",
+                                "non-contiguous inputs"}, r.workloads
