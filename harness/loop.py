@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 from agents import (
     ABSTENTION_REASON,
@@ -228,16 +228,12 @@ class RunLoop:
         pending = self._plan()
         self._display.start(self._stats)
         pool = ThreadPoolExecutor(max_workers=self.settings.max_concurrency, thread_name_prefix="kh-loop")
-        futures: list[Future[None]] = []
+        futures: set[Future[None]] = set()  # the trajectories submitted and not yet reaped: at most max_concurrency
         errors: list[str] = []
         abandoned = 0
         try:
             try:
-                # a stop signal while trajectories start (the first may already be asking the agent) is raised once
-                # every one is tracked, so it takes the path below, which lets the attempts in flight finish
-                with deferred_signals():
-                    futures = [pool.submit(self._trajectory, p, s) for p, s in pending]
-                _wait_all(futures)
+                self._run_in_window(pool, pending, futures, errors)
             except KeyboardInterrupt as exc:
                 self._request_stop(stop_reason(exc))
                 grace = self.settings.stop_grace_s
@@ -250,9 +246,7 @@ class RunLoop:
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
             self._display.stop()
-        for f in futures:
-            if f.done() and not f.cancelled() and f.exception() is not None:
-                errors.append(f"{type(f.exception()).__name__}: {f.exception()}")
+        errors += _errors(f for f in futures if f.done())
         if self._budget is not None:
             self._stop_reason += self._spent()
         self._stop_if_all_refused()
@@ -272,6 +266,22 @@ class RunLoop:
             errors=errors,
             abandoned=abandoned,
         )
+
+    def _run_in_window(self, pool: ThreadPoolExecutor, pending: Sequence[tuple[Problem, int]],
+                       futures: set[Future[None]], errors: list[str]) -> None:
+        """Submit each trajectory only once a thread is free for it, and wait for the last ones: a plan of any size
+        holds at most `max_concurrency` futures (one each, up front, was 1.6 GB for 600,000 trajectories and kept a
+        stop signal waiting), and none is started once the run is stopping. A stop signal while one is submitted is
+        raised once it is tracked, so the caller lets the attempts in flight finish."""
+        for problem, sample in pending:
+            while len(futures) >= self.settings.max_concurrency:
+                errors += _reap(futures)
+            if self._stop.is_set():
+                break
+            with deferred_signals():
+                futures.add(pool.submit(self._trajectory, problem, sample))
+        while futures:
+            errors += _reap(futures)
 
     # ---------------------------------------------------------------- planning
     def _plan(self) -> list[tuple[Problem, int]]:
@@ -569,7 +579,20 @@ def _record(a: Attempt) -> TurnRecord:
     return TurnRecord(turn=a.turn, reply=a.reply, code=a.code, feedback=a.feedback)
 
 
-def _wait_all(futures: list[Future[None]], timeout: float | None = None) -> int:
+def _reap(futures: set[Future[None]]) -> list[str]:
+    """Wait up to 0.2 s (signals stay responsive) for a trajectory to end; drop the ended ones from `futures` and
+    return their errors."""
+    done, _ = wait(futures, timeout=0.2, return_when=FIRST_COMPLETED)
+    futures.difference_update(done)
+    return _errors(done)
+
+
+def _errors(futures: Iterable[Future[None]]) -> list[str]:
+    """The exceptions of ended trajectories, one line each (a cancelled one never ran)."""
+    return [f"{type(e).__name__}: {e}" for f in futures if not f.cancelled() and (e := f.exception()) is not None]
+
+
+def _wait_all(futures: Iterable[Future[None]], timeout: float | None = None) -> int:
     """Wait for every future (at most `timeout` seconds), staying responsive to signals; how many are still running
     (cancelled ones, never started, do not count)."""
     deadline = None if timeout is None else time.monotonic() + timeout
