@@ -295,6 +295,11 @@ def reply_cap(config: EvalConfig, reference_output_bytes: int = 0) -> int:
 # (`wire.Channel`'s default `max_payload_bytes`). Every trial is carried (`p.Run`); past this a trial off the
 # published inputs is skipped and recorded so, and a published draw ends the evaluation as `skipped`, naming the size.
 MAX_CARRIED_INPUT_BYTES = 8 << 30
+# Past this many bytes of inputs, carrying every trial's inputs (twice across the host: the parent's GPU to the
+# channel, the channel to the worker's GPU) halved the 24-candidate batch's rate on the H200 (2**26 elements,
+# 2026-12-02): there a published draw is drawn by the worker from its seed (`p.Run.seed`), and the trials off the
+# published inputs run on the problem with its input-only sizes halved until one draw fits (`_fitting_module`).
+CARRY_LIMIT_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -347,24 +352,51 @@ def trial_plan(ctx: Context) -> list[Trial]:
     if ctx.config.hidden_shapes:
         plan += [Trial(f"extra{j}", _draws(ref.module, device, kb, j), where=f" on hidden input shapes #{j}",
                        hidden=True) for j in range(ref.extra_count())]
+    off, overrides = (ref.module, {}) if kb else _fitting_module(ctx)
     if ctx.config.distribution_trials and not kb:
-        plan += [Trial(f"dist-{name}", partial(_moved, ref.module, device, name), "distributions", name,
+        plan += [Trial(f"dist-{name}", partial(_moved, off, device, name), "distributions", name,
                        f", inputs off the published distribution: {DISTRIBUTIONS[name][0]}; atol grown with the "
                        "outputs' mean |value| (`problems._compare.scaled_atol`)", off=True) for name in DISTRIBUTIONS]
     if ctx.config.distribution_trials and not kb:
-        plan += [_variant_trial(ref.module, device, name, what, change, "a value shape inside the published range")
+        plan += [_variant_trial(off, device, name, what, change, "a value shape inside the published range")
                  for name, (what, change) in VALUE_SHAPES.items()]
-        plan += [_variant_trial(ref.module, device, name, what, change, "a value regime")
+        plan += [_variant_trial(off, device, name, what, change, "a value regime")
                  for name, (what, change) in REGIMES.items()]
     if ctx.config.hidden_shapes and not kb:
-        plan += derived_workload_trials(ctx) + [
-            Trial(f"layout-{name}", partial(_laid_out, ref.module, device, change), "workloads", name,
+        plan += derived_workload_trials(ctx, off, overrides) + [
+            Trial(f"layout-{name}", partial(_laid_out, off, device, change), "workloads", name,
                   f", on a hidden workload with {name}", hidden=True) for name, change in LAYOUTS.items()]
     if kb:
         return plan
     rest = plan[1:]
     random.Random(derive_seed(ctx.secret, "order")).shuffle(rest)
     return [plan[0], *rest]
+
+
+def _fitting_module(ctx: Context) -> tuple[Any, dict[str, Any]]:
+    """The module the trials off the published inputs draw from, and its size overrides: the reference's own where
+    one published draw's inputs take at most `CARRY_LIMIT_BYTES`; past that, the problem with its input-only
+    constants (batch, sequence...: `runtime.input_only_constants`, which leave the model unchanged) halved, the
+    largest first, until a draw fits, so carrying every such trial stays cheap. A problem with no such constant keeps
+    its sizes (its trials are carried whole). Flagged, never with the sizes (the flag reaches the agent)."""
+    assert ctx.reference is not None
+    base = ctx.problem.meta["small"] if ctx.small else {}
+    module, overrides = ctx.reference.module, dict(base)
+    names = [n for n in input_only_constants(ctx.problem.source) if type(getattr(module, n, None)) is int]
+    probe = derive_seed(ctx.secret, "fit")
+    for _ in range(64):
+        if tensor_bytes(draw_inputs(module, probe, ctx.lease.device)) <= CARRY_LIMIT_BYTES:
+            break
+        larger = [n for n in names if getattr(module, n) > 1]
+        if not larger:
+            break
+        name = max(larger, key=lambda n: getattr(module, n))
+        overrides[name] = getattr(module, name) // 2
+        module = load_source(ctx.problem.source, f"<{ctx.problem.id} fitted>", overrides)
+    if module is not ctx.reference.module:
+        ctx.result.flags.append("the trials off the published inputs ran at reduced sizes (the published inputs are "
+                                f"over {CARRY_LIMIT_BYTES >> 20} MiB a trial)")
+    return module, overrides
 
 
 def _draws(module: Any, device: torch.device, on_cpu: bool, extra: int | None = None) -> Callable[[int], list[Any]]:
@@ -389,14 +421,14 @@ def _laid_out(module: Any, device: torch.device, change: Any, seed: int) -> list
     return change(draw_inputs(module, seed, device))
 
 
-def derived_workload_trials(ctx: Context) -> list[Trial]:
+def derived_workload_trials(ctx: Context, module: Any, fitted: dict[str, Any]) -> list[Trial]:
     """Hidden workloads, never shown to the agent, for every problem: its constants that only get_inputs() reads
-    (batch, sequence...) made odd, prime, or a single row (`runtime.derived_workloads`), drawn from that module;
-    skipped where the reference itself fails on it. A verdict names the kind, never the sizes."""
-    assert ctx.reference is not None
+    (batch, sequence...) made odd, prime, or a single row (`runtime.derived_workloads`), from `module`'s sizes (its
+    `fitted` overrides: `_fitting_module`), drawn from that module; skipped where the reference itself fails on it. A
+    verdict names the kind, never the sizes."""
     trials = []
-    for kind, workload in derived_workloads(ctx.reference.module, input_only_constants(ctx.problem.source)).items():
-        overrides = {**(ctx.problem.meta["small"] if ctx.small else {}), **workload}
+    for kind, workload in derived_workloads(module, input_only_constants(ctx.problem.source)).items():
+        overrides = {**(ctx.problem.meta["small"] if ctx.small else {}), **fitted, **workload}
         try:
             module = load_source(ctx.problem.source, f"<{ctx.problem.id} derived>", overrides)
         except Exception as exc:  # noqa: BLE001  the reference's own limits: not the candidate's fault
@@ -435,14 +467,27 @@ def _trial(ctx: Context, trial: Trial, index: int, seed: int, published: list[fl
     ctx.allow_outputs(expected)
     if trial.record:  # stays so if the candidate raises, crashes or hangs on these inputs
         entries[trial.name] = UNFINISHED
-    spec, tensors = encode_trial_args(inputs)
-    reply, outputs = ctx.request(p.Run(args=spec), tensors, timeout=ctx.config.call_timeout_s)
+    reply, outputs = _run(ctx, trial, seed, inputs)
     ctx.result.trials += 1
     if published is not None and not published:
         published += [magnitude(t) for t in expected]
     mismatch = _trial_mismatch(ctx, expected, reply, outputs, index, atol)
-    del inputs, expected, outputs, tensors
+    del inputs, expected, outputs
     return mismatch, reply
+
+
+def _run(ctx: Context, trial: Trial, seed: int, inputs: list[Any]) -> tuple[p.RunReply, list[torch.Tensor]]:
+    """Ask the worker to run one trial: its inputs carried, or, for a published draw past `CARRY_LIMIT_BYTES`, drawn
+    by the worker from the trial's seed where its draws match ours (checked by fingerprint; else carried from then on)."""
+    timeout = ctx.config.call_timeout_s
+    if (ctx.worker_draws and not trial.record and not trial.hidden and not ctx.kernelbench_seeding
+            and tensor_bytes(inputs) > CARRY_LIMIT_BYTES):
+        reply, outputs = ctx.request(p.Run(seed=seed), timeout=timeout)
+        if reply.fingerprint == input_fingerprint(inputs):
+            return reply, outputs
+        _stop_worker_draws(ctx)
+    spec, tensors = encode_trial_args(inputs)
+    return ctx.request(p.Run(args=spec), tensors, timeout=timeout)
 
 
 def _why_not(ctx: Context, trial: Trial, inputs: list[Any], expected: list[torch.Tensor],
@@ -508,7 +553,7 @@ def _finite(t: torch.Tensor) -> bool:
 
 def _stop_worker_draws(ctx: Context) -> None:
     ctx.worker_draws = False
-    ctx.result.flags.append("timing inputs carried to the worker: its draws from the same seed differed from the "
+    ctx.result.flags.append("inputs carried to the worker: its draws from the same seed differed from the "
                             "parent's (get_inputs() is not reproducible across processes)")
 
 

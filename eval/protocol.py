@@ -111,6 +111,7 @@ class Prepare(Request):
 @dataclass
 class RunReply(Reply):
     mutated_inputs: list[int] = field(default_factory=list)
+    fingerprint: list[str] = field(default_factory=list)  # of the inputs the worker drew (`Run.seed`)
     output_structure: str = ""  # the output's containers (`runtime.output_structure`): the parent compares them
 
 
@@ -123,12 +124,18 @@ class Run(Request):
     all this one request, with no field that tells them apart (a candidate reads its channel). Each tensor of `args`
     is `{"t": i, "size": [...], "stride": [...]}`: carried flat, it is rebuilt as that view, so the worker gets
     the parent's layout (a transposed or sliced input stays so).
+
+    Past `checks.CARRY_LIMIT_BYTES` of inputs, a published draw is not carried: `seed` (non-zero) has the worker
+    draw it (`runtime.draw_inputs` of its problem, as for timing), and the reply's fingerprint lets the parent
+    confirm the values. Such a request tells a published draw from the rest, which at those sizes run smaller
+    (`checks.trial_plan`): their sizes tell them apart anyway.
     """
 
     cmd: ClassVar[str] = "run"
     reply: ClassVar[type[Reply]] = RunReply
     args: ArgSpec = field(default_factory=list)
     poison: bool = True
+    seed: int = 0  # 0: the inputs are the tensors carried
 
 
 @dataclass

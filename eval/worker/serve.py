@@ -261,10 +261,15 @@ class Worker:
                               lazy_failed=_error_text(next(iter(lazy_failures), None))), []
 
     def cmd_run(self, msg: p.Run, tensors: list[torch.Tensor]) -> Handled:
-        """One correctness trial on the inputs carried, memory poisoned while it runs."""
+        """One correctness trial on the inputs carried (or, with a seed, drawn here), memory poisoned while it runs."""
         assert self.candidate is not None and self.snapshot is not None
-        carried = _at_stable_addresses([t.to(self.device) for t in tensors], self.trial_buffers)
-        inputs = _rebuild_args(msg.args, carried)
+        fingerprint: list[str] = []
+        if msg.seed:
+            inputs = _at_stable_addresses(self._draw(msg.seed, False, self.subjects["candidate"]), self.trial_buffers)
+            fingerprint = input_fingerprint(inputs)
+        else:
+            carried = _at_stable_addresses([t.to(self.device) for t in tensors], self.trial_buffers)
+            inputs = _rebuild_args(msg.args, carried)
         pristine = [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
         self._sync()
         try:
@@ -284,7 +289,7 @@ class Worker:
         if problem:
             return p.RunReply(ok=False, stage="output", error=problem), []
         mutated = [i for i, (a, b) in enumerate(zip(inputs, pristine)) if isinstance(a, torch.Tensor) and not _same(a, b)]
-        return p.RunReply(mutated_inputs=mutated, output_structure=structure), outputs
+        return p.RunReply(mutated_inputs=mutated, output_structure=structure, fingerprint=fingerprint), outputs
 
     def cmd_stage(self, msg: p.Stage, tensors: list[torch.Tensor]) -> Handled:
         """Keep a subject's timing input sets on the device (carried or drawn outside the exclusive timing window)."""

@@ -103,12 +103,17 @@ def test_every_trial_kind_reaches_the_worker_as_the_same_request(evaluator, fram
     tensor specs, same offsets); the hidden shape set differs only by its sizes, which its tensor shows anyway."""
     r = evaluator.evaluate(_problem(), CANDIDATE.format(honest="True"))
     assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
-    assert len(frames) == r.trials == 5 + 1 + 4, (len(frames), r.trials)
+    assert len(frames) == r.trials, (len(frames), r.trials)
     decoded = [json.loads(f) for f in frames]
     for header in decoded:
         assert p.decode_request({k: v for k, v in header.items() if k != "tensors"}) == p.Run(args=header["args"])
-    published = [f for f, h in zip(frames, decoded) if h["args"][0]["size"] == [4096]]
-    assert len(published) == 9 and len(set(published)) == 1, set(published)
+    # the published draws and every trial of other values at the published size (off the distribution, value
+    # shapes, regimes): one frame, byte for byte
+    off = sum(1 for outcome in r.distributions.values() if outcome == "passed")
+    assert off >= 4, r.distributions
+    published = [f for f, h in zip(frames, decoded) if h["args"][0]["size"] == [4096] and h["args"][0]["stride"] == [1]]
+    # (a layout workload that leaves a 1-D input as it is sends that frame too)
+    assert len(published) >= 5 + off and len(set(published)) == 1, (len(published), off, set(published))
     hidden = [h for h in decoded if h["args"][0]["size"] == [1000]]
     assert len(hidden) == 1
     assert _without_sizes(hidden[0]) == _without_sizes(decoded[0])
@@ -137,13 +142,28 @@ def _order(secret: int, labels: list[str]) -> list[str]:
     return [labels[0], *rest]
 
 
+def _plan_labels(evaluator, monkeypatch) -> list[str]:
+    """The trial plan's labels before its shuffle, as `trial_plan` builds them for this problem (an honest run's)."""
+    before: list[list[str]] = []
+
+    class Recording(random.Random):
+        def shuffle(self, x):  # type: ignore[override]
+            before.append([t.label for t in x])
+            super().shuffle(x)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(eval.checks.random, "Random", Recording)
+        r = evaluator.evaluate(_problem(), CANDIDATE.format(honest="True") + "\n# plan\n")
+    assert r.status is Status.CORRECT and before, f"{r.status}: {r.reason}"
+    return ["trial0", *before[-1]]
+
+
 def test_a_shortcut_taken_except_where_the_trial_position_was_off_distribution_fails(evaluator, monkeypatch):
     """The candidate copies its input (exact on standard normal draws: clamp at -10 never clamps) on its first 6
     calls, the published draws and the hidden shape set as the trials used to run, and is honest afterwards, where
     the four trials off the distribution used to be. Under a secret whose shuffle puts the trial scaled by 4 among
     the first 6, it is incorrect, there; the honest kernel passes under the same secret."""
-    labels = ["trial0", "trial1", "trial2", "trial3", "trial4", "extra0", "dist-scaled", "dist-shifted",
-              "dist-flipped", "dist-heavy-tailed"]
+    labels = _plan_labels(evaluator, monkeypatch)
     secret = next(s for s in range(1, 1000) if _order(s, labels).index("dist-scaled") < 6)
     monkeypatch.setattr(eval.checks, "secrets", types.SimpleNamespace(randbits=lambda bits: secret))
     plans = []
@@ -157,3 +177,24 @@ def test_a_shortcut_taken_except_where_the_trial_position_was_off_distribution_f
         r.reason, r.distributions)
     r = evaluator.evaluate(_problem(), CANDIDATE.format(honest="True") + "\n# honest\n")
     assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
+
+
+def test_past_the_carry_limit_published_draws_are_drawn_by_the_worker_and_the_rest_run_smaller(evaluator, frames,
+                                                                                              monkeypatch):
+    """Carrying every trial's inputs halved the 24-candidate batch's rate at 2**26 elements: past
+    `CARRY_LIMIT_BYTES` (here 4 KiB, under one 16 KiB draw), a published draw is drawn by the worker from its seed
+    (confirmed by fingerprint), and the trials off the published inputs run on the problem with N halved until a draw
+    fits, carried. A kernel that is right only at the published size still fails there; the honest one passes."""
+    monkeypatch.setattr(eval.checks, "CARRY_LIMIT_BYTES", 4 << 10)
+    r = evaluator.evaluate(_problem(), CANDIDATE.format(honest="True") + "\n# seeded\n")
+    assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
+    decoded = [json.loads(f) for f in frames]
+    seeded = [h for h in decoded if h.get("seed")]
+    carried = [h for h in decoded if not h.get("seed")]
+    assert len(seeded) == 5 and all(h["args"] == [] for h in seeded)  # the published draws, nothing carried
+    assert carried and all(h["args"][0]["size"][0] * 4 <= 4 << 10 for h in carried)  # the rest fit the limit
+    assert any("ran at reduced sizes" in flag for flag in r.flags) and "4096" not in " ".join(r.flags)
+    assert not any("inputs carried to the worker" in flag for flag in r.flags)  # the worker's draws matched
+    fixed = CANDIDATE.format(honest="True").replace("x.numel(), HONEST", "4096, HONEST")  # the published size hard-coded
+    r = evaluator.evaluate(_problem(), fixed)
+    assert r.status is not Status.CORRECT, f"{r.status}: {r.reason}"
