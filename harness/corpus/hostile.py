@@ -214,7 +214,7 @@ HOSTILE: dict[str, tuple[str, str, str]] = {
         memo = self.__dict__.setdefault('memo', {})
         if key in memo:
             return memo[key].clone()
-""" + edit(FORWARD, RETURN, "        memo[key] = out\n" + RETURN)), "incorrect", "(trial 1)"),
+""" + edit(FORWARD, RETURN, "        memo[key] = out\n" + RETURN)), "incorrect", "values differ beyond"),  # stale at the first trial of shapes seen before
     "zero_inputs": (variant(FORWARD, """        a.zero_()
         b.zero_()
 """ + FORWARD), "incorrect", "values differ"),  # the reference ran on its own copies
