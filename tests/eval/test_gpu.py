@@ -21,7 +21,8 @@ LAUNCH = f"        {TRITON_LAUNCH.format(warps=4)}\n"
 # the allocator: on the H100, 2026-11-25, the memo missed every trial and only the timed check caught it.)
 PHASE_DETECTION_STATUS, PHASE_DETECTION_PHRASE = Status.INCORRECT, "the output of timed repetition"
 POINTER_CACHE_STATUS, POINTER_CACHE_PHRASE = Status.INCORRECT, "values differ"
-POINTER_CACHE_DEFENCE = "(trial "  # a correctness trial's reason (the first whose shapes repeat one seen); the timed repetitions' says "(fresh inputs)"
+# a correctness trial's reason (the first whose shapes repeat one seen); the timed repetitions' says "(fresh inputs)"
+POINTER_CACHE_DEFENCE = "(trial "
 
 
 EVALUATOR = dict(device="cuda")  # no cache_dir: a fresh result cache for this module
