@@ -18,6 +18,7 @@ from problems import (
     Cost,
     Problem,
     ProblemError,
+    WIDE_CHECK_MAX_BYTES,
     build_model,
     degenerate_outputs,
     extra_input_count,
@@ -130,10 +131,22 @@ class Reference:
             if key in _conditioning:
                 return _conditioning[key]
         cost = traced_cost(self.problem, self.small)
-        why = ill_conditioned(self.model, inputs, outputs(), atol, rtol, cost.peak_bytes if cost else None)
+        why = ill_conditioned(self.model, inputs, outputs(), atol, rtol, cost.peak_bytes if cost else None,
+                              wide_check_budget(self.device))
         with _modules_lock:
             _conditioning[key] = why
         return why
+
+
+def wide_check_budget(device: torch.device) -> int:
+    """What the float64 conditioning check may take on `device`: `problems.WIDE_CHECK_MAX_BYTES` (2 GiB), or on a GPU
+    a sixteenth of its memory where that is more (8.7 GiB on an H200: four evaluations in flight doing it at once stay
+    under a quarter of it). At the fixed 2 GiB a full-size problem such as L2/06 (512 MiB score tensors) went
+    undecided, its heavy-tailed trial ran on an ill-conditioned reference, and an honest tf32x3 kernel failed it
+    once in two runs (H200, 2026-12-02)."""
+    if device.type != "cuda":
+        return WIDE_CHECK_MAX_BYTES
+    return max(WIDE_CHECK_MAX_BYTES, torch.cuda.get_device_properties(device).total_memory // 16)
 
 
 def encode_args(inputs: list[Any]) -> tuple[list[Any], list[torch.Tensor]]:

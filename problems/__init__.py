@@ -17,6 +17,7 @@ _EXPORTS = {
     "magnitude": "problems._compare",
     "scaled_atol": "problems._compare",
     "tolerance": "problems._compare",
+    "WIDE_CHECK_MAX_BYTES": "problems.conditioning",
     "ill_conditioned": "problems.conditioning",
     "Cost": "problems.cost",
     "describe_bytes": "problems.cost",

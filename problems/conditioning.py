@@ -38,10 +38,11 @@ def float64_miss(model: torch.nn.Module, inputs: list[Any], outputs: list[torch.
 
 
 def ill_conditioned(model: torch.nn.Module, inputs: list[Any], outputs: list[torch.Tensor], atol: float | list[float],
-                    rtol: float, peak_bytes: int | None) -> str | None:
+                    rtol: float, peak_bytes: int | None, budget_bytes: int = WIDE_CHECK_MAX_BYTES) -> str | None:
     """Why a trial on `inputs` would judge rounding rather than work ("" where it would not), or None where that is
-    not decided: the reference's traced peak (`peak_bytes`) unknown or too large, or no float64 forward."""
-    if peak_bytes is None or 2 * peak_bytes > WIDE_CHECK_MAX_BYTES:
+    not decided: the reference's traced peak (`peak_bytes`) unknown or, doubled, over `budget_bytes`, or no float64
+    forward."""
+    if peak_bytes is None or 2 * peak_bytes > budget_bytes:
         return None
     try:
         miss = float64_miss(model, inputs, outputs, atol, rtol)
