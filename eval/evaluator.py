@@ -391,7 +391,12 @@ class Evaluator:
             lease.worker.kill()  # its device memory is free before the retry starts, not later in the background
             raise
         except WorkerTimeout as exc:
-            result.status, result.reason = Status.TIMEOUT, lease.worker.with_notes(f"timeout: {exc.detail}", exc.output)
+            cap = lease.worker.process_limit_note(exc.output)
+            if cap:  # a fork bomb that keeps forking at the cap: judged as the limit it hit, not as slow
+                result.status, result.reason = Status.RUNTIME_ERROR, f"{cap}; then the call ran out of time: {exc.detail}"
+            else:
+                result.status, result.reason = Status.TIMEOUT, lease.worker.with_notes(f"timeout: {exc.detail}",
+                                                                                        exc.output)
             result.stdout_tail = trim(exc.output)
         except WorkerDied as exc:
             result.status, result.reason = Status.CRASH, lease.worker.with_notes(f"crash: {exc.detail}", exc.output)

@@ -620,6 +620,7 @@ class WorkerProcess:
         self.freezer = freeze.Freezer(self.proc.pid, group=self.freeze_group, members=self.pids_group,
                                       pid_namespace=plan.processes)
         self.killed_for = ""  # why the parent killed it, when it did (a limit), for the verdict
+        self.forks_refused = 0  # the kernel's count of forks refused at its process limit, kept once it is killed
         if memory_limit_bytes:
             charged = functools.partial(memcg.charged_bytes, self.memory_group) if self.memory_group else None
             WATCH.watch(self.proc.pid, memory_limit_bytes, functools.partial(self._over_memory, memory_limit_bytes),
@@ -692,12 +693,14 @@ class WorkerProcess:
     def limit_note(self, error: str) -> str:
         """The sandbox limit this worker hit, as a sentence for the verdict (or ""): a full tmpfs, shown by the error's
         text; the process limit, as the kernel counted it (cgroup plan) or as the error's text shows a refused fork."""
-        hit = limit_hit(error)
-        if hit:
-            return hit
+        return limit_hit(error) or self.process_limit_note(error)
+
+    def process_limit_note(self, error: str) -> str:
+        """The process limit as `limit_note` names it, where the kernel refused a fork at it (its count, with the
+        cgroup plan) or the error's text shows a refused fork; else ""."""
         where = {"cgroup": "pids.max of its own cgroup", "userns": "RLIMIT_NPROC in its own user namespace",
                  "uid": "RLIMIT_NPROC, shared by its uid"}.get(self.process_limit, "")
-        refused = pids.times_hit(self.pids_group) if self.pids_group else 0
+        refused = max(self.forks_refused, pids.times_hit(self.pids_group) if self.pids_group else 0)
         if refused or (self.process_limit != "cgroup" and where and _refused_fork(error)):
             count = f"the kernel refused {refused} forks or thread starts" if refused else "a fork or thread start failed"
             return (f"a sandbox limit was hit: {count} at the limit of {self.max_processes} processes and threads "
@@ -807,6 +810,8 @@ class WorkerProcess:
         for fd in self.own_folders:  # a handle would keep the worker's tmpfs alive
             os.close(fd)
         self.own_folders = []
+        if self.pids_group is not None:  # its count outlives the cgroup, for a verdict given after the kill
+            self.forks_refused = max(self.forks_refused, pids.times_hit(self.pids_group))
         for group in dict.fromkeys((self.pids_group, self.freeze_group, self.memory_group)):
             if group is not None:
                 pids.remove(group)

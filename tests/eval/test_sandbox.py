@@ -546,6 +546,28 @@ def test_a_fork_bomb_stops_at_the_process_limit_and_the_verdict_names_it(problem
         assert "the kernel refused" in r.reason, r.reason
 
 
+@pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
+def test_a_fork_bomb_that_keeps_forking_at_the_limit_is_judged_as_the_limit_not_as_a_timeout(problem):
+    """A bomb that swallows every refused fork and tries again never raises: its call runs out of time. Where the
+    kernel counts the refusals (the cgroup plan), the verdict is the limit it hit, a runtime error naming it."""
+    spinning = variant(FORWARD, """        import os, signal
+        while True:
+            try:
+                if os.fork() == 0:
+                    signal.pause()
+            except BlockingIOError:
+                pass
+""" + FORWARD)
+    with Evaluator(EvalConfig(device="cpu", cache_dir=None, max_worker_processes=200, call_timeout_s=20)) as ev:
+        r = ev.evaluate(problem, spinning)
+    if r.process_limit != "cgroup":
+        assert r.status is Status.TIMEOUT, f"{r.status}: {r.reason}"  # no count of refusals to judge it by
+        return
+    assert r.status is Status.RUNTIME_ERROR, f"{r.status}: {r.reason} {r.error}"
+    assert r.reason.startswith("a sandbox limit was hit: the kernel refused"), r.reason
+    assert "at the limit of 200 processes and threads per worker" in r.reason and "ran out of time" in r.reason
+
+
 def _tasks_under(root: int) -> int:
     """Tasks (threads included) that process `root` and its descendants hold: the bomb's own count, which other
     processes of the same uid on this machine (other tests, other runs) do not move."""
