@@ -118,14 +118,16 @@ def test_side_stream_work_is_rejected(evaluator, problem):
 
 
 def test_phase_detection_is_caught(evaluator, problem):
-    # honest for the first calls (correctness trials), then skips the kernel (timing)
+    """Honest for as many calls as the correctness trials take (an honest twin's count, plus two), then it skips the
+    kernel: lazy from a call that falls inside the timing checks, whose outputs are checked too."""
+    honest = evaluator.evaluate(problem, candidates.triton_candidate() + "\n# phase twin\n")
+    assert honest.status is Status.CORRECT, honest.reason
     source = edit(
         candidates.triton_candidate(), ALLOC,
         ALLOC + "        self.calls = getattr(self, 'calls', 0) + 1\n"
-        "        if self.calls > 12:\n            return out\n",
+        f"        if self.calls > {honest.trials + 2}:\n            return out\n",
     )
     r = evaluator.evaluate(problem, source)
-    # honest through the trials; lazy from the 13th call on, which falls inside the timing checks
     assert r.status is PHASE_DETECTION_STATUS, f"{r.status}: {r.reason}"
     assert PHASE_DETECTION_PHRASE in r.reason, r.reason
 
