@@ -1,7 +1,8 @@
 """`harness run`: the Hydra app that runs (or resumes) one run per job.
 
 The flow of one job: check the config, select the problems, build the agent (a missing API key
-fails here, before anything is written), open the run store (resume checks), then run the loop
+fails here, before anything is written), take the run directory's lock (a second run of the name is
+refused here, before any evaluator starts), open the run store (resume checks), then run the loop
 against one evaluator and print the summary. Exit codes (docs/exit-codes.md): 0 finished, 2 bad
 input or a run store that cannot be written (a full disk; resumable), 3 stopped early but
 resumable (budget; Ctrl-C, SIGTERM or SIGHUP at any moment), 4 the provider refused the
@@ -69,6 +70,8 @@ def main(argv: list[str]) -> int:
     try:
         for name in ov.values_of(args.overrides, "name"):  # checked before Hydra makes directories from it
             _check_name(name)
+        for runs_dir in ov.values_of(args.overrides, "runs_dir") or [RunConfig.runs_dir]:
+            _check_runs_dir(runs_dir)  # Hydra makes it before a job starts, and fails with a traceback
         if not args.multirun:
             ov.refuse_sweeps(args.overrides)
             kinds = _resumed_kinds(args.overrides)
@@ -140,14 +143,16 @@ def _run(cfg: DictConfig) -> int:
     with ExitStack() as stack:
         volatile, problem_ids = (*VOLATILE_KEYS, "executor"), [p.id for p in problems]
         try:
-            # a resume the store would refuse is refused before any worker starts; the run directory is made only
-            # once the evaluator is up (a bad executor setting leaves nothing behind)
+            # a resume the store would refuse, or a run of this name that another process runs, is refused before any
+            # worker starts; a new run's store is made only once the evaluator is up (a bad executor setting leaves
+            # nothing behind)
             RunStore.check_resume(run_dir, config, volatile=volatile, problem_ids=problem_ids)
+            stack.enter_context(RunStore.locked(run_dir))
 
             def open_store() -> RunStore:
-                opened = stack.enter_context(
-                    RunStore.open(run_dir, config, harness_version=VERSION, volatile=volatile, problem_ids=problem_ids)
-                )
+                opened = stack.enter_context(RunStore.open(
+                    run_dir, config, harness_version=VERSION, volatile=volatile, problem_ids=problem_ids, locked=True
+                ))
                 _check_problem_sources(opened, problems)
                 return opened
 
@@ -347,6 +352,20 @@ def _check_problem_sources(store: RunStore, problems: list[Problem]) -> None:
             f"{', ...' if len(changed) > 5 else ''}); resuming would mix two versions. "
             "Start a new run with another name=."
         )
+
+
+def _check_runs_dir(runs_dir: str) -> None:
+    """Refuse a `runs_dir` that `mkdir -p` could not make (a file on its path, a read-only parent), found without
+    making anything."""
+    nearest = Path(runs_dir)
+    if nearest.is_dir():
+        return
+    while not nearest.exists() and nearest != nearest.parent:
+        nearest = nearest.parent
+    if not nearest.is_dir():
+        raise BadInput(f"runs_dir={runs_dir} cannot be made: {nearest} is a file, not a folder")
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        raise BadInput(f"runs_dir={runs_dir} cannot be made: {nearest} is not writable")
 
 
 def _check_name(name: str) -> str:

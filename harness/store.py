@@ -32,6 +32,7 @@ import re
 import sqlite3
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Iterator, NamedTuple
@@ -358,13 +359,13 @@ def config_differences(old: dict[str, Any], new: dict[str, Any], volatile: Itera
 class RunStore:
     """Durable record of one run directory. Thread-safe; one process at a time (a file lock)."""
 
-    def __init__(self, run_dir: Path, conn: sqlite3.Connection, lock_fd: int, config: dict[str, Any],
+    def __init__(self, run_dir: Path, conn: sqlite3.Connection, lock_fd: int | None, config: dict[str, Any],
                  durable: bool = True) -> None:
         self.run_dir = run_dir
         self._durable = durable
         self.config = config
         self._conn = conn
-        self._lock_fd = lock_fd
+        self._lock_fd = lock_fd  # None: the caller holds the lock (`RunStore.locked`) and releases it
         self._mutex = threading.Lock()
         self._session_id: int | None = None
         self._jsonl = open(run_dir / JSONL_NAME, "ab")  # noqa: SIM115 (closed in close())
@@ -381,6 +382,7 @@ class RunStore:
         harness_version: str = "",
         problem_ids: Iterable[str] | None = None,
         durable: bool = True,
+        locked: bool = False,
     ) -> "RunStore":
         """Create `run_dir`, or reopen it to resume or extend.
 
@@ -390,13 +392,14 @@ class RunStore:
         `turns` or `samples`, or a problem selection, `problem_ids`, holding every problem already
         attempted) extends it: the stored config becomes the new one and every attempt is kept.
         Any failure raises `StoreError`. `durable=False` skips every fsync: only for writing synthetic runs
-        (`harness bench store`), where a crash loses nothing of value.
+        (`harness bench store`), where a crash loses nothing of value. `locked=True`: the caller holds the
+        directory's lock already (`RunStore.locked`).
         """
         run_dir = Path(run_dir)
         made = _missing_dirs(run_dir)  # a new run that cannot be made (a full disk) takes these away again
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
-            lock_fd = _acquire_lock(run_dir)
+            lock_fd = None if locked else _acquire_lock(run_dir)
         except BaseException:
             _remove_empty(made)
             raise
@@ -432,7 +435,8 @@ class RunStore:
                     raise _write_failed(db_path, exc) from None
                 conn = _open_existing(db_path)
         except BaseException:
-            os.close(lock_fd)
+            if lock_fd is not None:
+                os.close(lock_fd)
             if made:
                 _discard_new_run(run_dir, made)
             raise
@@ -447,6 +451,28 @@ class RunStore:
                 raise _damaged(run_dir / DB_NAME, exc) from None
             raise
         return store
+
+    @staticmethod
+    @contextmanager
+    def locked(run_dir: str | Path) -> Iterator[None]:
+        """Hold `run_dir`'s lock (made as `mkdir -p` would) from the start of `harness run`, before its evaluator
+        starts (a minute on a loaded machine), so that a second run of the same name is refused at once, not after its
+        own start-up; `open(locked=True)` then works under it. A new run whose start-up failed before its database
+        was made leaves nothing behind. Raises `StoreError` while another process holds the lock."""
+        run_dir = Path(run_dir)
+        made = _missing_dirs(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = _acquire_lock(run_dir)
+        except BaseException:
+            _remove_empty(made)
+            raise
+        try:
+            yield
+        finally:
+            if made and not (run_dir / DB_NAME).exists():
+                _discard_new_run(run_dir, made)
+            os.close(fd)
 
     @staticmethod
     def check_resume(run_dir: str | Path, config: dict[str, Any], *, volatile: Iterable[str] = VOLATILE_KEYS,
@@ -626,7 +652,8 @@ class RunStore:
             except OSError:  # a line the disk had no room for: the next open appends it
                 pass
             self._conn.close()
-            os.close(self._lock_fd)
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
 
     def __enter__(self) -> "RunStore":
         return self
@@ -896,13 +923,29 @@ def export_jsonl(run_dir: str | Path, out: str | Path, *, include_prompts: bool 
 
 # ---------------------------------------------------------------------- helpers
 def _acquire_lock(run_dir: Path) -> int:
-    fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    """The locked descriptor of `run_dir`'s lock file. A lock won on a file that a run giving up its start-up
+    removed meanwhile (`_discard_new_run`) locks nothing another process can see: taken again on the file there now."""
+    path = run_dir / LOCK_NAME
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreError(
+                f"{run_dir} is in use by another harness process; wait for it or choose another name="
+            ) from None
+        if _same_file(fd, path):
+            return fd
         os.close(fd)
-        raise StoreError(f"{run_dir} is in use by another harness process; wait for it or choose another name=")
-    return fd
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether `path` still names the file open as `fd`."""
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+        return False
 
 
 def _connect(db_path: Path) -> sqlite3.Connection:
