@@ -10,6 +10,7 @@ so a resume retries it; any other `AgentError` is a refusal of this request, rec
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Protocol, runtime_checkable
@@ -164,18 +165,30 @@ CHARS_PER_TOKEN = 4  # the stated estimate where no tokenizer is installed: abou
 
 
 def count_tokens(text: str, model: str = "") -> int:
-    """Tokens in `text`: the model's tokenizer where `tiktoken` is installed (OpenAI models), otherwise
-    `CHARS_PER_TOKEN` characters per token, rounded up."""
+    """Tokens in `text`: the model's tokenizer where `tiktoken` is installed and has its encoding (OpenAI models),
+    otherwise `CHARS_PER_TOKEN` characters per token, rounded up."""
+    encoding = _encoding(model)
+    if encoding is None:
+        return -(-len(text) // CHARS_PER_TOKEN)
+    return len(encoding.encode(text, disallowed_special=()))
+
+
+@functools.lru_cache(maxsize=16)
+def _encoding(model: str) -> Any:
+    """`tiktoken`'s encoding for `model` (cl100k_base for a model it does not know), or None where tiktoken is not
+    installed or cannot load it: it downloads encodings on first use, which an offline machine cannot (inspect-ai
+    installs tiktoken as a dependency), so the estimate stands in, once, not a network retry per count."""
     try:
         import tiktoken
-
-        try:
-            encoding = tiktoken.encoding_for_model(model)
-        except KeyError:
-            encoding = tiktoken.get_encoding("cl100k_base")
-        return len(encoding.encode(text, disallowed_special=()))
     except ImportError:
-        return -(-len(text) // CHARS_PER_TOKEN)
+        return None
+    try:
+        try:
+            return tiktoken.encoding_for_model(model)
+        except KeyError:
+            return tiktoken.get_encoding("cl100k_base")
+    except Exception:  # noqa: BLE001  no network, no cached encoding: the estimate
+        return None
 
 
 def estimate_usage(messages: list[Message], reply: str, model: str = "") -> Usage:
