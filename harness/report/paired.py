@@ -161,7 +161,7 @@ def explain(failed: EvalResult | None, passed: EvalResult | None, passed_config:
             return "own kernel", text
         return "integrity", text
     if failed.status is Status.INCORRECT:
-        if "hidden input shapes" in text:
+        if "hidden input shapes" in text or "on a hidden workload" in text:  # shapes the agent never saw
             return "hidden shapes", text
         if "output of a timed run" in text:
             return "integrity", text

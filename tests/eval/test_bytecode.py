@@ -57,7 +57,10 @@ def test_the_primed_folder_holds_a_workers_imports_and_only_the_harness_may_writ
     # of the project, only what a worker may read itself (its packages, never the hand-written solutions)
     project = folder / PROJECT_ROOT.resolve().relative_to("/")
     seen = {path.relative_to(project).parts[0] for path in project.rglob("*.pyc")}
-    assert seen <= set(_PROJECT_PACKAGES), seen
+    # and the interpreter's own environment where it lives in the project (the README's `.venv`): a worker reads it
+    prefix = Path(sys.prefix).resolve()
+    env = {prefix.relative_to(PROJECT_ROOT.resolve()).parts[0]} if prefix.is_relative_to(PROJECT_ROOT.resolve()) else set()
+    assert seen <= set(_PROJECT_PACKAGES) | env, seen
     assert not [p for hidden in _PROJECT_HIDDEN for p in (project / hidden).rglob("*.pyc")]
     for path in [folder, *folder.rglob("*")]:
         mode = path.stat().st_mode

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from eval import UNFINISHED, Status
-from problems import DISTRIBUTIONS
+from problems import DISTRIBUTIONS, REGIMES, VALUE_SHAPES
 from problems.problem import problem_from_source
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # every test runs sandboxed evaluator workers
@@ -244,8 +244,9 @@ def test_an_honest_sum_whose_rounding_grows_with_its_inputs_passes_every_distrib
     r = evaluator.evaluate(problem, CUBES_CANDIDATE)
     assert r.status is Status.INCORRECT, f"{r.status}: {r.reason}"
     failed = [name for name, state in r.distributions.items() if state == "failed"]  # the first, in secret order
-    assert len(failed) == 1 and f"inputs off the published distribution: {DISTRIBUTIONS[failed[0]][0]}" in r.reason, (
-        r.reason, r.distributions)
+    named = {**{k: f"inputs off the published distribution: {what}" for k, (what, _) in DISTRIBUTIONS.items()},
+             **{k: what for k, (what, _) in {**VALUE_SHAPES, **REGIMES}.items()}}
+    assert len(failed) == 1 and named[failed[0]] in r.reason, (r.reason, r.distributions)
 
 
 SOFTMAX_PROBLEM = '''

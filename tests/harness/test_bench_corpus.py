@@ -77,7 +77,9 @@ def test_our_side_judges_resumes_and_classifies(corpus: Path, tmp_path: Path) ->
     assert "PyTorch-only" in pytorch["reason"]
     assert broken["status"] == "compile_error" and broken["step"] == "source", broken
     assert fixed["status"] == "runtime_error" and fixed["step"] == "correctness", fixed
-    assert fixed["unfinished"] == ["a hidden workload (N=2049)"] and "built for 4096 elements" in fixed["reason"]
+    # the first hidden workload it met, named by its kind (never its sizes: the verdict reaches agents)
+    assert len(fixed["unfinished"]) == 1 and fixed["unfinished"][0].startswith("a hidden workload ("), fixed
+    assert "N=" not in fixed["unfinished"][0] and "built for 4096 elements" in fixed["reason"]
 
     again = _cli(*ours)  # resumed: everything is done, nothing is evaluated again
     assert again.returncode == 0, again.stdout + again.stderr[-3000:]
