@@ -100,7 +100,7 @@ def test_our_side_judges_resumes_and_classifies(corpus: Path, tmp_path: Path) ->
     assert [line.split(" | ")[:4] for line in listed] == [
         ["| L1/2", "by design", "rejected", "source"], ["| L1/4", "by design", "runtime_error", "correctness"],
         ["| L1/3", "harness", "compile_error", "source"]], listed
-    assert "(on a hidden workload (N=2049))" in listed[1]
+    assert "(on a hidden workload (" in listed[1] and "N=" not in listed[1]
 
 
 def test_each_reject_class_comes_from_our_result() -> None:
