@@ -25,6 +25,7 @@ from problems import (
     has_small_sizes,
     ill_conditioned,
     load_module,
+    load_source,
     make_inputs,
     measure_cost,
     output_structure,
@@ -36,6 +37,7 @@ _modules: dict[tuple[str, bool], ModuleType] = {}
 _costs: dict[tuple[str, bool], Cost | None] = {}
 _conditioning: dict[tuple[str, bool, str], str | None] = {}  # (source hash, small, trial) -> why not, "", or None
 _degeneracy: dict[tuple[str, bool], str] = {}  # (source hash, small) -> why the problem cannot be scored, or ""
+_fitted: dict[tuple[str, bool, int], tuple[ModuleType, dict[str, Any]]] = {}  # (source hash, small, limit) -> module
 _modules_lock = threading.Lock()
 
 
@@ -120,6 +122,28 @@ class Reference:
             _degeneracy[key] = why
         return why
 
+    def fitted(self, limit_bytes: int, names: list[str]) -> tuple[ModuleType, dict[str, Any]]:
+        """The problem with its input-only constants `names` halved, the largest first, until one draw's inputs take at
+        most `limit_bytes` (this module itself where they already do, or where no such constant is left), and its size
+        overrides. Found once per problem, size and limit in this process: a fact of the problem's shapes, which costs
+        a full-size draw and a load of the source a step."""
+        key = (self.problem.source_hash, self.small, limit_bytes)
+        with _modules_lock:
+            if key in _fitted:
+                return _fitted[key]
+        module, overrides = self.module, dict(self.problem.meta["small"] if self.small else {})
+        ints = [n for n in names if type(getattr(module, n, None)) is int]
+        for _ in range(64):
+            larger = [n for n in ints if getattr(module, n) > 1]
+            if _input_bytes(module, self.device) <= limit_bytes or not larger:
+                break
+            name = max(larger, key=lambda n: getattr(module, n))
+            overrides[name] = getattr(module, name) // 2
+            module = load_source(self.problem.source, f"<{self.problem.id} fitted>", overrides)
+        with _modules_lock:
+            _fitted[key] = (module, overrides)
+        return module, overrides
+
     def ill_conditioned(self, distribution: str, inputs: list[Any], outputs: Callable[[], list[torch.Tensor]],
                         atol: float | list[float], rtol: float) -> str | None:
         """Why the trial `distribution` would judge rounding rather than work on this problem
@@ -136,6 +160,11 @@ class Reference:
         with _modules_lock:
             _conditioning[key] = why
         return why
+
+
+def _input_bytes(module: ModuleType, device: torch.device) -> int:
+    """The tensor bytes of one draw of `module`'s inputs."""
+    return sum(x.numel() * x.element_size() for x in make_inputs(module, 1, device) if isinstance(x, torch.Tensor))
 
 
 def wide_check_budget(device: torch.device) -> int:

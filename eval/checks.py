@@ -357,7 +357,6 @@ def trial_plan(ctx: Context) -> list[Trial]:
         plan += [Trial(f"dist-{name}", partial(_moved, off, device, name), "distributions", name,
                        f", inputs off the published distribution: {DISTRIBUTIONS[name][0]}; atol grown with the "
                        "outputs' mean |value| (`problems._compare.scaled_atol`)", off=True) for name in DISTRIBUTIONS]
-    if ctx.config.distribution_trials and not kb:
         plan += [_variant_trial(off, device, name, what, change, "a value shape inside the published range")
                  for name, (what, change) in VALUE_SHAPES.items()]
         plan += [_variant_trial(off, device, name, what, change, "a value regime")
@@ -376,23 +375,11 @@ def trial_plan(ctx: Context) -> list[Trial]:
 def _fitting_module(ctx: Context) -> tuple[Any, dict[str, Any]]:
     """The module the trials off the published inputs draw from, and its size overrides: the reference's own where
     one published draw's inputs take at most `CARRY_LIMIT_BYTES`; past that, the problem with its input-only
-    constants (batch, sequence...: `runtime.input_only_constants`, which leave the model unchanged) halved, the
-    largest first, until a draw fits, so carrying every such trial stays cheap. A problem with no such constant keeps
-    its sizes (its trials are carried whole). Flagged, never with the sizes (the flag reaches the agent)."""
+    constants (batch, sequence...: `runtime.input_only_constants`, which leave the model unchanged) halved until a
+    draw fits (`Reference.fitted`, once per problem), so carrying every such trial stays cheap. Flagged, never with
+    the sizes (the flag reaches the agent)."""
     assert ctx.reference is not None
-    base = ctx.problem.meta["small"] if ctx.small else {}
-    module, overrides = ctx.reference.module, dict(base)
-    names = [n for n in input_only_constants(ctx.problem.source) if type(getattr(module, n, None)) is int]
-    probe = derive_seed(ctx.secret, "fit")
-    for _ in range(64):
-        if tensor_bytes(draw_inputs(module, probe, ctx.lease.device)) <= CARRY_LIMIT_BYTES:
-            break
-        larger = [n for n in names if getattr(module, n) > 1]
-        if not larger:
-            break
-        name = max(larger, key=lambda n: getattr(module, n))
-        overrides[name] = getattr(module, name) // 2
-        module = load_source(ctx.problem.source, f"<{ctx.problem.id} fitted>", overrides)
+    module, overrides = ctx.reference.fitted(CARRY_LIMIT_BYTES, input_only_constants(ctx.problem.source))
     if module is not ctx.reference.module:
         ctx.result.flags.append("the trials off the published inputs ran at reduced sizes (the published inputs are "
                                 f"over {CARRY_LIMIT_BYTES >> 20} MiB a trial)")
