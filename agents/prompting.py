@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 
 from agents.base import Message
 from agents._hardware import hardware_facts
-from eval import BACKENDS, DEFAULT_BACKEND
+from eval import BACKENDS, DEFAULT_BACKEND, PROFILE_PROMPT_CHARS, cap_profile  # profile (issue 57): the last two
 from problems import ProblemError, public_source
 
 PROMPTS_DIR = Path(__file__).parent / "prompts"
@@ -113,7 +113,8 @@ class PromptBuilder:
 
     backend: one of `eval.backends.BACKENDS` (also the default task template name); template, system,
     feedback: template names (system=None sends no system message); hardware: facts dict,
-    preset name, "auto" or None; context: "full" or "last_k" with last_k >= 1.
+    preset name, "auto" or None; context: "full" or "last_k" with last_k >= 1; profile_chars: the most characters
+    of an evaluation's profile block a feedback message carries (0: none; `eval.profile`).
     """
 
     def __init__(
@@ -127,6 +128,7 @@ class PromptBuilder:
         context: str = "full",
         last_k: int = 2,
         prompts_dir: str | Path | None = None,
+        profile_chars: int = PROFILE_PROMPT_CHARS,
     ) -> None:
         if backend not in BACKENDS:
             raise PromptError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
@@ -134,6 +136,9 @@ class PromptBuilder:
             raise PromptError(f"unknown context policy {context!r}; valid: {', '.join(CONTEXT_POLICIES)}")
         if context == "last_k" and (not isinstance(last_k, int) or last_k < 1):
             raise PromptError(f"last_k must be an integer >= 1, got {last_k!r}")
+        if not isinstance(profile_chars, int) or profile_chars < 0:  # profile (issue 57)
+            raise PromptError(f"prompt.profile_chars must be an integer >= 0, got {profile_chars!r}")
+        self.profile_chars = profile_chars
         self.backend = backend
         self.context = context
         self.last_k = last_k
@@ -151,7 +156,8 @@ class PromptBuilder:
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> "PromptBuilder":
         """Build from a config mapping; unknown keys are refused with the list of valid ones."""
-        valid = {"backend", "template", "system", "feedback", "hardware", "context", "last_k", "prompts_dir"}
+        valid = {"backend", "template", "system", "feedback", "hardware", "context", "last_k", "prompts_dir",
+                 "profile_chars"}  # profile (issue 57)
         unknown = sorted(set(cfg) - valid)
         if unknown:
             raise PromptError(f"unknown prompt key(s) {', '.join(unknown)}; valid: {', '.join(sorted(valid))}")
@@ -172,7 +178,7 @@ class PromptBuilder:
     def feedback_prompt(self, record: TurnRecord) -> str:
         """The user message that follows turn `record.turn`; under `full` context, it says when that turn's reply
         was cut (`MAX_REPLY_CHARS`)."""
-        feedback = record.feedback.strip() or "(no feedback)"
+        feedback = cap_profile(record.feedback.strip(), self.profile_chars) or "(no feedback)"  # profile (issue 57)
         if self.context == "full" and len(record.reply) > MAX_REPLY_CHARS:
             feedback += (f"\n\nNote: your reply was {len(record.reply):,} characters long; only its first "
                          f"{MAX_REPLY_CHARS:,} are shown above. Keep replies to the code and a short explanation.")

@@ -39,6 +39,8 @@ _EXPORTS = {
     "Status": "eval.result",
     "Timing": "eval.result",
     "UNFINISHED": "eval.result",
+    "PROFILE_PROMPT_CHARS": "eval.profiling.render",  # profile (issue 57)
+    "cap_profile": "eval.profiling.render",  # profile (issue 57)
     "Ceilings": "eval.roofline",
     "cached_ceilings": "eval.roofline",
     "probe_and_cache": "eval.roofline",

@@ -17,6 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from eval.profiling.record import LEVELS as PROFILE_LEVELS  # profile (issue 57)
 from problems import tolerance
 
 if TYPE_CHECKING:  # the timing module loads torch, which reading or checking a config must not
@@ -106,6 +107,12 @@ class EvalConfig:
       "auto": each side's forward is captured once in a CUDA graph after warm-up (static input
       buffers, refilled outside the timed interval) and its replays are timed; if either side
       cannot be captured, both are timed eagerly and the result says why (`timing_mode`, a flag).
+    profile: hardware counters of each correct candidate's kernels and its reference's (`eval.profiling`), for the
+      next turn's feedback and the report: "off" (default), "basic" (time share, DRAM and SM throughput against the
+      peaks, occupancy, registers, shared memory, spills, roofline position) or "full" (and the top stall reasons).
+      Nsight Compute runs them in the sandbox, after the verdict and off the timing path; a diagnostic that never
+      changes a verdict. A machine without ncu or counter access gets a note instead.
+    profile_ncu: the ncu command (a name on PATH or a path); profile_timeout_s: the most one profiling process may take.
     """
 
     device: str = setting("auto", choices=("auto", "cuda", "cpu"))
@@ -172,6 +179,11 @@ class EvalConfig:
     cuda_graphs: str = setting("off", choices=("off", "auto"), unkeyed_at=SAME)
     cpu_timing: bool = setting(False, unkeyed_at=SAME)
     share_reference_timing: bool = setting(False, unkeyed_at=SAME)
+    # profile (issue 57): a diagnostic, never a verdict figure; on, it keys the cache (a result without a profile is
+    # not reused for one that wants it), off it stays out of the key
+    profile: str = setting("off", choices=PROFILE_LEVELS, unkeyed_at=SAME)
+    profile_ncu: str = setting("ncu", where_it_runs=True)
+    profile_timeout_s: float = setting(300.0, above_zero=True, where_it_runs=True)
 
     def __post_init__(self) -> None:
         problems = []

@@ -157,6 +157,7 @@ class Evaluator:
         self._pool = WorkerPool(self.gpu_indices, per_device, self._spawn)
         self.workers = self._pool.size
         self._baseline_lock = threading.Lock()
+        self._profiler = self._make_profiler()  # profile (issue 57): None with eval.profile=off
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> "Evaluator":
@@ -327,6 +328,8 @@ class Evaluator:
             build = own = self._builder.claim(job.source)
         try:
             self._judge_built(job, report, build, result)
+            if self._profiler is not None and result.is_correct:  # profile (issue 57): after the verdict, never in it
+                self._profile(job, build, result)
         finally:
             if own is not None:
                 own.release()
@@ -502,6 +505,49 @@ class Evaluator:
             raise RuntimeError(f"the evaluation worker for GPU {gpu_index} ({expected}) runs on another GPU "
                                f"({reply.info.get('device_uuid') or 'unknown'}); its timings would not be this GPU's")
         return worker
+
+
+    # -- profiles (issue 57) ---------------------------------------------------------------------
+    def _make_profiler(self) -> Any:
+        """profile (issue 57): the profiler of correct candidates (`eval.profiling`), or None with eval.profile=off."""
+        if self.config.profile == "off":
+            return None
+        from eval.profiling.profiler import Profiler
+
+        return Profiler(self.config.profile, self.config.profile_ncu, self.config.profile_timeout_s, self._ceilings,
+                        precision=self.config.precision, copy_state=self.config.copy_reference_state)
+
+    def _profile(self, job: Job, build: Claim | None, result: EvalResult) -> None:
+        """profile (issue 57): a correct result's profile, stored in it; whatever happens, its verdict stays as is."""
+        from functools import partial
+
+        from eval.profiling.profiler import attach
+        from eval.profiling.record import Profile
+
+        def make() -> Profile:
+            host = result.gpu_index  # the host's index: this process's own is its place in host_gpu_ids, if given
+            gpu = self._host_gpu_ids.index(str(host)) if str(host) in self._host_gpu_ids else host
+            built = build.result() if build is not None else None
+            return self._profiler.evaluation(job.problem, job.source, built.extensions_dir if built else None, result,
+                                             self._pool.gate(gpu), partial(self._run_profiling, gpu))
+
+        attach(result, make)
+
+    def _run_profiling(self, gpu_index: int, command: list[str], env: dict[str, str], timeout_s: float
+                       ) -> tuple[int | None, str]:
+        """profile (issue 57): one profiling process, `command` (ncu's) wrapping `eval.worker.profile_target` in a
+        sandbox like a worker's (the same settings), on GPU `gpu_index`; its exit code (None: timed out) and output."""
+        from eval.profiling.profiler import OUTPUT_CAP, ncu_home, wait_for
+
+        worker = WorkerProcess(device="cuda", gpu_index=gpu_index, log_cap_bytes=OUTPUT_CAP,
+                               isolate_network=self.config.isolate_network and self._confined,
+                               isolate_filesystem=self._confined,
+                               extra_env={"TORCH_CUDA_ARCH_LIST": self._arch, **self.config.extra_env, **env},
+                               memory_limit_bytes=self._memory_limit if self._confined else None,
+                               max_processes=self.config.max_worker_processes, bytecode=self._bytecode,
+                               wrapper=command, module="eval.worker.profile_target",
+                               extra_binds=[ncu_home(command[0])])
+        return wait_for(worker, timeout_s)
 
 
 def _ceilings(cache_dir: str | None, device: torch.device, device_name: str) -> Ceilings:

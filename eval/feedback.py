@@ -6,6 +6,7 @@ import os
 import re
 from pathlib import Path
 
+from eval.profiling.render import render_profile  # profile (issue 57)
 from eval.result import EvalResult, Status
 
 _LOG_LINES = 30
@@ -99,4 +100,6 @@ def render_feedback(result: EvalResult) -> str:
         lines.append(f"Speed-of-light fraction: {result.sol_fraction:.0%}")
     for flag in result.flags:
         lines.append(f"Note: {flag}")
+    if result.profile is not None:  # profile (issue 57): last, so that a prompt can cut it (`cap_profile`)
+        lines.append(render_profile(result.profile))
     return "\n".join(lines)

@@ -11,6 +11,7 @@ from enum import Enum
 from typing import Any
 
 from eval.backends import DEFAULT_BACKEND
+from eval.profiling.record import Profile  # profile (issue 57)
 from problems import Mismatch
 
 
@@ -124,6 +125,7 @@ class EvalResult:
     host_share: dict[str, float] = field(default_factory=dict)
     host_bound: list[str] = field(default_factory=list)
     timing_mode: str = "eager"
+    profile: Profile | None = None  # profile (issue 57): hardware counters of a correct candidate, a diagnostic only
 
     @property
     def is_correct(self) -> bool:
@@ -152,5 +154,7 @@ class EvalResult:
             k = dict(d["kernels"])
             k["top_kernels"] = [tuple(x) for x in k.get("top_kernels", [])]
             d["kernels"] = KernelShare(**k)
+        if d.get("profile") is not None:  # profile (issue 57)
+            d["profile"] = Profile.from_dict(d["profile"])
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})

@@ -38,7 +38,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -141,6 +141,11 @@ for point in dict.fromkeys(points):
             raise
 os.chdir(cwd)  # the worker's folder, bound at the same path
 import resource
+if spec.get("loopback"):  # profile (issue 57): a profiler's front end reaches its target over the namespace's own lo
+    import fcntl, socket, struct
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        got = fcntl.ioctl(s, 0x8913, struct.pack("16sH14x", b"lo", 0))  # SIOCGIFFLAGS
+        fcntl.ioctl(s, 0x8914, struct.pack("16sH14x", b"lo", struct.unpack("16sH14x", got)[1] | 1))  # SIOCSIFFLAGS: up
 uid = spec.get("uid")
 if uid is not None:
     os.setgroups([]); os.setgid(uid); os.setuid(uid)
@@ -325,11 +330,13 @@ def _toolchain_paths() -> set[str]:
     return paths
 
 
-def _layout(writable: list[str]) -> dict[str, Any]:
-    """The worker's root, built: system folders, read-only binds, writable folders, private tmpfs, hidden folders."""
+def _layout(writable: list[str], extra_binds: Sequence[str] = ()) -> dict[str, Any]:
+    """The worker's root, built: system folders, read-only binds (`extra_binds` too: a profiler's installation),
+    writable folders, private tmpfs, hidden folders."""
     system = [f"/{name}" for name in _SYSTEM if os.path.exists(f"/{name}")]
     seen = [os.path.realpath(s) for s in system]
-    binds = [p for p in _needed_paths() if not _under(p, seen)]
+    extra = [os.path.realpath(b) for b in extra_binds if os.path.isdir(b)]  # profile (issue 57)
+    binds = [p for p in sorted({*_needed_paths(), *extra}) if not _under(p, seen)]
     binds = sorted(p for p in binds if not any(_under(p, [o]) for o in binds if o != p))
     own = writable[:1]  # the worker's own folder comes first (`WorkerProcess._writable`)
     shared = [w for w in writable[1:] if not _under(w, own)]  # a build folder outside it stays the host's
@@ -341,16 +348,18 @@ def _layout(writable: list[str]) -> dict[str, Any]:
 def confine_command(plan: SandboxPlan, writable: list[str], cmd: list[str], network: bool,
                     max_processes: int = MAX_PROCESSES, pids_group: Path | None = None,
                     freeze_group: Path | None = None, userns: bool = False,
-                    memory_group: Path | None = None) -> list[str]:
+                    memory_group: Path | None = None, extra_binds: Sequence[str] = (),
+                    loopback: bool = False) -> list[str]:
     """`cmd` wrapped so that it runs confined as `plan` says (unchanged when the plan has no prefix): in
     `pids_group` if given, else under RLIMIT_NPROC `max_processes` (in a user namespace of its own if `userns`); in
-    `freeze_group` and `memory_group` too if given."""
+    `freeze_group` and `memory_group` too if given; `extra_binds` read-only and, with `loopback`, its network
+    namespace's loopback up (a profiler's front end talks to its target over it: `eval.profiling`)."""
     if not plan.prefix:
         return cmd
     join = [str(g / "cgroup.procs") for g in dict.fromkeys((pids_group, freeze_group, memory_group)) if g is not None]
     spec = json.dumps({"uid": plan.uid, "nproc": max_processes, "join": join, "pids_cgroup": pids_group is not None,
-                       "userns": userns,
-                       **_layout([os.path.realpath(w) for w in writable])})
+                       "userns": userns, "loopback": loopback,  # profile (issue 57)
+                       **_layout([os.path.realpath(w) for w in writable], extra_binds)})
     prefix = [a for a in plan.prefix if network or a != "-n"]
     return [*prefix, sys.executable, "-I", "-S", "-c", _CONFINE, spec, *cmd]
 
@@ -558,7 +567,11 @@ class WorkerProcess:
     def __init__(self, *, device: str, gpu_index: int | None, log_cap_bytes: int, isolate_network: bool,
                  extra_env: dict[str, str] | None = None, max_reply_bytes: int = 1 << 30, kind: str = "worker",
                  isolate_filesystem: bool = True, memory_limit_bytes: int | None = None,
-                 max_processes: int = MAX_PROCESSES, bytecode: Path | None = None):
+                 max_processes: int = MAX_PROCESSES, bytecode: Path | None = None,
+                 wrapper: Sequence[str] = (), module: str = "eval.worker", extra_binds: Sequence[str] = ()):
+        """`wrapper`, `module`, `extra_binds` (profile, issue 57): a profiling process runs `module` instead of the
+        worker loop, under `wrapper` (a profiler's command line, whose installation `extra_binds` shows it), in the
+        same sandbox, its loopback up for the profiler."""
         self.workdir = owned_tempdir(kind)
         self.gpu_index = gpu_index
         env_extra = dict(extra_env or {})
@@ -588,7 +601,7 @@ class WorkerProcess:
         to_child, to_parent = new_region_fd(), new_region_fd()
         regions = (to_child, to_parent) if to_child is not None and to_parent is not None else ()
         child_fds = [os.dup(fd) for fd in regions]  # the child's copies; inheritable for pass_fds
-        cmd = [sys.executable, *interpreter_flags(bytecode), "-m", "eval.worker", str(p2c_r), str(c2p_w)]
+        cmd = [*wrapper, sys.executable, *interpreter_flags(bytecode), "-m", module, str(p2c_r), str(c2p_w)]
         if child_fds:
             cmd += [str(child_fds[1]), str(child_fds[0])]  # the child sends in to_parent, reads to_child
         self.max_processes = max_processes
@@ -606,7 +619,8 @@ class WorkerProcess:
             cmd = confine_command(plan, self._writable(env_extra), cmd, network=isolate_network,
                                   max_processes=max_processes, pids_group=self.pids_group,
                                   freeze_group=self.freeze_group, userns=self.process_limit == "userns",
-                                  memory_group=self.memory_group)
+                                  memory_group=self.memory_group, extra_binds=extra_binds,
+                                  loopback=bool(wrapper))  # profile (issue 57)
         cmd = [*prefix, *cmd]
         try:
             self.proc = subprocess.Popen(

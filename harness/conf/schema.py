@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from eval import DEFAULT_BACKEND
+from eval import DEFAULT_BACKEND, PROFILE_PROMPT_CHARS  # profile (issue 57): the last
 from harness.loop import LoopSettings
 
 
@@ -54,13 +54,15 @@ class ResponseCache:
 class Prompt:
     """Templates in agents/prompts/ (or prompts_dir, or a path to a .md file). template: null: the backend's own
     template. system: null sends no system message. hardware: auto (this GPU), a preset (H100-SXM, H100-PCIe,
-    H200, A100-SXM4-80GB) or null."""
+    H200, A100-SXM4-80GB) or null. profile_chars: the most characters of an evaluation's profile block
+    (`eval.profile`) that a feedback message carries; 0 leaves it out."""
 
     template: Optional[str] = None
     system: Optional[str] = "system"
     feedback: str = "feedback"
     hardware: Optional[str] = "auto"
     prompts_dir: Optional[str] = None
+    profile_chars: int = PROFILE_PROMPT_CHARS  # profile (issue 57)
 
 
 @dataclass

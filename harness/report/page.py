@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from eval import DEFAULT_PS
 from harness.progress import NOT_TIMED
-from harness.report import plots, transcripts
+from harness.report import plots, profiles, transcripts  # profile (issue 57): profiles
 from harness.report.compare import Comparison
 from harness.report.load import RunData
 from harness.report.metrics import RunMetrics
@@ -127,6 +127,19 @@ def _plots_html(metrics: Sequence[RunMetrics]) -> str:
     return '<div class="plots">' + "".join(parts) + "</div>"
 
 
+def _roofline_section(runs: Sequence[RunData]) -> list[str]:
+    """profile (issue 57): a roofline per run of its profiled kernels (`eval.profile`), none without profiles."""
+    if not profiles.has_profiles(runs):
+        return []
+    options = [(str(i), run.name, profiles.roofline(run)) for i, run in enumerate(runs)]
+    figure = _variants("roofline", "Roofline of the profiled kernels (hover a point for its kernel)", options, "0")
+    return [f'<section id="roofline"><h2>Roofline</h2><div class="plots">{figure}</div>'
+            '<p class="explain">Each point is one kernel of a profiled forward call (Nsight Compute): its FLOPs per '
+            "DRAM byte against its FLOP/s, under the device's measured copy bandwidth and matmul throughput for the "
+            "problem's dtype. Kernels whose FLOPs ncu does not count (integer work, comparisons) are left out.</p>"
+            "</section>"]
+
+
 def _status_css() -> str:
     rules = [f".st-{s} {{ background: {c}; }}" for s, (c, _) in plots.STATUS_STYLE.items()]
     rules.append(".st-unknown { background: #757575; }")
@@ -185,6 +198,7 @@ def render_page(
         ]
     sections += [
         f'<section id="plots"><h2>Plots</h2>{_plots_html(metrics)}</section>',
+        *_roofline_section(runs),  # profile (issue 57)
         f'<section id="levels"><h2>By level</h2>{_table(*level_table(metrics), "level-table")}</section>',
         f'<section id="turns"><h2>By turn (best so far)</h2>{_table(*turn_table(metrics), "turn-table")}</section>',
         '<section id="transcripts"><h2>Transcripts</h2><div class="controls">'

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from eval import Status
-from harness.report import plots
+from harness.report import plots, profiles  # profile (issue 57): profiles
 from harness.report.load import RunData
 from harness.report.metrics import RunMetrics, rank
 from harness.store import Attempt, read_problem_texts
@@ -85,6 +85,7 @@ def _attempt(a: Attempt, ref: Callable[[str | None], int | None]) -> dict[str, A
         "error": ref(a.error) if a.error else None,
         "reason": ref(r.reason) if r is not None and r.reason else None,
         "flags": list(r.flags) if r is not None else [],
+        "profile": profiles.viewer(r.profile) if r is not None else None,  # profile (issue 57)
     }
 
 

@@ -172,6 +172,31 @@
 
   function fmtNum(x, digits) { return x === null || x === undefined ? "—" : Number(x).toFixed(digits); }
 
+  // profile (issue 57): the attempt's hardware counters, one row per kernel (every text set as textContent)
+  function profileParts(p) {
+    const parts = [el("p", null, p.summary)];
+    if (p.note) parts.push(el("p", "flag", "Note: " + p.note));
+    if (p.rows.length) {
+      const table = el("table", "data profile");
+      const head = el("tr");
+      p.columns.forEach(function (c) { head.appendChild(el("th", null, c)); });
+      const thead = el("thead");
+      thead.appendChild(head);
+      table.appendChild(thead);
+      const body = el("tbody");
+      p.rows.forEach(function (r) {
+        const tr = el("tr");
+        r.forEach(function (c) { tr.appendChild(el("td", null, c)); });
+        body.appendChild(tr);
+      });
+      table.appendChild(body);
+      const wrap = el("div", "scroll");
+      wrap.appendChild(table);
+      parts.push(wrap);
+    }
+    return parts;
+  }
+
   function turnCard(a) {
     const card = el("article", "turn");
     const head = el("header");
@@ -210,6 +235,7 @@
     const feedback = str(a.feedback);
     verdict.push(feedback ? el("pre", "wrap feedback", feedback) : el("p", "empty", "no feedback"));
     card.appendChild(section("Verdict and feedback", true, verdict));
+    if (a.profile) card.appendChild(section("Profile (Nsight Compute)", false, profileParts(a.profile)));  // issue 57
     return card;
   }
 

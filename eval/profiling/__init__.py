@@ -1,0 +1,8 @@
+"""Hardware-counter profiles of correct candidates, for the agent's next turn and the report (issue 57).
+
+A profile is a diagnostic, never a verdict figure: it runs after the verdict, off the timing path, in a process of
+its own that Nsight Compute (`ncu`) starts in the same sandbox a worker runs in, and what comes back is the
+candidate's to forge. `record` holds the stored types, `ncu` the command line and the parsing of ncu's raw CSV,
+`profiler` the parent's side (the processes, their bounds, the reference's cached profile), `render` the capped
+text block of the feedback.
+"""
