@@ -1,5 +1,5 @@
-"""`harness bench eval|suite|trusted|kernelbench|corpus|serve|loop|store`: benchmarks of the harness itself (figures
-go to docs/benchmarks.md).
+"""`harness bench eval|suite|trusted|kernelbench|corpus|mutants|serve|loop|store`: benchmarks of the harness itself
+(figures go to docs/benchmarks.md).
 
 The one door into `harness.bench`: nothing else of the harness imports a benchmark (`harness presets bench` comes
 through `run_presets`), so benchmarks depend on the product and never the reverse.
@@ -105,6 +105,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     events.add_argument("--ways", default="unconfined,sandboxed",
                         help="how the worker runs, comma-separated: unconfined, sandboxed, or one namespace or identity "
                              "change alone (ipc, pid, mount, network or uts namespace; uid 65534)")
+    # bench-mutants: the mutation benchmark (issue 53 item 3)
+    mut = sub.add_parser("mutants", help="seeded real bugs in correct kernels: equivalent ones found by a float64 "
+                                         "oracle, the rest judged by our evaluator and KernelBench's; kill rate by "
+                                         "class, false rejects (GPU; CPU: our side under the interpreter)")
+    mut.add_argument("selection", nargs="?", default="all", help="problems whose reference solutions are mutated")
+    mut.add_argument("--corpus", default=None, help="CUDA-L1's corpus JSON (optimized_cuda_code/codes/h100.json): "
+                                                    "its CUDA kernels are mutated too (GPU)")
+    mut.add_argument("--corpus-limit", type=int, default=5, help="the first N corpus entries with a CUDA kernel")
+    mut.add_argument("--kernelbench-src", default=".kb/src", help="KernelBench's src/ folder (holds kernelbench/)")
+    mut.add_argument("--out", default="runs/mutants-bench", help="folder of the records (oracle/ours/kb.jsonl), "
+                                                                "summary.json and table.md; a second run goes on")
+    mut.add_argument("--jobs", type=int, default=4, help="KernelBench processes (oracle processes too, on a GPU) "
+                                                         "at once")
+    mut.add_argument("--side", choices=("ours", "kb", "both"), default="both")
+    mut.add_argument("--per-rule", type=int, default=1, help="sites of each rule mutated in each original")
+    mut.add_argument("--seed", type=int, default=0, help="which sites are picked, and the oracle's draws")
+    mut.add_argument("--rules", default="", help="only these rules, comma-separated (default: all)")
+    mut.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    mut.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                     help="start no oracle problem or judging chunk after this many seconds")
+    mut.add_argument("--table", action="store_true", help="print the table of --out's summary.json, run nothing")
     loop = sub.add_parser("loop", help="per-attempt overhead of the run loop")
     loop.add_argument("--attempts", type=int, default=200)
     store = sub.add_parser("store", help="a large synthetic run through the store: resume, report and the page's load "
@@ -172,6 +193,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"--ways: choose from {', '.join(trusted_events.WAYS)} (got {args.ways!r})")
             return 2
         return trusted_events.main(args.reps, args.out, ways, args.lead_us)
+    if args.bench == "mutants":  # bench-mutants
+        from harness.bench.mutants import bench as mutants_bench  # bench-mutants
+
+        return mutants_bench.main(args.selection, args.corpus, args.corpus_limit, args.kernelbench_src,  # bench-mutants
+                                  args.out, args.jobs, args.side, args.per_rule, args.seed, args.rules,  # bench-mutants
+                                  args.device, args.time_budget, args.table)  # bench-mutants
     from harness.bench import loop_bench
 
     return int(loop_bench.main(args.attempts) or 0)
