@@ -131,3 +131,34 @@ class Session:
             self.request(p.Unload(subject=self.label), timeout=60)
         except (WorkerDied, WorkerTimeout):
             pass
+
+
+class CleanClient:
+    """A worker of one GPU that never loads any code but the harness's (observed timing): the handover between two
+    CUDA contexts is measured with it, alternating with a candidate's windows, so no candidate can lengthen it.
+    Started on first use and again after it dies; its requests are serialised like the reference process's."""
+
+    def __init__(self, spawn: Callable[[], WorkerProcess]):
+        self._spawn = spawn
+        self._worker: WorkerProcess | None = None
+        self._lock = threading.Lock()
+
+    def request(self, message: p.Request, tensors: list[torch.Tensor] | None = None, timeout: float | None = None,
+                device: torch.device | None = None) -> tuple[Any, list[torch.Tensor]]:
+        with self._lock:
+            if self._worker is None or not self._worker.alive():
+                if self._worker is not None:
+                    self._worker.kill()
+                self._worker = self._spawn()
+            try:
+                return self._worker.request(message, tensors, timeout=timeout, device=device)
+            except (WorkerDied, WorkerTimeout):
+                self._worker.kill()
+                self._worker = None
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            if self._worker is not None:
+                self._worker.close()
+                self._worker = None

@@ -34,7 +34,7 @@ from typing import Any, Callable, NoReturn
 import torch
 
 from eval import protocol as p
-from eval import _affinity as affinity, _freeze as freeze, _gpu_idle as gpu_idle, measure, static_checks
+from eval import _affinity as affinity, _freeze as freeze, _gpu_idle as gpu_idle, measure, observed, static_checks
 from eval.builds import Build
 from eval._kernel_symbols import kernels_under
 from eval.config import EvalConfig
@@ -89,6 +89,9 @@ _HIDDEN_WORK_FLOOR_MS = 0.02
 _HIDDEN_WORK_BATCHES = 7
 _BACK_TO_BACK = 50  # calls per batch at most (fewer for long calls: a batch lasts about _BATCH_MS)
 _BATCH_MS = 20.0
+# observed: a worker whose own times per repetition are below this share of the observed ones is flagged (its reply
+# does not count either way)
+OBSERVED_AGREEMENT = 0.9
 
 
 class Verdict(Exception):
@@ -992,6 +995,37 @@ def in_order(ctx: Context) -> None:
     ctx.request(p.Sync(), timeout=ctx.config.call_timeout_s)
 
 
+def observed_timing(ctx: Context) -> None:
+    """The speedup from what the clean reference process observed (`eval.observed`): its own windows around the
+    candidate's blocks, every timed output checked in full. The worker's own times stay as a diagnostic; a candidate
+    whose blocks it reports as faster than observed is flagged."""
+    result = ctx.result
+    if (ctx.session is None or ctx.lease.client is None or result.speedup is None or result.candidate_timing is None
+            or result.reference_timing is None or ctx.config.timing_rule().method != "adaptive"):
+        return
+    reps = observed.reps_per_block(result.candidate_timing.median_ms, result.reference_timing.median_ms,
+                                   ctx.input_bytes + ctx.output_bytes)
+    try:
+        obs = observed.observe(ctx.session, ctx.session.label, ctx.lease.worker, ctx.lease.client,
+                               secret=derive_seed(ctx.secret, "observed"), reps=reps,
+                               timeout_s=ctx.config.timing_timeout_s, tolerance=ctx.tolerance())
+    except observed.ObservedFailure as exc:
+        if exc.kind == "incorrect":
+            raise Verdict(Status.INCORRECT, trim(str(exc), 600)) from None
+        if exc.kind == "no_done":
+            raise Verdict(Status.REJECTED, f"integrity: {trim(str(exc), 600)}") from None
+        if exc.kind == "candidate":
+            raise Verdict(Status.RUNTIME_ERROR, trim(str(exc), 600)) from None
+        raise RuntimeError(str(exc)) from None
+    result.observed = obs.summary()
+    reported = result.observed["reported_candidate_ms"]
+    if reported < OBSERVED_AGREEMENT * result.observed["candidate_ms"]:
+        result.flags.append(f"observed: the worker reported {reported * 1000:.2f} us per repetition, the reference "
+                            f"process observed {result.observed['candidate_ms'] * 1000:.2f} us; the observed figure "
+                            "is the one scored")
+    result.speedup = result.observed["speedup"]
+
+
 def speed_of_light(ctx: Context) -> None:
     """SOL fraction against the probed ceilings; flag times under the roofline floor, and reject times under the
     byte floor that no correct kernel can reach (`roofline.REJECT_BELOW_BYTE_FLOOR`)."""
@@ -999,8 +1033,9 @@ def speed_of_light(ctx: Context) -> None:
     if ctx.ceilings is None or result.candidate_timing is None:
         return
     flushed = ctx.config.l2_flush and not ctx.small  # the floor holds for full-size inputs fetched from memory
-    result.sol_fraction, flag, rejection = judge_speed(ctx.problem, ctx.ceilings,
-                                                       result.candidate_timing.median_ms / 1000.0, flushed=flushed)
+    candidate_ms = result.observed.get("candidate_ms", result.candidate_timing.median_ms)  # observed, where it ran
+    result.sol_fraction, flag, rejection = judge_speed(ctx.problem, ctx.ceilings, candidate_ms / 1000.0,
+                                                       flushed=flushed)
     if flag:
         result.flags.append(flag)
     if rejection:
@@ -1059,6 +1094,7 @@ PIPELINE: tuple[Step, ...] = (
     Step("hidden_work", hidden_work, "exclusive", runs="gpu", enabled=lambda c: c.hidden_work_check, scores=True),
     Step("host_bound", host_bound, "exclusive", runs="gpu", scores=True),  # before timing: one hold with the above
     Step("timing", time_candidate, "window", runs="timed", scores=True),
+    Step("observed", observed_timing, "exclusive", runs="gpu", enabled=lambda c: c.observed_timing, scores=True),
     Step("speed_of_light", speed_of_light, "none", runs="gpu", scores=True),
     Step("in_order", in_order, "none"),
 )

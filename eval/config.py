@@ -170,6 +170,7 @@ class EvalConfig:
     distribution_trials: bool = setting(True, unkeyed_at=False)  # the same: on (the default) it changes verdicts
     hidden_work_check: bool = setting(True, unkeyed_at=SAME)
     timed_output_checks: bool = setting(True, unkeyed_at=SAME)
+    observed_timing: bool = setting(True, unkeyed_at=False)  # observed: the speedup from the trusted side's windows
     timing_method: str = setting("adaptive", choices=("adaptive", "fixed"), unkeyed_at=SAME)
     timing_statistic: str = setting("median", choices=("median", "mean"), unkeyed_at=SAME)
     l2_flush: bool = setting(True, unkeyed_at=SAME)

@@ -469,7 +469,7 @@ class Evaluator:
             result.reference_timing.median_ms / eager)
 
     # -- workers -----------------------------------------------------------------------------
-    def _spawn(self, gpu_index: int | None) -> WorkerProcess:
+    def _spawn(self, gpu_index: int | None, host_pids: bool = False) -> WorkerProcess:
         # the same arch list as the builds made ahead, so loading a built extension finds it up to date
         env = {"TORCH_CUDA_ARCH_LIST": self._arch, **self.config.extra_env}
         worker = WorkerProcess(device="cuda" if gpu_index is not None else "cpu", gpu_index=gpu_index,
@@ -478,7 +478,8 @@ class Evaluator:
                                isolate_filesystem=self._confined, extra_env=env,
                                max_reply_bytes=checks.reply_cap(self.config),
                                memory_limit_bytes=self._memory_limit if self._confined else None,
-                               max_processes=self.config.max_worker_processes, bytecode=self._bytecode)
+                               max_processes=self.config.max_worker_processes, bytecode=self._bytecode,
+                               host_pids=host_pids)  # observed: the reference process's
         # keys the captures of its timed outputs; sent before any candidate code exists in the worker
         worker.capture_key = secrets.randbits(63) | 1
         with self._starting_lock:

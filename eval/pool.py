@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 import torch
 
 from eval import _affinity as affinity
-from eval._reference_process import ReferenceProcess
+from eval._reference_process import CleanClient, ReferenceProcess
 from eval.sandbox import WorkerProcess
 from eval._windows import Windows
 
@@ -126,6 +126,7 @@ class Lease:
     windows: Windows
     device: torch.device
     gpu_index: int | None
+    client: CleanClient | None = None  # observed: the clean process the handover of observed timing is measured with
 
 
 class _SpawnFailure:
@@ -136,13 +137,16 @@ class _SpawnFailure:
 class WorkerPool:
     """Workers for a list of GPUs (or for the CPU when `gpu_indices` is [None])."""
 
-    def __init__(self, gpu_indices: list[int | None], per_device: int, make_worker: Callable[[int | None], WorkerProcess]):
+    def __init__(self, gpu_indices: list[int | None], per_device: int, make_worker: Callable[..., WorkerProcess]):
         self._make_worker = make_worker
         if gpu_indices != [None]:  # before any thread or process starts: they inherit this thread's cores
             affinity.reserve(gpu_indices)
         self._idle: queue.Queue[WorkerProcess | _SpawnFailure] = queue.Queue()
         self._gates = {g: GpuGate() for g in gpu_indices}
-        self._references = {g: ReferenceProcess(lambda g=g: make_worker(g)) for g in gpu_indices}
+        # observed: the reference process exports observed timing's buffer, so it keeps the host's PID namespace
+        self._references = {g: ReferenceProcess(lambda g=g: make_worker(g, host_pids=g is not None))
+                            for g in gpu_indices}
+        self._clients = {g: CleanClient(lambda g=g: make_worker(g)) for g in gpu_indices if g is not None}
         self._windows = {g: Windows() for g in gpu_indices}
         self._live: set[WorkerProcess] = set()
         self._lock = threading.Lock()
@@ -182,7 +186,7 @@ class WorkerPool:
         g = item.gpu_index
         self._replace(g)  # a fresh spare, started now, off this candidate's path
         device = torch.device(f"cuda:{g}") if g is not None else torch.device("cpu")
-        return Lease(item, self._gates[g], self._references[g], self._windows[g], device, g)
+        return Lease(item, self._gates[g], self._references[g], self._windows[g], device, g, self._clients.get(g))
 
     def release(self, lease: Lease) -> None:
         """Give a worker back: it is killed (in the background); its replacement started when it was leased."""
@@ -201,6 +205,8 @@ class WorkerPool:
             worker.close()
         for reference in self._references.values():
             reference.close()
+        for client in self._clients.values():  # observed
+            client.close()
 
     def _count_start(self) -> None:
         with self._lock:

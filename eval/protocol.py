@@ -322,9 +322,111 @@ class Exit(Request):
     cmd: ClassVar[str] = "exit"
 
 
+# -- observed timing (`eval.observed`, `eval.worker.observed`): the reference process keeps the clock ------------
+@dataclass
+class WindowSetupReply(Reply):
+    handle: str = ""  # the exported buffer (`eval.worker.cuda_ipc`)
+    layout: dict[str, Any] = field(default_factory=dict)  # `eval.worker.observed.Layout` as a dict
+
+
+@dataclass
+class WindowSetup(Request):
+    """Reference process: export a buffer for `reps` repetitions of `subject`'s staged inputs and outputs."""
+
+    cmd: ClassVar[str] = "window_setup"
+    reply: ClassVar[type[Reply]] = WindowSetupReply
+    subject: str = "candidate"
+    reps: int = 1
+    flush_bytes: int = 0  # 0: twice the L2
+
+
+@dataclass
+class WindowAttach(Request):
+    """Candidate's worker (or the clean handover client): open the reference process's buffer."""
+
+    cmd: ClassVar[str] = "window_attach"
+    handle: str = ""
+    layout: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class WindowOpen(Request):
+    """Reference process: enqueue window `seq` (poison, lead, START, inputs drawn from `seeds`, flush, go, wait for
+    done, END) and answer at once, the window still queued. No seeds: a handover window (no inputs, no flush)."""
+
+    cmd: ClassVar[str] = "window_open"
+    subject: str = "candidate"
+    seq: int = 1
+    seeds: list[int] = field(default_factory=list)
+    lead_us: float = 2000.0
+
+
+@dataclass
+class WindowRunReply(Reply):
+    own_ms: float = 0.0  # the worker's own events around its block: a diagnostic, never a figure
+
+
+@dataclass
+class WindowRun(Request):
+    """Candidate's worker: behind go, `reps` forwards on the buffer's input regions into its output regions, done."""
+
+    cmd: ClassVar[str] = "window_run"
+    reply: ClassVar[type[Reply]] = WindowRunReply
+    timed: ClassVar[bool] = True
+    seq: int = 1
+    reps: int = 0
+    grad: bool = False
+
+
+@dataclass
+class WindowCloseReply(Reply):
+    window_ms: float = -1.0  # END - START; -1: the worker never said done in time
+    mismatched: int = 0  # timed output elements that differ from the reference's
+    detail: str = ""
+
+
+@dataclass
+class WindowClose(Request):
+    """Reference process: wait for END (at most `timeout_s`), then check every timed output of window `seq`."""
+
+    cmd: ClassVar[str] = "window_close"
+    reply: ClassVar[type[Reply]] = WindowCloseReply
+    subject: str = "candidate"
+    seq: int = 1
+    timeout_s: float = 60.0
+    atol: float = 0.0
+    rtol: float = 0.0
+
+
+@dataclass
+class OwnBlockReply(Reply):
+    block_ms: float = 0.0  # from the inputs' release to END
+    copies_ms: float = 0.0  # of which copying outputs into their regions (the candidate's block copies the same)
+
+
+@dataclass
+class OwnBlock(Request):
+    """Reference process: the reference's block, the same sequence as a candidate's window, in this process."""
+
+    cmd: ClassVar[str] = "own_block"
+    reply: ClassVar[type[Reply]] = OwnBlockReply
+    timed: ClassVar[bool] = True
+    subject: str = "candidate"
+    seeds: list[int] = field(default_factory=list)
+    grad: bool = False
+
+
+@dataclass
+class WindowEnd(Request):
+    """Either side: drop the buffer of observed timing."""
+
+    cmd: ClassVar[str] = "window_end"
+
+
 REQUESTS: dict[str, type[Request]] = {
     cls.cmd: cls for cls in (Hello, Load, Prepare, Run, Kernels, Stage, TimeBlock, BackToBack, Busy, Probe, Integrity,
-                             Unload, Sync, Exit)
+                             Unload, Sync, Exit,
+                             WindowSetup, WindowAttach, WindowOpen, WindowRun, WindowClose, OwnBlock, WindowEnd)  # observed
 }
 
 

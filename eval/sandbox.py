@@ -27,6 +27,7 @@ however the owner ended, `kill -9` included.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import json
 import os
@@ -364,6 +365,12 @@ def confine_command(plan: SandboxPlan, writable: list[str], cmd: list[str], netw
     return [*prefix, sys.executable, "-I", "-S", "-c", _CONFINE, spec, *cmd]
 
 
+# observed: the reference process alone keeps the host's PID namespace (`WorkerProcess(host_pids=True)`): a CUDA IPC
+# handle names its exporter by the pid the exporter sees, so an exporter inside a PID namespace cannot be opened.
+# No candidate sees it there: every candidate's worker has a PID namespace of its own.
+_PID_NAMESPACE = ("-p", "--kill-child", "--mount-proc")
+
+
 @functools.lru_cache(maxsize=1)
 def sandbox_plan() -> SandboxPlan:
     """The strongest confinement that works here: mount namespace plus uid 65534 (root), plus a user
@@ -375,7 +382,7 @@ def sandbox_plan() -> SandboxPlan:
     gpu = _cuda_visible()
     # a PID namespace too where the kernel allows it: without one, a worker could signal the harness (same
     # uid when not root) or the other workers (uid 65534), e.g. `os.kill(-1, SIGKILL)`
-    pid_ns = ("-p", "--kill-child", "--mount-proc")
+    pid_ns = _PID_NAMESPACE
     ipc_uts = ("-i", "-u")  # System V IPC (shared memory outlives its process otherwise) and the host name
     bases = [(("-m", "-n"), UNPRIVILEGED_UID), (("-m", "-n"), None)] if root else [(("-U", "-r", "-m", "-n"), None)]
     for flags, uid in bases:
@@ -568,7 +575,8 @@ class WorkerProcess:
                  extra_env: dict[str, str] | None = None, max_reply_bytes: int = 1 << 30, kind: str = "worker",
                  isolate_filesystem: bool = True, memory_limit_bytes: int | None = None,
                  max_processes: int = MAX_PROCESSES, bytecode: Path | None = None,
-                 wrapper: Sequence[str] = (), module: str = "eval.worker", extra_binds: Sequence[str] = ()):
+                 wrapper: Sequence[str] = (), module: str = "eval.worker", extra_binds: Sequence[str] = (),
+                 host_pids: bool = False):
         """`wrapper`, `module`, `extra_binds` (profile, issue 57): a profiling process runs `module` instead of the
         worker loop, under `wrapper` (a profiler's command line, whose installation `extra_binds` shows it), in the
         same sandbox, its loopback up for the profiler."""
@@ -584,6 +592,8 @@ class WorkerProcess:
         elif gpu_index is not None:
             env_extra["CUDA_VISIBLE_DEVICES"] = visible_device_entry(gpu_index)
         plan = sandbox_plan() if isolate_filesystem else SandboxPlan()
+        if host_pids:  # observed: the reference process exports CUDA IPC memory, named by the pid it sees itself
+            plan = dataclasses.replace(plan, prefix=tuple(a for a in plan.prefix if a not in _PID_NAMESPACE))
         self.filesystem_isolated_requested = plan.filesystem
         self.unprivileged = plan.uid is not None if plan.filesystem else os.geteuid() == 0 and _runs_as_nobody()
         self.ipc_isolated = plan.ipc

@@ -39,7 +39,7 @@ _WATCHED_MODULE_NAMES = (
     "torch.autograd.profiler", "torch.profiler", "torch.overrides", "torch.utils._python_dispatch",
     "torch.backends", "torch.backends.cuda", "torch.backends.cudnn", "time", "gc", "threading", "os", "random",
     "eval.worker.serve", "eval.worker.timing", "eval.worker.integrity", "eval.worker.tracing", "eval.wire",
-    "eval.protocol", "problems.runtime", "problems._compare",
+    "eval.protocol", "problems.runtime", "problems._compare", "eval.worker.observed", "eval.worker.cuda_ipc",
     "triton.runtime.jit", "triton.runtime.autotuner", "triton.runtime.interpreter", "triton.testing",
 )
 # `torch._C.TensorBase` is immutable from Python, but its dict is reachable (gc.get_referents)

@@ -10,6 +10,7 @@ synchronisation, so no work a candidate left queued can overlap another worker's
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import os
 import shutil
@@ -26,7 +27,7 @@ from torch.utils import cpp_extension
 from eval import protocol as p
 from eval._capture import self_overlap
 from eval.wire import Channel, ChannelClosed, ProtocolError
-from eval.worker import graphs, idle_probe, integrity, lazy_builds, light_build, prebuilt, timing, tracing
+from eval.worker import graphs, idle_probe, integrity, lazy_builds, light_build, observed, prebuilt, timing, tracing
 from eval.worker.compile_only import CompileOnlyDone, compile_only
 from problems import (
     build_model,
@@ -46,6 +47,9 @@ CANDIDATE_MODULE = "kh_candidate"  # the candidate's module name: its Triton ker
 # Requests that no timing observes: after them a process hands back what it keeps cached beyond KEEP_CACHED_BYTES
 # (never after a timed block, where the release would add to the block's wall time; nor mid-block)
 _UNTIMED = frozenset({"load", "prepare", "run", "stage", "kernels", "integrity"})
+# Requests whose GPU work outlives the reply: the reference process's observed window waits, queued, for the
+# candidate's block (`eval.worker.observed`)
+_LEFT_QUEUED = frozenset({"window_open"})
 KEEP_CACHED_BYTES = 1 << 30
 Handled = tuple[p.Reply, list[torch.Tensor]]
 
@@ -133,6 +137,8 @@ class Worker:
         self.loop: Any = None
         self.probe: idle_probe.IdleProbe | None = None  # made at the first `Probe` (the reference process's)
         self.trial_buffers: dict[tuple[Any, ...], torch.Tensor] = {}
+        self.timekeepers: dict[str, observed.Timekeeper] = {}  # the reference process's, per subject (observed)
+        self.attached: observed.Attached | None = None  # a candidate's worker's view of one (observed)
 
     @property
     def candidate(self) -> Any:
@@ -389,6 +395,75 @@ class Worker:
         reply.outside_ms = [float(t) for t in result.outside_ms]
         return reply, ([result.captures] if msg.capture and result.captures.numel() else [])
 
+    # -- observed timing (`eval.worker.observed`) --------------------------------------------------
+    def _forward_leaves(self, subject: Subject, grad: bool) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+        def forward(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+            with torch.set_grad_enabled(grad):
+                return flatten_outputs(subject.model(*_rebuild_args(subject.spec, tensors)))
+        return forward
+
+    def _drawn(self, subject: Subject, seeds: list[int]) -> list[list[torch.Tensor]]:
+        drawn = []
+        for seed in seeds:
+            tensors = [x for x in self._draw(seed, False, subject) if isinstance(x, torch.Tensor)]
+            if [(t.shape, t.dtype) for t in tensors] != [(b.shape, b.dtype) for b in subject.buffers]:
+                raise ValueError("get_inputs() draws other shapes each time")
+            drawn.append(tensors)
+        return drawn
+
+    def cmd_window_setup(self, msg: p.WindowSetup, tensors: list[torch.Tensor]) -> Handled:
+        subject = self.subjects[msg.subject]
+        with torch.no_grad():
+            outputs = [t for t in flatten_outputs(subject.model(*subject.args)) if isinstance(t, torch.Tensor)]
+        flush = msg.flush_bytes or 2 * torch.cuda.get_device_properties(self.device).L2_cache_size
+        old = self.timekeepers.pop(msg.subject, None)
+        if old is not None:
+            old.close_buffer()
+        keeper = observed.Timekeeper(max(1, msg.reps), subject.buffers, outputs, flush)
+        self.timekeepers[msg.subject] = keeper
+        return p.WindowSetupReply(handle=keeper.buffer.handle, layout=dataclasses.asdict(keeper.layout)), []
+
+    def cmd_window_attach(self, msg: p.WindowAttach, tensors: list[torch.Tensor]) -> Handled:
+        if self.attached is not None:
+            self.attached.close()
+        self.attached = observed.Attached(msg.handle, observed.Layout(**msg.layout))
+        return p.Reply(), []
+
+    def cmd_window_open(self, msg: p.WindowOpen, tensors: list[torch.Tensor]) -> Handled:
+        keeper = self.timekeepers[msg.subject]
+        drawn = self._drawn(self.subjects[msg.subject], msg.seeds) if msg.seeds else []
+        keeper.open(msg.seq, drawn, msg.lead_us, flush=bool(drawn))
+        return p.Reply(), []
+
+    def cmd_window_run(self, msg: p.WindowRun, tensors: list[torch.Tensor]) -> Handled:
+        if self.attached is None:
+            return p.WindowRunReply(ok=False, stage="stage", error="no observed-timing buffer is attached"), []
+        forward = self._forward_leaves(self.subjects["candidate"], msg.grad) if msg.reps else lambda t: []
+        return p.WindowRunReply(own_ms=self.attached.run(msg.seq, msg.reps, forward)), []
+
+    def cmd_window_close(self, msg: p.WindowClose, tensors: list[torch.Tensor]) -> Handled:
+        reference = self._forward_leaves(self.subjects[msg.subject], False)
+        with torch.no_grad():
+            window_ms, mismatch = self.timekeepers[msg.subject].close(msg.seq, msg.timeout_s, reference, msg.atol,
+                                                                      msg.rtol)
+        return p.WindowCloseReply(window_ms=-1.0 if window_ms is None else window_ms, mismatched=mismatch.count,
+                                  detail=mismatch.detail), []
+
+    def cmd_own_block(self, msg: p.OwnBlock, tensors: list[torch.Tensor]) -> Handled:
+        subject = self.subjects[msg.subject]
+        block_ms, copies_ms = self.timekeepers[msg.subject].own_block(self._drawn(subject, msg.seeds),
+                                                                      self._forward_leaves(subject, msg.grad))
+        return p.OwnBlockReply(block_ms=block_ms, copies_ms=copies_ms), []
+
+    def cmd_window_end(self, msg: p.WindowEnd, tensors: list[torch.Tensor]) -> Handled:
+        for keeper in self.timekeepers.values():
+            keeper.close_buffer()
+        self.timekeepers.clear()
+        if self.attached is not None:
+            self.attached.close()
+            self.attached = None
+        return p.Reply(), []
+
     def cmd_integrity(self, msg: p.Integrity, tensors: list[torch.Tensor]) -> Handled:
         return p.IntegrityReply(violations=self._violations()), []
 
@@ -492,7 +567,8 @@ class Worker:
                 return
             try:
                 reply, out = handlers[msg.cmd](msg, tensors)
-                self._sync()  # nothing the candidate queued outlives the command
+                if msg.cmd not in _LEFT_QUEUED:  # observed
+                    self._sync()  # nothing the candidate queued outlives the command
                 if msg.cmd in _UNTIMED:
                     self._release_cached()
             except BaseException as exc:  # noqa: BLE001  report, never die silently

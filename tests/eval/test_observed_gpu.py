@@ -1,0 +1,151 @@
+"""Observed timing on a GPU (`eval.observed`): the speedup comes from the reference process's own windows, and a
+candidate that rewrites what its worker does inside them gains nothing or shows a wrong output.
+
+Each hostile candidate here rewrites the worker's side of observed timing from its own import (everything in its
+process is its to rewrite): the reply, the flag, the work. Run on the device: `pytest -m gpu tests/eval/test_observed_gpu.py`.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eval import Status
+from harness.corpus import candidates
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+EVALUATOR = dict(device="cuda", timing_timeout_s=30.0)
+OBSERVED_PHRASE = "read by the reference process after the window"
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return candidates.problem(1 << 22)
+
+
+def _honest(tag: str) -> str:
+    return candidates.triton_candidate(1024, 4) + f"\n# {tag}\n"
+
+
+def _with_patch(patch: str, tag: str) -> str:
+    """The honest candidate, with `patch` run at its import (inside the worker's process). The patches swap the
+    `__code__` of the worker's own functions, so no function's identity changes (the tamper snapshot watches
+    identities), by a name built at run time (the static check reads the source for rebinding); the swapped-in code
+    runs with `eval.worker.observed`'s globals."""
+    return _honest(tag) + _FIND + patch
+
+
+# the worker's module, reached without naming it in a way the static check resolves
+_FIND = """
+import sys as _s
+_obs = _s.modules["eval.worker." + "observed"]
+_member = lambda cls, name: vars(vars(_obs)[cls])[name]
+"""
+
+
+@pytest.fixture(scope="module")
+def honest(evaluator, problem):
+    r = evaluator.evaluate(problem, _honest("honest twin"))
+    assert r.status is Status.CORRECT, r.reason + r.error
+    return r
+
+
+def test_the_speedup_is_the_observed_one(honest):
+    obs = honest.observed
+    assert obs, "observed timing did not run"
+    assert honest.speedup == pytest.approx(obs["speedup"])
+    # for an honest candidate the reference process's figure agrees with the worker's timing loop, and stays under
+    # the worker's own events around its block (which hold the output copies the observed figure leaves out)
+    assert obs["candidate_ms"] == pytest.approx(honest.candidate_timing.median_ms, rel=0.25), obs
+    assert obs["candidate_ms"] <= obs["reported_candidate_ms"] * 1.02, obs
+    assert not any(f.startswith("observed:") for f in honest.flags), honest.flags
+    assert obs["handover_spread_us"] < 50, obs  # the handover is steady enough to subtract
+    assert 1.5 < honest.speedup < 4.5, honest.speedup  # three eager memory-bound kernels against one fused
+
+
+def test_a_forged_report_changes_nothing(evaluator, problem, honest):
+    """The worker's reply says its blocks took a tenth of their time: the figure is the reference process's."""
+    forged = _with_patch("""
+def _fast(self, seq, reps, forward):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    with torch.cuda.stream(self.stream):
+        cuda_ipc.wait_flag(self.stream, self.go, seq)
+        start.record(self.stream)
+        run_into_slots(self.in_slots, self.out_slots, reps, forward)
+        end.record(self.stream)
+        cuda_ipc.write_flag(self.stream, self.done, seq)
+    self.stream.synchronize()
+    return start.elapsed_time(end) / 10
+setattr(_member("Attached", "run"), "__" + "code__", _fast.__code__)
+""", "forged report")
+    r = evaluator.evaluate(problem, forged)
+    assert r.status is Status.CORRECT, r.reason + r.error
+    assert r.speedup < honest.speedup * 1.15, (r.speedup, honest.speedup)
+    assert any(f.startswith("observed: the worker reported") for f in r.flags), r.flags
+
+
+def test_done_before_the_work_shows_a_wrong_output(evaluator, problem):
+    """done is written first, on a stream that never waited for go; the work follows behind go."""
+    early = _with_patch("""
+def _early(self, seq, reps, forward):
+    side = torch.cuda.Stream()
+    cuda_ipc.write_flag(side, self.done, seq)
+    side.synchronize()
+    with torch.cuda.stream(self.stream):
+        cuda_ipc.wait_flag(self.stream, self.go, seq)
+        run_into_slots(self.in_slots, self.out_slots, reps, forward)
+    self.stream.synchronize()
+    return 0.0
+setattr(_member("Attached", "run"), "__" + "code__", _early.__code__)
+""", "early done")
+    r = evaluator.evaluate(problem, early)
+    assert r.status is Status.INCORRECT, r.reason
+    assert OBSERVED_PHRASE in r.reason
+
+
+def test_work_that_starts_before_go_shows_a_wrong_output(evaluator, problem):
+    """The block runs at once, without waiting for go (its inputs are not there yet), and says done at its end."""
+    eager = _with_patch("""
+def _no_wait(self, seq, reps, forward):
+    with torch.cuda.stream(self.stream):
+        run_into_slots(self.in_slots, self.out_slots, reps, forward)
+        cuda_ipc.write_flag(self.stream, self.done, seq)
+    self.stream.synchronize()
+    return 0.0
+setattr(_member("Attached", "run"), "__" + "code__", _no_wait.__code__)
+""", "no wait")
+    r = evaluator.evaluate(problem, eager)
+    assert r.status is Status.INCORRECT, r.reason
+    assert OBSERVED_PHRASE in r.reason
+
+
+def test_skipping_the_work_shows_a_wrong_output(evaluator, problem):
+    skip = _with_patch("""
+setattr(vars(_obs)["run_into_slots"], "__" + "code__", (lambda in_slots, out_slots, reps, forward: None).__code__)
+""", "skip")
+    r = evaluator.evaluate(problem, skip)
+    assert r.status is Status.INCORRECT, r.reason
+    assert OBSERVED_PHRASE in r.reason
+
+
+def test_never_saying_done_is_rejected(evaluator, problem):
+    silent = _with_patch("""
+def _silent(self, seq, reps, forward):
+    with torch.cuda.stream(self.stream):
+        cuda_ipc.wait_flag(self.stream, self.go, seq)
+        run_into_slots(self.in_slots, self.out_slots, reps, forward)
+    self.stream.synchronize()
+    return 0.0
+setattr(_member("Attached", "run"), "__" + "code__", _silent.__code__)
+""", "silent")
+    r = evaluator.evaluate(problem, silent)
+    assert r.status is Status.REJECTED, r.reason
+    assert "never signalled done" in r.reason
+
+
+def test_the_next_evaluation_is_unharmed(evaluator, problem, honest):
+    """After the hostile ones (the reference process released every window), an honest candidate is timed as before."""
+    r = evaluator.evaluate(problem, _honest("after the hostile ones"))
+    assert r.status is Status.CORRECT, r.reason + r.error
+    assert r.speedup == pytest.approx(honest.speedup, rel=0.15)
