@@ -61,6 +61,8 @@ VOLATILE_KEYS = (
     "agent.retry", "agent.rate_limit", "agent.timeout_s", "agent.api_key_env",
     "eval.parallel_compiles", "eval.kept_builds_gib", "eval.cache_dir", "eval.log_cap_bytes",
     "eval.share_reference_timing",  # one reference timing for several candidates: the same measurement, cheaper
+    # profile (issue 57): hardware counters after the verdict, a diagnostic that changes no verdict or timing
+    "eval.profile", "eval.profile_ncu", "eval.profile_timeout_s", "prompt.profile_chars",
 )  # fmt: skip
 
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]")  # no `=` or `,`: run names must pass through Hydra overrides as they are

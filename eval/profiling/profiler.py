@@ -63,6 +63,7 @@ class Subject:
         return json.dumps({"load": load, "input_seed": secrets.randbits(62), "warmup_calls": WARMUP_CALLS})
 
 
+LEFT_OUT = {"tensor_ops": "tensor-core operation (their FLOPs are not counted)", "stalls": "stall-reason"}
 # (ncu's command, environment entries, time limit) -> (exit code, None when killed at the limit; output): one sandboxed
 # profiling process on the evaluation's GPU
 Launch = Callable[[list[str], dict[str, str], float], tuple[int | None, str]]
@@ -150,6 +151,7 @@ class Profiler:
             profile.reference = cached
             profile.candidate = self._side(path, "candidate", candidate, lambda name: _is_own(name, own), launch)
         notes = [n for n in (profile.candidate.note, profile.reference.note) if n]
+        notes += [f"this ncu has no {LEFT_OUT[g]} metrics of ours: left out" for g in sorted(self._dropped)]
         if notes:
             profile.note = "; ".join(dict.fromkeys(notes))
         profile.seconds = round(time.perf_counter() - t0, 3)
@@ -185,8 +187,9 @@ def read_side(side: str, code: int | None, output: str, is_own: Callable[[str], 
     elif not launches:
         loaded = next((line.split("kh-profile:", 1)[1].strip() for line in output.splitlines()
                        if "kh-profile:" in line and "failed" in line), "")
+        last = next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "")
         note = (ncu.failure_note(output) or (f"the profiling process {loaded}" if loaded else "")
-                or f"ncu printed no profile (exit code {code})")
+                or f"ncu printed no profile (exit code {code}; its output ended: {last[-200:] or 'nothing'})")
     elif len(launches) >= ncu.MAX_LAUNCHES:
         note = f"only the first {ncu.MAX_LAUNCHES} kernel launches of the call were profiled"
     return SideProfile(side, kernels=ncu.kernels(launches, is_own), note=note)
@@ -222,4 +225,6 @@ def wait_for(worker: Any, timeout_s: float) -> tuple[int | None, str]:
         code = None
     finally:
         worker.kill()
-    return code, worker._final_output()  # the whole process tree is gone: the pipe drains to its end
+    output = worker._final_output()  # the whole process tree is gone: the pipe drains to its end
+    return code, output + (f"\n==ERROR== the profiling process was killed: {worker.killed_for}" if worker.killed_for
+                           else "")

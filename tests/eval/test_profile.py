@@ -329,3 +329,25 @@ def test_only_correct_candidates_are_profiled(evaluator: Any, add_relu: Any, mon
     monkeypatch.setattr(Profiler, "evaluation", lambda self, *a, **k: asked.append("asked") or Profile())
     wrong = evaluator.evaluate(add_relu, EXAMPLE_TRITON.replace("tl.maximum(a + b, 0.0)", "a + b"))
     assert wrong.status is Status.INCORRECT and wrong.profile is None and asked == []
+
+
+# -- a whole run: the block reaches the next turn's prompt ----------------------------------------------------------
+def test_a_run_hands_the_profile_block_to_the_next_turn(base: list[str], tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CPU the block says why there is no profile; `tests/eval/test_profile_gpu.py` has the GPU's."""
+    from harness.cli import main
+    from tests.fakes.llm_server import FakeLLMServer, reply
+    from tests.run_fixtures import GOOD, fenced
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-profile-cpu-test")
+    with FakeLLMServer(api_key="sk-profile-cpu-test") as server:
+        server.script(reply(fenced(GOOD)), reply(fenced(GOOD + "\n# again\n")))
+        code = main(["run", *base, "agent=openai", f"agent.base_url={server.openai_base_url}", "agent.model=fake",
+                     "name=profiled", "turns=2", "samples=1", "eval.profile=basic", "prompt.profile_chars=60"])
+        assert code == 0
+        turn2 = [m["content"] for m in server.requests[1].body["messages"] if m["role"] == "user"][-1]
+    assert "Status: correct" in turn2 and HEADER in turn2
+    assert "(profile cut at 60 characters: prompt.profile_chars)" in turn2
+    stored = [json.loads(line) for line in (tmp_path / "runs" / "profiled" / "results.jsonl").read_text().splitlines()]
+    assert all("need a CUDA GPU" in x["result"]["profile"]["note"] for x in stored)
+    assert "Not available: profiles need a CUDA GPU" in stored[0]["feedback"]  # stored whole, cut only in prompts
