@@ -184,7 +184,7 @@ class EvalConfig:
     # not reused for one that wants it), off it stays out of the key
     profile: str = setting("off", choices=PROFILE_LEVELS, unkeyed_at=SAME)
     profile_ncu: str = setting("ncu", where_it_runs=True)
-    profile_timeout_s: float = setting(300.0, above_zero=True, where_it_runs=True)
+    profile_timeout_s: float = setting(120.0, above_zero=True, where_it_runs=True)
 
     def __post_init__(self) -> None:
         problems = []

@@ -548,7 +548,15 @@ class Evaluator:
                                max_processes=self.config.max_worker_processes, bytecode=self._bytecode,
                                wrapper=command, module="eval.worker.profile_target",
                                extra_binds=[ncu_home(command[0])])
-        return wait_for(worker, timeout_s)
+        with self._starting_lock:  # `close` kills it as it kills workers still starting
+            self._starting.add(worker)
+            if self._closing:
+                worker.abort()
+        try:
+            return wait_for(worker, timeout_s)
+        finally:
+            with self._starting_lock:
+                self._starting.discard(worker)
 
 
 def _ceilings(cache_dir: str | None, device: torch.device, device_name: str) -> Ceilings:

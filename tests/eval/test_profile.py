@@ -351,3 +351,48 @@ def test_a_run_hands_the_profile_block_to_the_next_turn(base: list[str], tmp_pat
     stored = [json.loads(line) for line in (tmp_path / "runs" / "profiled" / "results.jsonl").read_text().splitlines()]
     assert all("need a CUDA GPU" in x["result"]["profile"]["note"] for x in stored)
     assert "Not available: profiles need a CUDA GPU" in stored[0]["feedback"]  # stored whole, cut only in prompts
+
+
+# -- the profiling process's sandbox --------------------------------------------------------------------------------
+_SANDBOX_CHECK = r"""
+import fcntl, json, os, socket, struct, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+flags = struct.unpack("16sH14x", fcntl.ioctl(s, 0x8913, struct.pack("16sH14x", b"lo", 0)))[1]
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen(1)
+client = socket.create_connection(server.getsockname(), timeout=5)
+conn, _ = server.accept()
+client.sendall(b"ok")
+devices = [line.split(":")[0].strip() for line in open("/proc/net/dev").read().splitlines()[2:]]
+print("KHCHECK " + json.dumps({"up": bool(flags & 1), "tcp": conn.recv(2).decode(), "devices": devices,
+                               "bound": os.listdir(sys.argv[1]), "writable": os.access(sys.argv[1], os.W_OK),
+                               "command": sys.argv[2:]}))
+"""
+
+
+def test_a_profiling_process_has_its_loopback_its_tool_read_only_and_no_network(tmp_path: Path) -> None:
+    """What ncu needs in the sandbox (its front end reaches its target over loopback; its installation), and no
+    more: the network namespace holds loopback alone, and the tool's folder is read-only."""
+    import sys
+
+    from eval import WorkerProcess, sandbox_plan
+    from eval.profiling.profiler import wait_for
+
+    if not sandbox_plan().filesystem:
+        pytest.skip(f"no sandbox here: {sandbox_plan().note}")
+    tool = tmp_path / "nsight-compute"
+    tool.mkdir()
+    (tool / "ncu").write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    worker = WorkerProcess(device="cpu", gpu_index=None, log_cap_bytes=1 << 16, isolate_network=True,
+                           wrapper=[sys.executable, "-c", _SANDBOX_CHECK, str(tool)],
+                           module="eval.worker.profile_target", extra_binds=[str(tool)])
+    code, output = wait_for(worker, 120)
+    line = next((x for x in output.splitlines() if x.startswith("KHCHECK ")), None)
+    assert code == 0 and line is not None, output
+    seen = json.loads(line[len("KHCHECK "):])
+    assert seen["up"] and seen["tcp"] == "ok" and seen["devices"] == ["lo"], seen
+    assert seen["bound"] == ["ncu"] and not seen["writable"], seen
+    command = seen["command"]  # the profiled command follows the wrapper
+    assert command[0] == sys.executable and command[command.index("-m") + 1] == "eval.worker.profile_target", seen
