@@ -109,10 +109,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mut = sub.add_parser("mutants", help="seeded real bugs in correct kernels: equivalent ones found by a float64 "
                                          "oracle, the rest judged by our evaluator and KernelBench's; kill rate by "
                                          "class, false rejects (GPU; CPU: our side under the interpreter)")
-    mut.add_argument("selection", nargs="?", default="all", help="problems whose reference solutions are mutated")
+    mut.add_argument("selection", nargs="?", default="all", help="problems whose reference solutions are mutated "
+                                                                 "(none: the corpus's kernels alone)")
     mut.add_argument("--corpus", default=None, help="CUDA-L1's corpus JSON (optimized_cuda_code/codes/h100.json): "
                                                     "its CUDA kernels are mutated too (GPU)")
     mut.add_argument("--corpus-limit", type=int, default=5, help="the first N corpus entries with a CUDA kernel")
+    mut.add_argument("--corpus-keys", default="", help="these corpus entries instead, comma-separated (L1/32,...)")
     mut.add_argument("--kernelbench-src", default=".kb/src", help="KernelBench's src/ folder (holds kernelbench/)")
     mut.add_argument("--out", default="runs/mutants-bench", help="folder of the records (oracle/ours/kb.jsonl), "
                                                                 "summary.json and table.md; a second run goes on")
@@ -196,7 +198,8 @@ def run(args: argparse.Namespace) -> int:
     if args.bench == "mutants":  # bench-mutants
         from harness.bench.mutants import bench as mutants_bench  # bench-mutants
 
-        return mutants_bench.main(args.selection, args.corpus, args.corpus_limit, args.kernelbench_src,  # bench-mutants
+        return mutants_bench.main(args.selection, args.corpus, args.corpus_limit, args.corpus_keys,  # bench-mutants
+                                  args.kernelbench_src,  # bench-mutants
                                   args.out, args.jobs, args.side, args.per_rule, args.seed, args.rules,  # bench-mutants
                                   args.device, args.time_budget, args.table)  # bench-mutants
     from harness.bench import loop_bench

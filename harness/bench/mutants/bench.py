@@ -34,7 +34,7 @@ from harness.bench.mutants import judges, oracle
 from harness.bench.mutants.rules import BY_NAME, CLASSES, RULES, Rule, mutants
 from harness.progress import Tally
 
-NON_EQUIVALENT = (oracle.DIFFERS, oracle.RAISES)
+CORPUS = "CUDA-L1/"  # the problem ids of the corpus's originals start so
 
 
 def _pick(made: list[Any], per_rule: int, seed: int, origin: str) -> list[Any]:
@@ -48,22 +48,31 @@ def _pick(made: list[Any], per_rule: int, seed: int, origin: str) -> list[Any]:
     return out
 
 
-def _originals(selection: str, corpus: str | None, device: str, limit: int) -> tuple[list[judges.Candidate], str]:
-    """The originals (keys `<problem>:original`) and a note on the corpus."""
+def _originals(selection: str, corpus: str | None, device: str, limit: int,
+               keys: str = "") -> tuple[list[judges.Candidate], str]:
+    """The originals (keys `<problem>:original`) and a note on the corpus (its entries `keys`, comma-separated like
+    L1/32, else the first `limit` with a CUDA kernel)."""
     from problems import problem_from_source
     from harness.corpus.solutions import solutions
 
-    out = [judges.Candidate(f"{p.id}:original", p, src, "triton") for p, src in solutions(selection)]
+    out = [judges.Candidate(f"{p.id}:original", p, src, "triton")
+           for p, src in (solutions(selection) if selection != "none" else [])]
     if corpus is None:
         return out, "CUDA-L1 corpus: not given (--corpus FILE, CUDA-L1's optimized_cuda_code/codes/h100.json)"
     if device == "cpu":
         return out, "CUDA-L1 corpus: left out (its kernels are CUDA; the oracle and both evaluators need a GPU)"
     entries = [e for e in load_corpus(corpus, [1, 2, 3]) if e.custom_code and "__global__" in e.custom_code]
-    for e in entries[:limit]:
+    wanted = [k.strip() for k in keys.split(",") if k.strip()]
+    unknown = sorted(set(wanted) - {e.key for e in entries})
+    if unknown:
+        raise CorpusError(f"--corpus-keys: no entry with a CUDA kernel is {', '.join(unknown)}")
+    chosen = [e for e in entries if e.key in wanted] if wanted else entries[:limit]
+    for e in chosen:
         problem = problem_from_source(e.ref_code, name=f"cudal1_L{e.level}_{e.task_id}",
-                                      problem_id=f"CUDA-L1/L{e.level}/{e.task_id}", level=f"level{e.level}")
+                                      problem_id=f"{CORPUS}L{e.level}/{e.task_id}", level=f"level{e.level}")
         out.append(judges.Candidate(f"{problem.id}:original", problem, e.custom_code or "", "cuda"))
-    return out, f"CUDA-L1 corpus: the first {min(limit, len(entries))} of {len(entries)} entries with a CUDA kernel"
+    which = ", ".join(e.key for e in chosen)
+    return out, f"CUDA-L1 corpus: {len(chosen)} of its {len(entries)} entries with a CUDA kernel ({which})"
 
 
 def _mutants_of(original: judges.Candidate, per_rule: int, seed: int, rules: tuple[Rule, ...],
@@ -89,7 +98,14 @@ def _run_oracle(groups: list[tuple[judges.Candidate, list[tuple[Any, judges.Cand
         if deadline is not None and time.monotonic() >= deadline:
             return
         original, made = group
-        verdicts = oracle.judge(original.problem, [original.source, *(c.source for _, c in made)], device, seed)
+        try:
+            verdicts = oracle.judge(original.problem, [original.source, *(c.source for _, c in made)], device, seed)
+        except RuntimeError as exc:  # the oracle could not run the original: its mutants count nowhere
+            results.append({"key": original.key, "problem": original.problem.id, "rule": "", "class": "",
+                            **oracle.Verdict(oracle.STILLBORN, detail=str(exc)).to_json()})
+            print(tally.step(), "oracle", original.problem.id, f"failed: {str(exc)[:300]}", file=sys.stderr,
+                  flush=True)
+            return
         results.append({"key": original.key, "problem": original.problem.id, "rule": "", "class": "",
                         **verdicts[0].to_json()})
         for (m, c), v in zip(made, verdicts[1:]):
@@ -102,19 +118,24 @@ def _run_oracle(groups: list[tuple[judges.Candidate, list[tuple[Any, judges.Cand
         list(pool.map(one, pending))
 
 
-def _usable(original_record: dict[str, Any] | None, backend: str) -> bool:
-    """Whether an original can carry mutants: it ran on the oracle, and a corpus kernel was within the tolerance on
-    the published draws (ours are correct by construction; where the oracle says otherwise, the table shows it)."""
-    if original_record is None or original_record["status"] != oracle.ORIGINAL:
-        return False
-    return backend == "triton" or not any(s.startswith("published draw") for s in original_record["shown_by"])
+def _left_out(key: str, original_record: dict[str, Any] | None) -> str:
+    """Why an original carries no mutants, or "": the oracle could not run it, or a corpus kernel was outside the
+    tolerance on the published draws (ours are correct by construction; where the oracle says otherwise, the table
+    shows it)."""
+    if original_record is None:
+        return "not checked by the oracle yet"
+    if original_record["status"] != oracle.ORIGINAL:
+        return original_record["detail"] or original_record["status"]
+    if key.startswith(CORPUS) and any(s.startswith("published draw") for s in original_record["shown_by"]):
+        return "outside the tolerance on the published draws"
+    return ""
 
 
 def _to_judge(groups: list[tuple[judges.Candidate, list[tuple[Any, judges.Candidate]]]],
               verdicts: dict[str, dict[str, Any]]) -> list[judges.Candidate]:
     out = []
     for original, made in groups:
-        if _usable(verdicts.get(original.key), original.backend):
+        if not _left_out(original.key, verdicts.get(original.key)):
             out.append(original)
             out += [c for _, c in made if c.key in verdicts and verdicts[c.key]["status"] != oracle.STILLBORN]
     return out
@@ -167,6 +188,7 @@ def summarize(oracle_records: dict[str, dict[str, Any]], sides: dict[str, dict[s
         "oracle": {"originals": len(originals), "mutants": len(made),
                    "by_status": dict(Counter(r["status"] for r in made.values())),
                    "originals_outside_tolerance": {k: r["shown_by"] for k, r in originals.items() if r["shown_by"]},
+                   "originals_left_out": {k: why for k, r in originals.items() if (why := _left_out(k, r))},
                    "by_rule": {rule: dict(Counter(r["status"] for r in made.values() if r["rule"] == rule))
                                for rule in sorted({r["rule"] for r in made.values()})}},
         "sides": {}}
@@ -255,6 +277,9 @@ def table(summary: dict[str, Any]) -> str:
         lines += ["", f"## Survivors of ours ({len(ours['survivors'])})", "", "| mutant | the oracle saw it on |",
                   "|---|---|"]
         lines += [f"| {s['key']} | {', '.join(s['shown_by'][:4])} |" for s in ours["survivors"]]
+    if o.get("originals_left_out"):
+        lines += ["", "Originals left out with their mutants: "
+                  + "; ".join(f"{k}: {why[:150]}" for k, why in o["originals_left_out"].items())]
     if o["originals_outside_tolerance"]:
         lines += ["", "Originals outside the tolerance of the float64 reference on some oracle draws (the draws an "
                       "equivalent mutant may be as far off on): "
@@ -269,13 +294,14 @@ def _environment(device: str, kernelbench_src: str, kb_ok: bool) -> dict[str, An
     name = torch.cuda.get_device_name(0) if device == "cuda" else f"CPU ({platform.processor() or platform.machine()}"\
                                                                       ", the Triton interpreter)"
     kb = None
-    if kb_ok:
-        commit_file = Path(kernelbench_src).parent / "COMMIT"
-        try:
-            kb = subprocess.run(["git", "-C", kernelbench_src, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-        except (subprocess.CalledProcessError, OSError):
-            kb = commit_file.read_text().strip() if commit_file.exists() else "(commit unknown)"
+    if kb_ok:  # its commit: a COMMIT file beside src/ (an exported checkout), else the checkout's own git
+        root = Path(kernelbench_src).resolve().parent
+        kb = "(commit unknown)"
+        if (root / "COMMIT").exists():
+            kb = (root / "COMMIT").read_text().strip()
+        elif (root / ".git").exists():
+            kb = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip() or kb
         kb = f"{kb} from {kernelbench_src}"
     return {"device": name, "device_kind": device, "torch": torch.__version__, "triton": triton.__version__,
             "python": platform.python_version(), "kernelbench": kb}
@@ -283,7 +309,8 @@ def _environment(device: str, kernelbench_src: str, kb_ok: bool) -> dict[str, An
 
 # -- the command ---------------------------------------------------------------------------------------------------
 
-def main(selection: str = "all", corpus: str | None = None, corpus_limit: int = 5, kernelbench_src: str = ".kb/src",
+def main(selection: str = "all", corpus: str | None = None, corpus_limit: int = 5, corpus_keys: str = "",
+         kernelbench_src: str = ".kb/src",
          out: str = "runs/mutants-bench", jobs: int = 4, side: str = "both", per_rule: int = 1, seed: int = 0,
          rules: str = "", device: str = "auto", time_budget: float | None = None, show_table: bool = False) -> int:
     t0 = time.monotonic()
@@ -297,10 +324,11 @@ def main(selection: str = "all", corpus: str | None = None, corpus_limit: int = 
         return 0
     chosen = tuple(r for r in RULES if not rules or r.name in rules.split(","))
     unknown = sorted(set(filter(None, rules.split(","))) - set(BY_NAME))
-    if unknown or per_rule < 1 or jobs < 1:
-        print(f"--rules: choose from {', '.join(BY_NAME)} (unknown: {', '.join(unknown)}); --per-rule and --jobs: "
-              f"at least 1 (got {per_rule}, {jobs})" if unknown else f"--per-rule and --jobs: at least 1 (got "
-              f"{per_rule}, {jobs})")
+    if unknown:
+        print(f"--rules: choose from {', '.join(BY_NAME)} (unknown: {', '.join(unknown)})")
+        return 2
+    if per_rule < 1 or jobs < 1:
+        print(f"--per-rule and --jobs: at least 1 (got {per_rule}, {jobs})")
         return 2
     import torch
 
@@ -310,12 +338,12 @@ def main(selection: str = "all", corpus: str | None = None, corpus_limit: int = 
         print(f"--corpus {corpus}: no such file")
         return 2
     try:
-        originals, corpus_note = _originals(selection, corpus, device, corpus_limit)
+        originals, corpus_note = _originals(selection, corpus, device, corpus_limit, corpus_keys)
     except CorpusError as exc:
         print(exc)
         return 2
     if not originals:
-        print(f"{selection!r}: no problem with a reference solution selected")
+        print(f"nothing to mutate: {selection!r} selects no reference solution; {corpus_note}")
         return 2
     notes = [corpus_note]
     missing = kernelbench_missing(kernelbench_src)
@@ -341,7 +369,8 @@ def main(selection: str = "all", corpus: str | None = None, corpus_limit: int = 
                         {s: {k: v for k, v in Results(folder, s).done().items() if k in keys} for s in ("ours", "kb")},
                         notes, _environment(device, kernelbench_src, kb_ok))
     summary["settings"] = {"selection": selection, "per_rule": per_rule, "seed": seed,
-                           "rules": [r.name for r in chosen], "corpus": corpus, "corpus_limit": corpus_limit}
+                           "rules": [r.name for r in chosen], "corpus": corpus, "corpus_limit": corpus_limit,
+                           "corpus_keys": corpus_keys}
     (folder / "summary.json").write_text(json.dumps(summary, indent=1))
     text = table(summary)
     (folder / "table.md").write_text(text)

@@ -517,6 +517,19 @@ def apply(text: str, edits: list[Edit]) -> str:
     return text
 
 
+def _changed_lines(old: str, new: str) -> tuple[str, str]:
+    """The lines a mutant changed, before and after, each stripped and joined by " / "."""
+    import difflib
+
+    a, b = old.splitlines(), new.splitlines()
+    gone, came = [], []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag != "equal":
+            gone += [line.strip() for line in a[i1:i2]]
+            came += [line.strip() for line in b[j1:j2]]
+    return " / ".join(gone) or "(nothing)", " / ".join(came) or "(nothing)"
+
+
 def mutants(text: str, backend: str = "triton", published: dict[str, object] | None = None,
             rules: tuple[Rule, ...] = RULES) -> list[Mutant]:
     """Every mutant of `text` the rules of `backend` make, one per site, in rule order; a site whose edit leaves the
@@ -535,7 +548,6 @@ def mutants(text: str, backend: str = "triton", published: dict[str, object] | N
             except SyntaxError:
                 continue
             first = min(e[0] for e in edits)
-            before = " / ".join(text[s:e] or "(insert)" for s, e, _ in sorted(edits))
-            after = " / ".join(r.strip() for _, _, r in sorted(edits))
+            before, after = _changed_lines(text, new)
             out.append(Mutant(rule.name, rule.cls, n, src.line_of(first), before[:200], after[:200], new))
     return out
