@@ -534,13 +534,15 @@ class Evaluator:
 
         attach(result, make)
 
-    def _run_profiling(self, gpu_index: int, command: list[str], env: dict[str, str], timeout_s: float
+    def _run_profiling(self, gpu_index: int | None, command: list[str], env: dict[str, str], timeout_s: float
                        ) -> tuple[int | None, str]:
         """profile (issue 57): one profiling process, `command` (ncu's) wrapping `eval.worker.profile_target` in a
-        sandbox like a worker's (the same settings), on GPU `gpu_index`; its exit code (None: timed out) and output."""
+        sandbox like a worker's (the same settings), on GPU `gpu_index` (None: the CPU, for the tests' fake ncu);
+        its exit code (None: timed out) and output."""
         from eval.profiling.profiler import OUTPUT_CAP, ncu_home, wait_for
 
-        worker = WorkerProcess(device="cuda", gpu_index=gpu_index, log_cap_bytes=OUTPUT_CAP,
+        worker = WorkerProcess(device="cpu" if gpu_index is None else "cuda", gpu_index=gpu_index,
+                               log_cap_bytes=OUTPUT_CAP,
                                isolate_network=self.config.isolate_network and self._confined,
                                isolate_filesystem=self._confined,
                                extra_env={"TORCH_CUDA_ARCH_LIST": self._arch, **self.config.extra_env, **env},

@@ -396,3 +396,40 @@ def test_a_profiling_process_has_its_loopback_its_tool_read_only_and_no_network(
     assert seen["bound"] == ["ncu"] and not seen["writable"], seen
     command = seen["command"]  # the profiled command follows the wrapper
     assert command[0] == sys.executable and command[command.index("-m") + 1] == "eval.worker.profile_target", seen
+
+
+def test_the_profiling_process_loads_and_runs_each_subject_in_the_sandbox(evaluator: Any, problem: Any,
+                                                                          tmp_path: Path) -> None:
+    """The whole launcher on a CPU: the evaluator's sandboxed process under a fake ncu (which runs the profiled
+    command, then prints a fixture table), `eval.worker.profile_target` loading the candidate (or the reference)
+    from its request and calling forward under the Triton interpreter, and the parent reading the table."""
+    import sys
+    from functools import partial
+
+    from problems import public_source
+
+    tool = tmp_path / "fake-ncu"
+    tool.mkdir()
+    (tool / "candidate.csv").write_text(CANDIDATE_BASIC)
+    (tool / "reference.csv").write_text(REFERENCE)
+    script = tool / "ncu"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'while [ "$#" -gt 0 ] && [ "$1" != "{sys.executable}" ]; do shift; done\n'
+        '"$@" || exit $?\n'  # the profiled command: it must load and run its subject
+        f"case \"$KH_PROFILE_REQUEST\" in *'\"candidate_source\": null'*) cat {tool}/reference.csv;; "
+        f"*) cat {tool}/candidate.csv;; esac\n")
+    script.chmod(0o755)
+    tool.chmod(0o755)
+    p = Profiler("basic", str(script), 120.0)
+    label = f"<{problem.id}>"
+    candidate = Subject(public_source(problem.source), label, EXAMPLE_TRITON)
+    profile = p.profile(candidate, Subject(problem.source, label), OWN, problem.dtype, ("launcher", False), Gate(),
+                        partial(evaluator._run_profiling, None))
+    assert profile.note == "", profile.note
+    assert [k.name for k in profile.candidate.kernels if k.own] == ["add_relu_kernel"]
+    assert profile.reference.kernels[0].name.startswith("void at::native::vectorized_elementwise_kernel")
+    broken = Subject(public_source(problem.source), label, "this is not python")
+    failed = p.profile(broken, Subject(problem.source, label), OWN, problem.dtype, ("launcher", False), Gate(),
+                       partial(evaluator._run_profiling, None))
+    assert failed.candidate.note.startswith("the profiling process loading failed (import)"), failed.candidate.note
