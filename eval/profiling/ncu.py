@@ -54,6 +54,7 @@ OPTIONAL: dict[str, tuple[str, ...]] = {
 _LEVEL_GROUPS = {"basic": ("tensor_ops",), "full": ("tensor_ops", "stalls")}
 _LOCAL = ("smsp__sass_inst_executed_op_local_ld.sum", "smsp__sass_inst_executed_op_local_st.sum")
 MAX_LAUNCHES = 64  # kernel launches profiled per call; more are left unprofiled (and said so)
+_NAME_COLUMNS = ("Kernel Name", "Function Name", "Demangled Name")  # as ncu versions call it
 _UNKNOWN_METRIC = re.compile(r"Failed to find metric\s+'?\"?([A-Za-z0-9_.:]+)")
 
 _TIME_NS = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9}
@@ -131,8 +132,9 @@ def parse_raw_csv(text: str, max_rows: int = 4 * MAX_LAUNCHES) -> list[dict[str,
         raise ValueError("no ncu raw CSV table in the output")
     rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
     header = rows[0]
-    if "Kernel Name" not in header:
-        raise ValueError("the ncu CSV table has no 'Kernel Name' column")
+    name_column = next((header.index(c) for c in _NAME_COLUMNS if c in header), None)
+    if name_column is None:
+        raise ValueError("the ncu CSV table has no kernel name column")
     body = rows[1:]
     units = body.pop(0) if body and body[0] and body[0][0] == "" else [""] * len(header)
     metric_columns = [i for i, name in enumerate(header) if "__" in name]
@@ -140,7 +142,7 @@ def parse_raw_csv(text: str, max_rows: int = 4 * MAX_LAUNCHES) -> list[dict[str,
     for row in body[:max_rows]:
         if len(row) != len(header) or not row[0].strip():
             continue
-        launch: dict[str, Any] = {"Kernel Name": row[header.index("Kernel Name")]}
+        launch: dict[str, Any] = {"Kernel Name": row[name_column]}
         for i in metric_columns:
             value = _number(row[i])
             launch[header[i]] = None if value is None else _in_base_units(value, units[i] if i < len(units) else "")
