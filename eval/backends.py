@@ -5,8 +5,12 @@ A module of its own (no imports) so that prompts, clients and the run loop share
 
 from __future__ import annotations
 
-BACKENDS: tuple[str, ...] = ("triton", "cuda")
+BACKENDS: tuple[str, ...] = ("triton", "cuda", "gluon", "helion")  # backends: gluon, helion (issue 56)
 DEFAULT_BACKEND = BACKENDS[0]
+# backends: gluon, helion (issue 56). Languages that compile to Triton kernels: a candidate of one of them must launch
+# kernels of that language (docs/backends.md), and Gluon's never run under Triton's interpreter (a CPU skips them).
+TRITON_DIALECTS: tuple[str, ...] = ("gluon", "helion")
+NEEDS_GPU: tuple[str, ...] = ("cuda", "gluon")
 
 
 def check_backend(backend: str) -> str:

@@ -98,7 +98,7 @@ def needs_build(report: SourceReport, backend: str, own_kernel_policy: str) -> b
     """A parsable candidate that builds CUDA/C++ extensions (or is declared CUDA) is built before it is loaded,
     unless its source alone refuses it (a PyTorch-only candidate declared CUDA would take a build slot for nothing)."""
     return (report.status is None and (report.uses_load_inline or backend == "cuda")
-            and refusal(report, own_kernel_policy) is None)
+            and refusal(report, own_kernel_policy, backend) is None)  # issue 56: backend
 
 
 @dataclass

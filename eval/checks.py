@@ -35,6 +35,7 @@ import torch
 
 from eval import protocol as p
 from eval import _affinity as affinity, _freeze as freeze, _gpu_idle as gpu_idle, measure, observed, static_checks
+from eval.backends import TRITON_DIALECTS  # issue 56
 from eval.builds import Build
 from eval._kernel_symbols import kernels_under
 from eval.config import EvalConfig
@@ -687,7 +688,8 @@ def own_kernels(ctx: Context) -> None:
             own = [(n, ms) for n, ms in own if qualified_name(n) not in referenced]
         launched |= {kernel_base_name(n) for n, _ in own}
         share = sum(ms for _, ms in own) / total if total > 0 else None
-    defined = sorted({*ctx.report.triton_kernels, *(kernel_base_name(n) for n in built)})
+    defined = sorted({*ctx.report.triton_kernels, *ctx.report.gluon_kernels, *ctx.report.helion_kernels,  # issue 56
+                      *(kernel_base_name(n) for n in built)})
     ctx.result.kernels = KernelShare(own_kernels_launched=sorted(launched)[:KEPT_KERNEL_NAMES],
                                      own_kernels_defined=defined[:KEPT_KERNEL_NAMES], own_kernels_defined_count=len(defined),
                                      own_time_fraction=share, top_kernels=profile[:8])
@@ -703,6 +705,12 @@ def own_kernels(ctx: Context) -> None:
         raise Verdict(Status.REJECTED, "none of the candidate's own kernels ran during forward (defined: "
                                        f"{named or 'none'}{built_note}); the work was done by PyTorch "
                                        f"or a fallback path{hint}")
+    language = ctx.result.backend  # issue 56: a Gluon or Helion candidate's work runs in kernels of its language
+    if language in TRITON_DIALECTS and language not in reply.languages:
+        raise Verdict(Status.REJECTED, f"backend={language}: none of the candidate's own {language.capitalize()} "
+                                       f"kernels ran during forward (its own launches: {', '.join(sorted(launched))}, "
+                                       f"in {', '.join(reply.languages) or 'no Triton dialect'}); write the work in "
+                                       f"{language.capitalize()}")
     shortfall = own_share_shortfall(share, ctx.config.min_own_time_fraction)
     if shortfall:
         raise Verdict(Status.REJECTED, shortfall + hint)

@@ -26,7 +26,7 @@ import torch
 
 from eval import _bytecode, checks, measure, _reaper as reaper, static_checks, _stopwatch as stopwatch
 from eval import protocol as p
-from eval.backends import DEFAULT_BACKEND, check_backend
+from eval.backends import DEFAULT_BACKEND, NEEDS_GPU, check_backend  # issue 56: NEEDS_GPU
 from eval.builds import Build, Builder, Claim, needs_build
 from eval.cache import JsonCache, cache_key
 from eval.checks import Context, RetryAlone, RetryEager, Verdict, trim
@@ -316,7 +316,7 @@ class Evaluator:
                result: EvalResult) -> None:
         """The verdict, raised as one; `build` is the caller's claim on the candidate's build, else one is taken here
         and released when the evaluation ends (the build folder is never removed while it is held)."""
-        refused = static_checks.refusal(report, self.config.own_kernel_policy)
+        refused = static_checks.refusal(report, self.config.own_kernel_policy, job.backend)  # issue 56: backend
         if refused:
             raise Verdict(*refused)
         if self.device.type == "cpu":
@@ -343,6 +343,9 @@ class Evaluator:
             raise Verdict(Status.COMPILE_ERROR, "building the candidate failed", built.error)
         if self.device.type == "cpu" and (report.cuda_kernels or report.uses_load_inline or job.backend == "cuda"):
             raise Verdict(Status.SKIPPED, (built.note if built else "") or "CUDA candidates cannot run without a GPU")
+        if self.device.type == "cpu" and (report.gluon_kernels or job.backend in NEEDS_GPU):  # issue 56
+            raise Verdict(Status.SKIPPED, "Gluon kernels cannot run without a GPU: Triton's interpreter does not run "
+                                          "them (gluon.jit never takes TRITON_INTERPRET's path; docs/backends.md)")
         notes = [f"build: {built.note}"] if built is not None and built.note else []
         alone, graphs, retried = False, self.config.cuda_graphs == "auto", []
         while True:  # each retry turns one thing off, so this ends

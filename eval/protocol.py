@@ -141,6 +141,7 @@ class Run(Request):
 @dataclass
 class KernelsReply(Reply):
     triton_own: list[str] = field(default_factory=list)
+    languages: list[str] = field(default_factory=list)  # issue 56: of the own launches: triton, gluon, helion
     profile: list[list[Any]] = field(default_factory=list)  # [kernel name, GPU ms per call]
 
 

@@ -585,6 +585,9 @@ class WorkerProcess:
         env_extra = dict(extra_env or {})
         env_extra.update(HOME=str(self.workdir), TMPDIR=str(self.workdir),
                          TRITON_CACHE_DIR=str(self.workdir / "triton-cache"))
+        # issue 56: Helion's generated code and its caches live in torch's code cache, here the worker's own; its
+        # autotuner (minutes of trial compiles, in subprocesses) is off: a kernel without a config fails, saying so
+        env_extra.update(TORCHINDUCTOR_CACHE_DIR=str(self.workdir / "inductor-cache"), HELION_DISALLOW_AUTOTUNING="1")
         env_extra.setdefault("TORCH_EXTENSIONS_DIR", str(self.workdir / "torch-extensions"))
         if device == "cpu":
             env_extra["TRITON_INTERPRET"] = "1"

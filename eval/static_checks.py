@@ -26,6 +26,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from eval.backends import DEFAULT_BACKEND, TRITON_DIALECTS  # issue 56
 from eval.result import Status
 from problems import parse_python
 
@@ -60,18 +61,38 @@ class SourceReport:
     reason: str = ""
     triton_kernels: list[str] = field(default_factory=list)
     cuda_kernels: list[str] = field(default_factory=list)
+    gluon_kernels: list[str] = field(default_factory=list)  # issue 56: @gluon.jit functions
+    helion_kernels: list[str] = field(default_factory=list)  # issue 56: @helion.kernel functions
     uses_load_inline: bool = False
     uses_torch_compile: bool = False  # torch.compile / dynamo / inductor: generated kernels, not the candidate's
 
     @property
     def kernels(self) -> list[str]:
-        return self.triton_kernels + self.cuda_kernels
+        return self.triton_kernels + self.cuda_kernels + self.gluon_kernels + self.helion_kernels  # issue 56
 
 
 def _is_jit_decorator(node: ast.expr) -> bool:
     target = node.func if isinstance(node, ast.Call) else node
     text = ast.unparse(target)
     return text.endswith(("jit", "autotune", "heuristics")) and ("triton" in text or text in ("jit", "autotune", "heuristics"))
+
+
+# issue 56: the decorators of the Triton dialects, by where they come from (`from triton.experimental import gluon`,
+# `import helion`; `helion.jit` is Helion's alias of `helion.kernel`)
+_DIALECT_DECORATORS: dict[str, tuple[str, ...]] = {
+    "gluon": ("triton.experimental.gluon.jit",),
+    "helion": ("helion.kernel", "helion.jit", "helion.aot_kernel", "helion.runtime.kernel"),
+}
+
+
+def _dialect_of(node: ast.expr, names: dict[str, str]) -> str | None:  # issue 56
+    """"gluon" or "helion" for a decorator of that language (called or bare), else None."""
+    target = node.func if isinstance(node, ast.Call) else node
+    origin = _origin(target, names) or ast.unparse(target)
+    for dialect, decorators in _DIALECT_DECORATORS.items():
+        if origin in decorators or origin.endswith(f"{dialect}.{decorators[0].rpartition('.')[2]}"):
+            return dialect
+    return None
 
 
 def _uses_torch_compile(tree: ast.Module) -> bool:
@@ -99,20 +120,20 @@ def _defines_model_new(tree: ast.Module) -> bool:
     return False
 
 
-def _imported_names(tree: ast.Module) -> dict[str, str]:
-    """Local name -> dotted origin, for every import of a watched package anywhere in the source."""
+def _imported_names(tree: ast.Module, roots: frozenset[str] = _WATCHED_ROOTS) -> dict[str, str]:  # issue 56: roots
+    """Local name -> dotted origin, for every import of a watched package (of `roots`) anywhere in the source."""
     names: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".")[0] in _WATCHED_ROOTS:
+                if alias.name.split(".")[0] in roots:  # issue 56
                     if alias.asname:
                         names[alias.asname] = alias.name
                     else:
                         root = alias.name.split(".")[0]
                         names[root] = root
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            if node.module.split(".")[0] in _WATCHED_ROOTS:
+            if node.module.split(".")[0] in roots:  # issue 56
                 for alias in node.names:
                     if alias.name != "*":
                         names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
@@ -216,8 +237,14 @@ def analyze(source: str) -> SourceReport:
     if not _defines_model_new(tree):
         report.status, report.reason = Status.FORMAT_ERROR, "the candidate defines no ModelNew class"
         return report
+    languages = _imported_names(tree, _WATCHED_ROOTS | {"helion"})  # issue 56: Gluon and Helion kernels
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and any(_is_jit_decorator(d) for d in node.decorator_list):
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        dialects = {_dialect_of(d, languages) for d in node.decorator_list} - {None}  # issue 56
+        if dialects:
+            getattr(report, f"{dialects.pop()}_kernels").append(node.name)
+        elif any(_is_jit_decorator(d) for d in node.decorator_list):
             report.triton_kernels.append(node.name)
     report.cuda_kernels = sorted(set(_CUDA_KERNEL.findall(_LAUNCH_BOUNDS.sub(" ", source))))
     report.uses_load_inline = "load_inline" in source or "cpp_extension" in source
@@ -238,10 +265,15 @@ def analyze(source: str) -> SourceReport:
     return report
 
 
-def refusal(report: SourceReport, own_kernel_policy: str) -> tuple[Status, str] | None:
+def refusal(report: SourceReport, own_kernel_policy: str,
+            backend: str = DEFAULT_BACKEND) -> tuple[Status, str] | None:  # issue 56: backend
     """The verdict a candidate gets from its source alone (before any build or worker), or None."""
     if report.status is not None:
         return report.status, report.reason
+    if backend in TRITON_DIALECTS and own_kernel_policy == "reject" and not getattr(report, f"{backend}_kernels"):
+        decorator = {"gluon": "@gluon.jit", "helion": "@helion.kernel"}[backend]  # issue 56
+        return Status.REJECTED, (f"backend={backend}: the candidate defines no {backend.capitalize()} kernel (no "
+                                 f"{decorator} function); write the kernels in {backend.capitalize()}")
     if not report.kernels and own_kernel_policy == "reject" and report.uses_torch_compile:
         return Status.REJECTED, ("the candidate uses torch.compile, whose kernels PyTorch's compiler generates: they "
                                  "are not the candidate's own, and it defines none (no @triton.jit function and no "

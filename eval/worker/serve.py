@@ -99,6 +99,16 @@ def _import_file(path: Path, module_name: str) -> Any:
     return module
 
 
+def _no_tqdm_monitor() -> None:  # issue 56
+    """Keep tqdm from starting its monitor thread: torch.fx's interpreter, which Helion's compiler runs, makes a
+    (disabled) progress bar, and the thread it starts would read as one the candidate left running."""
+    try:
+        from tqdm import std
+    except ImportError:
+        return
+    std.tqdm.monitor_interval = 0
+
+
 def _storage_span(t: torch.Tensor) -> tuple[int, int]:
     start = t.untyped_storage().data_ptr()
     return start, start + t.untyped_storage().nbytes()
@@ -192,6 +202,9 @@ class Worker:
         loader = prebuilt.loading(_load_inline, Path(msg.extensions_dir)) if msg.extensions_dir else _load_inline
         cpp_extension.load_inline = light_build.wrap(loader)
         self.tracer.reset()
+        if "helion" in msg.candidate_source:  # issue 56: Helion's compiles are watched from before its import
+            self.tracer.arm_helion()
+            _no_tqdm_monitor()
         self.snapshot = integrity.Snapshot()
         candidate_path = Path.cwd() / "candidate.py"
         candidate_path.write_text(msg.candidate_source)
@@ -327,12 +340,14 @@ class Worker:
         process profiles its reference this way: the library kernels the problem's own code launches)."""
         subject = self.subjects[msg.subject]
         try:
-            reply = p.KernelsReply(triton_own=self.tracer.own_launches(CANDIDATE_MODULE))
+            reply = p.KernelsReply(triton_own=self.tracer.own_launches(CANDIDATE_MODULE),
+                                   languages=self.tracer.own_languages(CANDIDATE_MODULE))  # issue 56
             if self.device.type == "cuda" and subject.sets:
                 with torch.no_grad():
                     reply.profile = [[name, ms] for name, ms in
                                      tracing.profile_kernels(lambda: subject.model(*subject.args))]
                 reply.triton_own = self.tracer.own_launches(CANDIDATE_MODULE)
+                reply.languages = self.tracer.own_languages(CANDIDATE_MODULE)  # issue 56
         except tracing.TracerTampered as exc:
             return p.KernelsReply(ok=False, stage="integrity", error=f"forged the record of Triton launches: {exc}"), []
         return reply, []

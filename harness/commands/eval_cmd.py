@@ -1,4 +1,4 @@
-"""`harness eval --problem PATH --candidate PATH [--backend triton|cuda] [--json]`.
+"""`harness eval --problem PATH --candidate PATH [--backend triton|cuda|gluon|helion] [--json]`.
 
 Exits 0 whatever the verdict; non-zero only when the harness itself could not run.
 """
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         result = EvalResult(status=Status.FORMAT_ERROR, problem_id=problem.id, backend=args.backend,
                             reason=f"the candidate is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})")
     else:
-        refused = refusal(analyze(source), args.own_kernel_policy)
+        refused = refusal(analyze(source), args.own_kernel_policy, args.backend)  # issue 56: backend
         if refused:  # judged from its source alone: no worker needs to start
             result = EvalResult(status=refused[0], reason=refused[1], problem_id=problem.id, backend=args.backend)
         else:
