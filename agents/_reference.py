@@ -26,11 +26,12 @@ class ReferenceAgent:
 
     name = "reference"
 
-    def __init__(self, settings: ReferenceSettings) -> None:
+    def __init__(self, settings: ReferenceSettings, backend: str = "triton") -> None:  # issue 56: backend
         solutions_dir = settings.solutions_dir
         if solutions_dir is not None and not Path(solutions_dir).is_dir():
             raise ValueError(f"solutions_dir {str(solutions_dir)!r} is not a directory")
         self.solutions_dir = None if solutions_dir is None else Path(solutions_dir)
+        self.backend = backend  # issue 56: whose solutions, the run's backend (problems.solution_path)
         self._paths: dict[str, Path | None] = {}
         self._lock = threading.Lock()
 
@@ -50,7 +51,7 @@ class ReferenceAgent:
         except ProblemError:
             return None
         if self.solutions_dir is None:
-            return solution_path(problem)
+            return solution_path(problem, self.backend)  # issue 56
         suite_file = Path(problem.path or "")
         candidate = self.solutions_dir / suite_file.parent.name / suite_file.name
         return candidate if candidate.is_file() else None
@@ -60,7 +61,8 @@ class ReferenceAgent:
         start = time.perf_counter()
         path = self.solution_for(problem_id)
         if path is None:
-            where = "problems/solutions/" if self.solutions_dir is None else str(self.solutions_dir)
+            where = (("problems/solutions/" + ("" if self.backend == "triton" else f"{self.backend}/"))  # issue 56
+                     if self.solutions_dir is None else str(self.solutions_dir))
             text = f"There is no reference solution for problem {problem_id!r} in {where}, so this reply contains no code."
         else:
             text = f"The reference solution for {problem_id} ({path.name}):\n\n{fenced(path.read_text(encoding='utf-8'))}\n"

@@ -20,8 +20,9 @@ from agents.settings import (SETTINGS, AnthropicSettings, CommandSettings, OpenA
 AGENT_KINDS: tuple[str, ...] = tuple(SETTINGS)
 
 
-def make_agent(cfg: Mapping[str, Any]) -> Agent:
-    """Build the agent `cfg["kind"]` names, wrapped in `RetryingAgent`; `ConfigError` on bad config."""
+def make_agent(cfg: Mapping[str, Any], backend: str = "triton") -> Agent:  # issue 56: backend
+    """Build the agent `cfg["kind"]` names, wrapped in `RetryingAgent`; `ConfigError` on bad config. `backend` is
+    the run's: the reference agent serves that language's solutions."""
     if not isinstance(cfg, Mapping):
         raise ConfigError(f"agent config must be a mapping with a `kind`, got {type(cfg).__name__}")
     cfg = _plain(cfg)
@@ -44,7 +45,7 @@ def make_agent(cfg: Mapping[str, Any]) -> Agent:
     settings = dataclasses.replace(defaults, **args, retry=retry, rate_limit=rate_limit)
     refuse_settings_that_cannot_work(settings)
     try:
-        inner = _BUILDERS[kind](settings)
+        inner = _reference(settings, backend) if kind == "reference" else _BUILDERS[kind](settings)  # issue 56
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"agent {kind!r}: {exc}") from None
     return RetryingAgent(inner, settings.retry, RateLimiter.of(settings.rate_limit))
@@ -74,10 +75,10 @@ def _replay(settings: ReplaySettings) -> Agent:
     return ReplayAgent(settings)
 
 
-def _reference(settings: ReferenceSettings) -> Agent:
+def _reference(settings: ReferenceSettings, backend: str = "triton") -> Agent:  # issue 56: backend
     from agents._reference import ReferenceAgent
 
-    return ReferenceAgent(settings)
+    return ReferenceAgent(settings, backend)  # issue 56
 
 
 # imported when built: each SDK is an optional extra, loaded only for its own kind

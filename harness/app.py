@@ -258,7 +258,7 @@ def _build(config: dict[str, Any], settings: LoopSettings) -> tuple[Any, EvalCon
             "or set agent.pricing={input: USD_PER_M, output: USD_PER_M}"
         )
     try:
-        return make_agent(agent_cfg), EvalConfig(**config["eval"])
+        return make_agent(agent_cfg, backend=config["backend"]), EvalConfig(**config["eval"])  # issue 56: backend
     except (ConfigError, TypeError, ValueError) as exc:
         raise BadInput(str(exc)) from None
 

@@ -59,15 +59,16 @@ def suite_problem(problem_id: str) -> Problem:
     return load_suite_file(level, path)
 
 
-def solution_path(problem: Problem) -> Path | None:
-    """The hand-written reference solution of a suite problem, if there is one.
+def solution_path(problem: Problem, backend: str = "triton") -> Path | None:  # issue 56: backend
+    """The hand-written reference solution of a suite problem in `backend`'s language, if there is one.
 
     Solutions mirror the suite layout: `problems/solutions/level1/01_square_matmul.py` solves
-    `problems/suite/level1/01_square_matmul.py`. Problems from other sources have none.
+    `problems/suite/level1/01_square_matmul.py` in Triton, `problems/solutions/helion/level1/...` in Helion (any
+    backend but Triton has a folder of its name). Problems from other sources have none.
     """
     prefix, _, stem = problem.id.partition("/")
     level = _PREFIX_TO_LEVEL.get(prefix)
     if level is None or not stem:
         return None
-    path = SOLUTIONS_DIR / level / f"{stem}.py"
+    path = (SOLUTIONS_DIR if backend == "triton" else SOLUTIONS_DIR / backend) / level / f"{stem}.py"  # issue 56
     return path if path.is_file() else None

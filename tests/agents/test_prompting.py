@@ -116,7 +116,8 @@ def test_templates_by_name_from_a_directory_and_by_path(tmp_path: Path) -> None:
 
 
 def test_unknown_template_lists_valid_names() -> None:
-    with pytest.raises(PromptError, match=r"unknown prompt template 'tritn'; valid: cuda, feedback, system, triton"):
+    with pytest.raises(PromptError, match=r"unknown prompt template 'tritn'; valid: cuda, feedback, gluon, helion, "
+                                          r"system, triton"):  # issue 56: gluon, helion
         PromptBuilder("triton", template="tritn")
 
 

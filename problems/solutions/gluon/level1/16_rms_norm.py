@@ -1,0 +1,37 @@
+"""Gluon: RMS norm over the last dimension with a learned scale, one row per program held in registers."""
+import torch
+import torch.nn as nn
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+NUM_WARPS = 8
+
+
+@gluon.jit
+def rms_norm_kernel(x_ptr, w_ptr, out_ptr, n_cols, eps, BLOCK: gl.constexpr, NUM_WARPS: gl.constexpr):
+    layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[4], threads_per_warp=[32], warps_per_cta=[NUM_WARPS],
+                                            order=[0])
+    row = gl.program_id(0).to(gl.int64)
+    cols = gl.arange(0, BLOCK, layout=layout)
+    mask = cols < n_cols
+    x = gl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0)
+    w = gl.load(w_ptr + cols, mask=mask, other=0.0)
+    rms = 1.0 / gl.sqrt(gl.sum(x * x, axis=0) / n_cols + eps)
+    gl.store(out_ptr + row * n_cols + cols, x * rms * w, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, hidden: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.rand(hidden) + 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        n_cols = x.shape[-1]
+        block = max(triton.next_power_of_2(n_cols), 4 * 32 * NUM_WARPS)
+        rms_norm_kernel[(x.numel() // n_cols,)](x, self.weight, out, n_cols, self.eps, BLOCK=block,
+                                                NUM_WARPS=NUM_WARPS, num_warps=NUM_WARPS)
+        return out
