@@ -25,8 +25,8 @@ from harness.report import plots, profiles, transcripts  # profile (issue 57): p
 from harness.report.compare import Comparison
 from harness.report.load import RunData
 from harness.report.metrics import RunMetrics
-from harness.report.tables import (leaderboard_table, level_table, notes, samples_table, sweep_table,
-                                   turn_table)
+from harness.report.tables import (backend_table, leaderboard_table, level_table, notes, samples_table,  # issue 56
+                                   sweep_table, turn_table)
 
 _TEXT_COLUMNS = {"run", "agent", "model", "search", "backend", "device", "setting", "level"}
 # The leaderboard has more columns than fit a 1400 px window side by side: the page shows them as two tables,
@@ -199,6 +199,7 @@ def render_page(
     sections += [
         f'<section id="plots"><h2>Plots</h2>{_plots_html(metrics)}</section>',
         *_roofline_section(runs),  # profile (issue 57)
+        f'<section id="backends"><h2>By backend</h2>{_table(*backend_table(metrics), "backend-table")}</section>',  # issue 56
         f'<section id="levels"><h2>By level</h2>{_table(*level_table(metrics), "level-table")}</section>',
         f'<section id="turns"><h2>By turn (best so far)</h2>{_table(*turn_table(metrics), "turn-table")}</section>',
         '<section id="transcripts"><h2>Transcripts</h2><div class="controls">'

@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence  # issue 56: Callable
 
 from eval import DEFAULT_PS, Status
 from harness.report.compare import Comparison
@@ -123,6 +123,24 @@ def level_table(metrics: Sequence[RunMetrics]) -> tuple[list[str], list[list[str
     return headers, rows
 
 
+def backend_table(metrics: Sequence[RunMetrics]) -> tuple[list[str], list[list[str]]]:  # issue 56
+    """fast_p by backend: every (run, problem) of the runs in that language counts once, so the shares pool across
+    runs (a run is in one backend)."""
+    headers = ["backend", "runs", "problems", "correct"] + [f"fast_{p:g}" for p in DEFAULT_PS]
+    rows = []
+    for backend in sorted({m.backend for m in metrics}):
+        group = [m for m in metrics if m.backend == backend]
+        n = sum(m.n_problems for m in group)
+
+        def pooled(share: Callable[[RunMetrics], float]) -> str:
+            return f"{sum(share(m) * m.n_problems for m in group) / n:.2f}" if n else "-"
+
+        timed = any(m.timing_available for m in group)
+        fast = [pooled(lambda m, p=p: m.fast_p[p]) if timed else NOT_TIMED for p in DEFAULT_PS]
+        rows.append([backend, str(len(group)), str(n), pooled(lambda m: m.correct_rate), *fast])
+    return headers, rows
+
+
 def turn_table(metrics: Sequence[RunMetrics]) -> tuple[list[str], list[list[str]]]:
     """Best-so-far scores after each turn, for every run."""
     headers = ["run", "turn", "correct"] + [f"fast_{p:g}" for p in DEFAULT_PS]
@@ -201,6 +219,7 @@ def to_markdown(metrics: Sequence[RunMetrics], comparison: Comparison, *, n_boot
             "",
             _md_table(headers, rows),
         ]
+    parts += ["", "## By backend", "", _md_table(*backend_table(metrics))]  # issue 56
     parts += ["", "## By level", "", _md_table(*level_table(metrics))]
     parts += ["", "## By turn (best so far over samples)", "", _md_table(*turn_table(metrics))]
     return "\n".join(parts) + "\n"
