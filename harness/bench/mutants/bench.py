@@ -315,12 +315,14 @@ def main(selection: str = "all", corpus: str | None = None, corpus_limit: int = 
          rules: str = "", device: str = "auto", time_budget: float | None = None, show_table: bool = False) -> int:
     t0 = time.monotonic()
     folder = Path(out)
-    if show_table:
-        summary_path = folder / "summary.json"
-        if not summary_path.exists():
-            print(f"--out {out}: no summary.json there (run the benchmark first)")
+    if show_table:  # from the records as they are (a run cut short wrote no summary), the last run's notes
+        if not (folder / "oracle.jsonl").exists():
+            print(f"--out {out}: no oracle.jsonl there (run the benchmark first)")
             return 2
-        print(table(json.loads(summary_path.read_text())), end="")
+        last = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").exists() else {}
+        summary = summarize(Results(folder, "oracle").done(), {s: Results(folder, s).done() for s in ("ours", "kb")},
+                            last.get("notes", []), last.get("environment", {}))
+        print(table(summary), end="")
         return 0
     chosen = tuple(r for r in RULES if not rules or r.name in rules.split(","))
     unknown = sorted(set(filter(None, rules.split(","))) - set(BY_NAME))
