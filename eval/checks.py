@@ -1012,7 +1012,7 @@ def observed_timing(ctx: Context) -> None:
             or result.reference_timing is None or ctx.config.timing_rule().method != "adaptive"):
         return
     reps = observed.reps_per_block(result.candidate_timing.median_ms, result.reference_timing.median_ms,
-                                   ctx.input_bytes + ctx.output_bytes)
+                                   ctx.input_bytes + 2 * ctx.output_bytes)  # the outputs, and their copy at END
     try:
         obs = observed.observe(ctx.session, ctx.session.label, ctx.lease.worker, ctx.lease.client,
                                secret=derive_seed(ctx.secret, "observed"), reps=reps,
@@ -1020,12 +1020,12 @@ def observed_timing(ctx: Context) -> None:
     except observed.ObservedFailure as exc:
         if exc.kind == "incorrect":
             raise Verdict(Status.INCORRECT, trim(str(exc), 600)) from None
-        if exc.kind == "no_done":
+        if exc.kind in ("no_done", "switched", "no_time"):
             raise Verdict(Status.REJECTED, f"integrity: {trim(str(exc), 600)}") from None
         if exc.kind == "candidate":
             raise Verdict(Status.RUNTIME_ERROR, trim(str(exc), 600)) from None
         raise RuntimeError(str(exc)) from None
-    result.observed = obs.summary()
+    result.observed = {**obs.summary(), "loop_speedup": result.speedup}  # the worker loop's, a diagnostic
     reported = result.observed["reported_candidate_ms"]
     if reported < OBSERVED_AGREEMENT * result.observed["candidate_ms"]:
         result.flags.append(f"observed: the worker reported {reported * 1000:.2f} us per repetition, the reference "
@@ -1042,6 +1042,8 @@ def speed_of_light(ctx: Context) -> None:
         return
     flushed = ctx.config.l2_flush and not ctx.small  # the floor holds for full-size inputs fetched from memory
     candidate_ms = result.observed.get("candidate_ms", result.candidate_timing.median_ms)  # observed, where it ran
+    if candidate_ms <= 0:
+        return
     result.sol_fraction, flag, rejection = judge_speed(ctx.problem, ctx.ceilings, candidate_ms / 1000.0,
                                                        flushed=flushed)
     if flag:

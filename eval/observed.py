@@ -29,12 +29,17 @@ from eval import protocol as p
 from problems import derive_seed
 
 PAIRS = 5  # A B B A pairs of (handover, candidate window, reference block), after one warm-up pair
-BLOCK_MS = 4.0  # a block's repetitions add up to about this much of the candidate's time
+# A block's repetitions add up to about this much of the faster side's time: short enough that the GPU does not
+# switch to the reference process's context (its stream waits on done) in the middle of the candidate's block. With
+# 4 ms blocks an honest add kernel on an H200 ran 40% slower in its window than in its own events' loop, and its own
+# events said the same: the contexts took turns; 130 us blocks showed none of it (2026-12-02).
+BLOCK_MS = 0.5
 MAX_REPS = 64
 BUFFER_BUDGET_BYTES = 2 << 30  # the exported buffer holds every repetition's inputs and outputs
 FIRST_LEAD_US = 5000.0
 LEAD_SHARE = 1.5  # the next lead is this many times the last block's round trip (the candidate's enqueue inside it)
 MAX_LEAD_US = 200_000.0
+SWITCH_RETRIES = 3  # a window whose outputs' copy was not right behind its END is taken again, this many times
 
 
 @dataclass
@@ -74,7 +79,8 @@ class Observation:
 
 
 class ObservedFailure(Exception):
-    """The candidate's block failed the observation: `incorrect` outputs, or no done."""
+    """The observation failed: `incorrect` outputs, `no_done`, `switched` (work after done), `no_time` (windows no
+    longer than the handover), or a side's request failed (`kind` names the side)."""
 
     def __init__(self, kind: str, detail: str):
         super().__init__(detail)
@@ -106,7 +112,24 @@ class _Session:
         return reply
 
     def window(self, worker: Any, reps: int, seeds: list[int], side: str) -> tuple[float, float]:
-        """One window around `worker`'s block: (window ms, the worker's own ms)."""
+        """One window around `worker`'s block: (window ms, the worker's own ms). A window whose outputs' copy did
+        not follow its END at once is taken again; one that never does is the candidate's doing."""
+        for _ in range(SWITCH_RETRIES):
+            close, own_ms = self._once(worker, reps, seeds, side)
+            if close.switched:
+                continue
+            if close.window_ms < 0:
+                raise ObservedFailure("no_done", f"the {side}'s block never signalled done within "
+                                                 f"{self.timeout_s:g} s of its window")
+            if close.mismatched:
+                raise ObservedFailure("incorrect", "a timed output, read by the reference process after the window, "
+                                                   f"differs from the reference's for the same inputs: {close.detail}")
+            return close.window_ms, own_ms
+        raise ObservedFailure("switched", f"in {SWITCH_RETRIES} windows in a row the GPU ran other work between the "
+                                          f"end of the {side}'s window and the copy of its outputs: work after its "
+                                          "done signal")
+
+    def _once(self, worker: Any, reps: int, seeds: list[int], side: str) -> tuple[Any, float]:
         self.seq += 1
         self._ask(self.reference, p.WindowOpen(subject=self.subject, seq=self.seq, seeds=seeds, lead_us=self.lead_us),
                   "reference")
@@ -128,13 +151,7 @@ class _Session:
                     pass
         if side == "candidate":
             self.lead_us = min(MAX_LEAD_US, max(500.0, LEAD_SHARE * round_trip_us))
-        if close.window_ms < 0:
-            raise ObservedFailure("no_done", f"the {side}'s block never signalled done within {self.timeout_s:g} s of "
-                                             "its window")
-        if close.mismatched:
-            raise ObservedFailure("incorrect", f"a timed output, read by the reference process after the window, "
-                                               f"differs from the reference's for the same inputs: {close.detail}")
-        return close.window_ms, run.own_ms
+        return close, run.own_ms
 
     def own_block(self, seeds: list[int]) -> tuple[float, float]:
         reply = self._ask(self.reference, p.OwnBlock(subject=self.subject, seeds=seeds, grad=self.grad), "reference")
@@ -177,4 +194,7 @@ def observe(reference: Any, subject: str, candidate: Any, client: Any, *, secret
                 worker.request(p.WindowEnd(), timeout=timeout_s)
             except Exception:  # noqa: BLE001  a dead worker has nothing left to drop
                 pass
+    if obs.candidate_per_rep <= 0:
+        raise ObservedFailure("no_time", "the candidate's windows took no longer than the handover and the output "
+                                         f"copies ({obs.summary()['handover_us']:.1f} us): its work was not inside them")
     return obs

@@ -382,8 +382,9 @@ class WindowRun(Request):
 @dataclass
 class WindowCloseReply(Reply):
     window_ms: float = -1.0  # END - START; -1: the worker never said done in time
-    mismatched: int = 0  # timed output elements that differ from the reference's
+    mismatched: int = 0  # repetitions whose outputs miss the reference's (and its float64 answer)
     detail: str = ""
+    switched: bool = False  # the GPU ran other work between END and the outputs' copy: the window does not count
 
 
 @dataclass

@@ -7,12 +7,13 @@ on a stream of its own:
 
     poison every output region (0xFF bytes: NaN in float, -1 in int), a GPU lead (a spin, so the candidate's host
     enqueues its block meanwhile), fresh inputs into every input region, an L2 flush, RELEASED, go := seq,
-    wait until done >= seq, END
+    wait until done >= seq, END, the outputs copied into memory of its own
 
 and the candidate's worker enqueues: wait until go >= seq, its forward on each repetition's input regions with each
 output copied into that repetition's output regions, done := seq. After END the reference process computes the
 reference's outputs for the same inputs and compares every element of every repetition's output regions with
-them. The window END - RELEASED holds the candidate's block and a handover between the two CUDA contexts, which
+them, as copied at END (so work after done is not what is read; a GPU that ran the candidate between END and that
+copy voids the window). The window END - RELEASED holds the candidate's block and a handover between the two CUDA contexts, which
 the parent measures with a clean process that never loaded candidate code (`eval.observed`).
 
 What the candidate's process could do: start before go (its inputs are not there yet), say done before its work
@@ -32,9 +33,15 @@ from typing import Any, Callable
 import torch
 
 from eval.worker import cuda_ipc
+from problems._compare import compare
 
 FLAG_BYTES = cuda_ipc.ALIGN  # go at 0, done at 128
 POISON = 0xFF
+# A window's outputs are copied right behind its END; a copy that took longer than this share of the same copy in
+# the reference's own block, plus the slack, had the GPU run something else between them (the candidate's context):
+# the window does not count.
+SNAP_SHARE = 1.5
+SNAP_SLACK_MS = 0.05
 
 
 def _aligned(n: int) -> int:
@@ -106,7 +113,8 @@ def _spin(cycles: int) -> None:
 
 @dataclass
 class Mismatch:
-    """What the full check of a block's timed outputs found (count 0: every element of every repetition agreed)."""
+    """What the full check of a block's timed outputs found (count 0: every repetition agreed; else how many
+    repetitions did not, and where the first one missed)."""
 
     count: int = 0
     detail: str = ""
@@ -121,6 +129,12 @@ class Timekeeper:
         self.in_slots, self.out_slots = self.layout.views(self.buffer.tensor)
         self.go, self.done = self.buffer.ptr, self.buffer.ptr + 128
         self.buffer.tensor[:FLAG_BYTES].zero_()
+        # the outputs as they were at END, copied on this process's stream right behind it, into memory no other
+        # process can reach: what the check reads
+        self.snapshot = torch.empty(self.layout.nbytes - self.layout.outputs_start, dtype=torch.uint8, device="cuda")
+        self.snap_slots = [[cuda_ipc.view(self.snapshot, e[0] - self.layout.outputs_start, getattr(torch, e[1]), e[2],
+                                          e[3]) for e in row] for row in self.layout.outputs]
+        self.own_snap_ms = 0.0  # how long that copy takes with nothing else running (the reference's own blocks)
         self.stream = torch.cuda.Stream()
         self.cycles_per_us = cycles_per_us()
         self.flush = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
@@ -142,7 +156,7 @@ class Timekeeper:
     def open(self, seq: int, drawn: list[list[torch.Tensor]], lead_us: float, flush: bool = True) -> None:
         """Enqueue a candidate's window for `seq` over the repetitions `drawn` (every step up to END). A handover
         window (no repetitions) has no flush: the handover alone is what it measures."""
-        released, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        released, end, snapped = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         self.stream.wait_stream(torch.cuda.current_stream())  # the draws
         with torch.cuda.stream(self.stream):
             self._outputs_region().fill_(POISON)
@@ -152,12 +166,19 @@ class Timekeeper:
             cuda_ipc.write_flag(self.stream, self.go, seq)
             cuda_ipc.wait_flag(self.stream, self.done, seq)
             end.record(self.stream)
-        self.pending = {"seq": seq, "released": released, "end": end, "drawn": drawn}
+            if drawn:
+                self.snapshot.copy_(self._outputs_region())
+            snapped.record(self.stream)
+        self.pending = {"seq": seq, "released": released, "end": end, "snapped": snapped, "drawn": drawn}
 
     def close(self, seq: int, timeout_s: float, reference: Callable[[list[torch.Tensor]], list[torch.Tensor]],
-              atol: float, rtol: float) -> tuple[float | None, Mismatch]:
+              atol: float, rtol: float,
+              arbiter: Callable[[list[torch.Tensor], list[torch.Tensor]], bool] | None = None
+              ) -> tuple[float | None, Mismatch, bool]:
         """The window's time from its inputs' release to END (None when the candidate never said done within
-        `timeout_s`), and the full check of every timed output against the reference's for the same inputs."""
+        `timeout_s`), the full check of every timed output as it was at END against the reference's for the same
+        inputs, and whether the GPU ran other work between END and that copy (the window then does not count: only
+        so could work after done reach the outputs read)."""
         pending, self.pending = self.pending, {}
         if pending.get("seq") != seq:
             raise RuntimeError(f"no window {seq} is open")
@@ -166,15 +187,20 @@ class Timekeeper:
             if time.monotonic() > deadline:
                 cuda_ipc.release_flag(self.done, seq)  # unblock our stream; the window does not count
                 torch.cuda.synchronize()
-                return None, Mismatch()
+                return None, Mismatch(), False
             time.sleep(0.0002)
+        pending["snapped"].synchronize()
         window_ms = pending["released"].elapsed_time(pending["end"])
-        return window_ms, self.check(pending["drawn"], reference, atol, rtol)
+        snap_ms = pending["end"].elapsed_time(pending["snapped"])
+        if pending["drawn"] and snap_ms > SNAP_SHARE * self.own_snap_ms + SNAP_SLACK_MS:
+            return window_ms, Mismatch(), True
+        return window_ms, self.check(pending["drawn"], reference, atol, rtol, arbiter), False
 
     def check(self, drawn: list[list[torch.Tensor]], reference: Callable[[list[torch.Tensor]], list[torch.Tensor]],
-              atol: float, rtol: float) -> Mismatch:
+              atol: float, rtol: float, arbiter: Callable[[list[torch.Tensor], list[torch.Tensor]], bool] | None
+              ) -> Mismatch:
         torch.cuda.synchronize()
-        return compare_block(drawn, self.out_slots, reference, atol, rtol)
+        return compare_block(drawn, self.snap_slots, reference, atol, rtol, arbiter)
 
     def own_block(self, drawn: list[list[torch.Tensor]], forward: Callable[[list[torch.Tensor]], list[torch.Tensor]]
                   ) -> tuple[float, float]:
@@ -183,7 +209,7 @@ class Timekeeper:
         ms copying outputs into their regions): the copies are the loop's, not the forward's, and the candidate's
         block makes the same ones."""
         while True:
-            released, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            released, end, snapped = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             lead_end = torch.cuda.Event()
             marks = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in drawn]
             self.stream.wait_stream(torch.cuda.current_stream())
@@ -196,11 +222,14 @@ class Timekeeper:
                 released.record(self.stream)
                 run_into_slots(self.in_slots, self.out_slots, len(drawn), forward, marks)
                 end.record(self.stream)
+                self.snapshot.copy_(self._outputs_region())
+                snapped.record(self.stream)
                 enqueue_us = (time.perf_counter() - t0) * 1e6
                 late = lead_end.query()
             self.stream.synchronize()
             if not late:
                 self.own_lead_us = max(300.0, 1.5 * enqueue_us)
+                self.own_snap_ms = end.elapsed_time(snapped)
                 return released.elapsed_time(end), sum(a.elapsed_time(b) for a, b in marks)
             if self.own_lead_us > 1e6:
                 raise RuntimeError("the reference's own enqueue outlasted a one-second lead")
@@ -211,23 +240,23 @@ class Timekeeper:
 
 
 def compare_block(drawn: list[list[torch.Tensor]], out_slots: list[list[torch.Tensor]],
-                  reference: Callable[[list[torch.Tensor]], list[torch.Tensor]], atol: float, rtol: float) -> Mismatch:
-    """Every element of every repetition's output regions against the reference on that repetition's inputs (NaN
-    where the reference has NaN; poisoned regions are NaN or -1, so an unwritten one differs)."""
+                  reference: Callable[[list[torch.Tensor]], list[torch.Tensor]], atol: float, rtol: float,
+                  arbiter: Callable[[list[torch.Tensor], list[torch.Tensor]], bool] | None = None) -> Mismatch:
+    """Every element of every repetition's output regions against the reference on that repetition's inputs, by the
+    rule the correctness trials apply (`problems._compare.compare`: the NaN pattern, infinities, then the tolerance;
+    a poisoned region is NaN or -1, so an unwritten one differs). Where a repetition misses the reference,
+    `arbiter` (the float64 forward, when it can run) may find it within tolerance of the float64 answer: the
+    reference's own rounding missed, not the candidate. `count` is the repetitions that missed both."""
     found = Mismatch()
     for rep, (values, slots) in enumerate(zip(drawn, out_slots)):
         want = reference(values)
-        if len(want) != len(slots):
-            return Mismatch(1, f"the reference gave {len(want)} outputs for {len(slots)} regions")
-        for leaf, (w, got) in enumerate(zip(want, slots)):
-            bad = ~torch.isclose(got, w.to(got.dtype), rtol=rtol, atol=atol, equal_nan=True)
-            count = int(bad.sum())
-            if count and not found.count:
-                where = tuple(int(i) for i in torch.nonzero(bad)[0])
-                found.detail = (f"repetition {rep}, output {leaf}: {count} of {bad.numel()} elements differ from the "
-                                f"reference (first at {list(where)}: {float(got[where]):.6g} against "
-                                f"{float(w[where]):.6g})")
-            found.count += count
+        miss = compare(want, list(slots), atol, rtol)
+        if miss is None or (arbiter is not None and arbiter(values, list(slots))):
+            continue
+        if not found.count:
+            where = f" at {miss.worst_index}" if miss.worst_index is not None else ""
+            found.detail = f"repetition {rep}, output {miss.output}: {miss.reason}{where}"
+        found.count += 1
     return found
 
 

@@ -29,6 +29,7 @@ from eval._capture import self_overlap
 from eval.wire import Channel, ChannelClosed, ProtocolError
 from eval.worker import graphs, idle_probe, integrity, lazy_builds, light_build, observed, prebuilt, timing, tracing
 from eval.worker.compile_only import CompileOnlyDone, compile_only
+from problems.conditioning import float64_miss
 from problems import (
     build_model,
     draw_inputs,
@@ -457,12 +458,21 @@ class Worker:
         return p.WindowRunReply(own_ms=self.attached.run(msg.seq, msg.reps, forward)), []
 
     def cmd_window_close(self, msg: p.WindowClose, tensors: list[torch.Tensor]) -> Handled:
-        reference = self._forward_leaves(self.subjects[msg.subject], False)
+        subject = self.subjects[msg.subject]
+        reference = self._forward_leaves(subject, False)
+
+        def within_float64(values: list[torch.Tensor], outputs: list[torch.Tensor]) -> bool:
+            try:
+                return float64_miss(subject.model, _rebuild_args(subject.spec, values), outputs, msg.atol,
+                                    msg.rtol) is None
+            except Exception:  # noqa: BLE001  no float64 forward here (an operator, memory): the miss stands
+                return False
+
         with torch.no_grad():
-            window_ms, mismatch = self.timekeepers[msg.subject].close(msg.seq, msg.timeout_s, reference, msg.atol,
-                                                                      msg.rtol)
+            window_ms, mismatch, switched = self.timekeepers[msg.subject].close(
+                msg.seq, msg.timeout_s, reference, msg.atol, msg.rtol, within_float64)
         return p.WindowCloseReply(window_ms=-1.0 if window_ms is None else window_ms, mismatched=mismatch.count,
-                                  detail=mismatch.detail), []
+                                  detail=mismatch.detail, switched=switched), []
 
     def cmd_own_block(self, msg: p.OwnBlock, tensors: list[torch.Tensor]) -> Handled:
         subject = self.subjects[msg.subject]

