@@ -12,7 +12,7 @@ HEADER = "Profile (Nsight Compute"
 MAX_CHARS = 4000  # of the block in the stored feedback
 PROFILE_PROMPT_CHARS = 1500  # of the block in a prompt, unless prompt.profile_chars says otherwise
 _OWN_SHOWN, _REFERENCE_SHOWN = 4, 3
-_NAME_CHARS = 60
+_NAME_CHARS = 90
 
 
 def short_name(name: str) -> str:
@@ -40,15 +40,18 @@ def _bytes(n: int | None) -> str:
 
 
 def _roofline(k: KernelProfile, profile: Profile) -> str:
-    intensity, ridge = k.intensity, profile.ridge
-    if intensity is None:
-        return ""
-    where = "" if ridge is None else (f", {'memory' if intensity < ridge else 'compute'}-bound against the ridge at "
-                                     f"{ridge:.0f} FLOP/byte")
+    """Where the kernel sits: FLOPs per DRAM byte against the ridge, and the bandwidth it reached."""
     achieved = ""
     if k.bytes_per_s is not None and profile.peak_bytes_per_s:
         share = k.bytes_per_s / profile.peak_bytes_per_s
         achieved = f"; {k.bytes_per_s / 1e12:.2f} TB/s ({share:.0%} of the measured copy bandwidth)"
+    intensity, ridge = k.intensity, profile.ridge
+    if intensity is None:
+        return achieved
+    if intensity == 0:
+        return f"; no floating-point arithmetic counted{achieved}"
+    where = "" if ridge is None else (f", {'memory' if intensity < ridge else 'compute'}-bound against the ridge at "
+                                     f"{ridge:.0f} FLOP/byte")
     return f"; {intensity:.3g} FLOP/byte{where}{achieved}"
 
 
