@@ -63,7 +63,8 @@ class Subject:
         return json.dumps({"load": load, "input_seed": secrets.randbits(62), "warmup_calls": WARMUP_CALLS})
 
 
-LEFT_OUT = {"tensor_ops": "tensor-core operation (their FLOPs are not counted)", "stalls": "stall-reason"}
+LEFT_OUT = {"tensor_ops": "the tensor-core operation metrics (tensor-core FLOPs are not counted)",
+            "stalls": "the stall-reason metrics"}
 # (ncu's command, environment entries, time limit) -> (exit code, None when killed at the limit; output): one sandboxed
 # profiling process on the evaluation's GPU
 Launch = Callable[[list[str], dict[str, str], float], tuple[int | None, str]]
@@ -151,7 +152,7 @@ class Profiler:
             profile.reference = cached
             profile.candidate = self._side(path, "candidate", candidate, lambda name: _is_own(name, own), launch)
         notes = [n for n in (profile.candidate.note, profile.reference.note) if n]
-        notes += [f"this ncu has no {LEFT_OUT[g]} metrics of ours: left out" for g in sorted(self._dropped)]
+        notes += [f"this ncu lacks {LEFT_OUT[g]}: left out" for g in sorted(self._dropped)]
         if notes:
             profile.note = "; ".join(dict.fromkeys(notes))
         profile.seconds = round(time.perf_counter() - t0, 3)
