@@ -127,7 +127,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mut.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     mut.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                      help="start no oracle problem or judging chunk after this many seconds")
-    mut.add_argument("--table", action="store_true", help="print the table of --out's summary.json, run nothing")
+    mut.add_argument("--table", action="store_true", help="print the table of --out's records, run nothing")
     loop = sub.add_parser("loop", help="per-attempt overhead of the run loop")
     loop.add_argument("--attempts", type=int, default=200)
     store = sub.add_parser("store", help="a large synthetic run through the store: resume, report and the page's load "
