@@ -42,11 +42,12 @@ from eval.config import EvalConfig
 from eval.pool import Lease
 from eval._windows import Seat
 from eval._reference_process import Session
-from eval._reference import Reference, encode_args, encode_trial_args, problem_size
+from eval._reference import Reference, encode_args, encode_trial_args, problem_size, traced_cost, wide_check_budget
 from eval.result import UNFINISHED, EvalResult, KernelShare, Status, Timing
 from eval.roofline import IMPLAUSIBLE_BELOW_FLOOR, REJECT_BELOW_BYTE_FLOOR, Ceilings
 from problems import (
     DISTRIBUTIONS,
+    HEADROOM,
     LAYOUTS,
     REGIMES,
     VALUE_SHAPES,
@@ -57,6 +58,7 @@ from problems import (
     derive_seed,
     derived_workloads,
     draw_inputs,
+    float64_miss,
     input_fingerprint,
     input_only_constants,
     kernelbench_trial_seeds,
@@ -65,6 +67,7 @@ from problems import (
     precision,
     public_source,
     scaled_atol,
+    scaled_floats,
     transformed,
 )
 
@@ -319,6 +322,7 @@ class Trial:
     off: bool = False  # values off the published distribution: atol grown with the outputs, run where well-conditioned
     decided: bool = False  # runs only where the float64 check decided the reference well-conditioned (not undecided)
     hidden: bool = False  # shapes never shown to the agent: a verdict gives no index or size of them
+    headroom: float = 0.0  # runs only where the reference stays finite on its inputs scaled by this (`HEADROOM`)
 
 
 def trials(ctx: Context) -> None:
@@ -401,7 +405,8 @@ def _moved(module: Any, device: torch.device, distribution: str, seed: int) -> l
 def _variant_trial(module: Any, device: torch.device, name: str, what: str, change: Any, kind: str) -> Trial:
     """A trial of `problems.variants` on a published draw: values changed, so run only where decided well-conditioned."""
     return Trial(f"variant-{name}", partial(_varied, module, device, change), "distributions", name,
-                 f", {kind}: {what}; atol grown with the outputs' mean |value|", off=True, decided=True)
+                 f", {kind}: {what}; atol grown with the outputs' mean |value|", off=True, decided=True,
+                 headroom=HEADROOM.get(name, 0.0))
 
 
 def _varied(module: Any, device: torch.device, change: Any, seed: int) -> list[Any] | None:
@@ -463,8 +468,27 @@ def _trial(ctx: Context, trial: Trial, index: int, seed: int, published: list[fl
     if published is not None and not published:
         published += [magnitude(t) for t in expected]
     mismatch = _trial_mismatch(ctx, expected, reply, outputs, index, atol)
+    if mismatch is not None and mismatch.output >= 0 and _within_float64(ctx, inputs, outputs, atol):
+        ctx.result.float64_decided += 1
+        mismatch = None
     del inputs, expected, outputs
     return mismatch, reply
+
+
+def _within_float64(ctx: Context, inputs: list[Any], outputs: list[torch.Tensor], atol: list[float] | None) -> bool:
+    """Whether outputs that missed the reference's are within tolerance of its float64 forward: the reference is a
+    rounding of the answer too, and an honest kernel that rounds otherwise (another order of a sum, wider
+    accumulators) can miss it while meeting the answer. False where the float64 forward cannot run here (its
+    traced peak over the budget, or an operator or memory failing): the miss stands."""
+    assert ctx.reference is not None
+    cost = traced_cost(ctx.problem, ctx.small)
+    if cost is None or 2 * cost.peak_bytes > wide_check_budget(ctx.lease.device):
+        return False
+    problem_atol, rtol = ctx.tolerance()
+    try:
+        return float64_miss(ctx.reference.model, inputs, outputs, problem_atol if atol is None else atol, rtol) is None
+    except Exception:  # noqa: BLE001  no float64 forward here
+        return False
 
 
 def _run(ctx: Context, trial: Trial, seed: int, inputs: list[Any]) -> tuple[p.RunReply, list[torch.Tensor]]:
@@ -497,6 +521,9 @@ def _why_not(ctx: Context, trial: Trial, inputs: list[Any], expected: list[torch
         return ""
     if not all(_finite(t) for t in expected):
         return "the reference is not finite on these inputs"
+    if trial.headroom and not all(_finite(t) for t in ctx.expected(scaled_floats(inputs, trial.headroom))):
+        return (f"too close to overflow: the reference overflows on these inputs scaled by {trial.headroom:g}, where "
+                "the order of a sum decides whether a result is finite")
     if atol is None:
         return ""
     why = ctx.reference.ill_conditioned(trial.name, inputs, partial(_strict_outputs, ctx, inputs, expected), atol,

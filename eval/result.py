@@ -94,6 +94,7 @@ class EvalResult:
     hidden_work: dict[str, float] = field(default_factory=dict)  # back-to-back check, us per call (checks.judge_back_to_back)
     wall_bound: dict[str, float] = field(default_factory=dict)  # timed blocks' wall vs events, us per rep (measure.wall_bound)
     observed: dict[str, float] = field(default_factory=dict)  # observed timing: what the reference process saw (eval.observed)
+    float64_decided: int = 0  # trials whose outputs missed the reference's but met its float64 answer (checks._within_float64)
     flags: list[str] = field(default_factory=list)  # audit notes (implausible speedup, drift, ...)
     error: str = ""  # trimmed compile log / traceback tail
     stdout_tail: str = ""

@@ -18,6 +18,7 @@ _EXPORTS = {
     "scaled_atol": "problems._compare",
     "tolerance": "problems._compare",
     "WIDE_CHECK_MAX_BYTES": "problems.conditioning",
+    "float64_miss": "problems.conditioning",
     "ill_conditioned": "problems.conditioning",
     "Cost": "problems.cost",
     "describe_bytes": "problems.cost",
@@ -64,9 +65,11 @@ _EXPORTS = {
     "LEVELS": "problems.suite",
     "solution_path": "problems.suite",
     "suite_problem": "problems.suite",
+    "HEADROOM": "problems.variants",
     "LAYOUTS": "problems.variants",
     "REGIMES": "problems.variants",
     "VALUE_SHAPES": "problems.variants",
+    "scaled_floats": "problems.variants",
 }
 __all__ = sorted(_EXPORTS)
 
