@@ -29,11 +29,11 @@ from eval._capture import self_overlap
 from eval.wire import Channel, ChannelClosed, ProtocolError
 from eval.worker import graphs, idle_probe, integrity, lazy_builds, light_build, observed, prebuilt, timing, tracing
 from eval.worker.compile_only import CompileOnlyDone, compile_only
-from problems.conditioning import float64_miss
 from problems import (
     build_model,
     draw_inputs,
     flatten_outputs,
+    float64_miss,
     input_fingerprint,
     load_source,
     output_structure,
