@@ -2,12 +2,10 @@
 TRITON_INTERPRET says, and its launch asks for a GPU driver (Triton 3.9 on a CPU: "0 active drivers"). So a CPU
 checks the prompt, the static checks, that the evaluator skips a Gluon candidate saying why, and that the worked
 example and every Gluon solution compile for the H200 (sm_90) with the arguments their forward launches them with
-(`tests.eval.gluon_compile`). Running them is for test_backend_gluon_gpu.py.
+(`tests.eval.sm90_compile`). Running them is for test_backend_gluon_gpu.py.
 """
 
 from __future__ import annotations
-
-import importlib.util
 
 import pytest
 import torch
@@ -16,10 +14,8 @@ from agents.extract import extract_code
 from agents.prompting import EXAMPLES_DIR, PromptBuilder, fenced
 from eval import Status
 from eval.static_checks import analyze, refusal
-from problems import suite_problem
-from problems import load_source
 from tests.eval import dialect_candidates as c
-from tests.eval.gluon_compile import compiling_launches
+from tests.eval.sm90_compile import compile_forward, compiling_launches
 from tests.paths import REPO
 
 EVALUATOR = {"device": "cpu", "import_timeout_s": 60, "call_timeout_s": 30}
@@ -50,29 +46,13 @@ def test_a_gluon_candidate_is_skipped_on_a_cpu_saying_why(evaluator) -> None:
         assert result.status is Status.SKIPPED and "Triton's interpreter does not run them" in result.reason
 
 
-def _compile(path, pid: str) -> list:
-    """Every launch of the solution's forward at the problem's reduced sizes, compiled for sm_90."""
-    from triton.experimental.gluon._runtime import GluonJITFunction
-
-    problem = suite_problem(pid)
-    spec = importlib.util.spec_from_file_location(f"gluon_solution_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    reference = load_source(problem.source, problem.id, problem.meta.get("small", {}))
-    compiled: list = []
-    original = GluonJITFunction.run
-    GluonJITFunction.run = compiling_launches(compiled)
-    try:
-        module.ModelNew(*reference.get_init_inputs())(*reference.get_inputs())
-    finally:
-        GluonJITFunction.run = original
-    return compiled
-
-
 @pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_each_gluon_solution_compiles_for_sm90_without_a_gpu(path) -> None:
     prefix = {"level1": "L1", "level2": "L2", "level3": "L3", "llm": "LLM"}[path.parent.name]
-    compiled = _compile(path, f"{prefix}/{path.stem}")
+    from triton.experimental.gluon import GluonASTSource
+    from triton.experimental.gluon._runtime import GluonJITFunction
+
+    compiled = compile_forward(path, f"{prefix}/{path.stem}", GluonJITFunction, GluonASTSource)
     assert compiled and all(".target sm_90a" in k.asm["ptx"] for k in compiled)
 
 
@@ -81,13 +61,14 @@ def test_there_are_at_least_five_gluon_solutions() -> None:
 
 
 def test_the_gluon_worked_example_compiles_for_sm90_without_a_gpu() -> None:
+    from triton.experimental.gluon import GluonASTSource
     from triton.experimental.gluon._runtime import GluonJITFunction
 
     namespace: dict = {}
     exec(compile(c.GLUON_GOOD, str(EXAMPLES_DIR / "add_relu_gluon.py"), "exec"), namespace)
     compiled: list = []
     original = GluonJITFunction.run
-    GluonJITFunction.run = compiling_launches(compiled)
+    GluonJITFunction.run = compiling_launches(compiled, GluonASTSource)
     try:
         namespace["ModelNew"]()(torch.randn(64, 96), torch.randn(64, 96))
     finally:

@@ -9,6 +9,10 @@ The prompt and static checks need no Helion; the evaluations are skipped where i
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -17,6 +21,7 @@ from agents.prompting import EXAMPLES_DIR, PromptBuilder, fenced
 from eval import Status
 from eval.static_checks import analyze, refusal
 from tests.eval import dialect_candidates as c
+from tests.paths import REPO
 
 needs_helion = pytest.mark.skipif(importlib.util.find_spec("helion") is None, reason='needs pip install -e ".[helion]"')
 
@@ -125,3 +130,22 @@ def test_the_record_of_helions_compiles_is_sealed(monkeypatch) -> None:
             tracer.own_launches("kh_candidate")
     finally:
         InterpretedFunction.run, BoundKernel.compile_config = run, compile_config
+
+
+@needs_helion
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_every_helion_solution_compiles_for_sm90_without_a_gpu() -> None:
+    """What the interpreter cannot run (libdevice's exp, bf16 rounding) is compiled: each solution's forward at the
+    problem's reduced sizes, every Triton kernel Helion generated compiled to an sm_90 cubin (`tests.eval.sm90_compile`,
+    in a process without TRITON_INTERPRET)."""
+    solutions = sorted((REPO / "problems" / "solutions" / "helion").glob("*/[0-9]*.py"))
+    prefix = {"level1": "L1", "level2": "L2", "level3": "L3", "llm": "LLM"}
+    entries = [f"{p}={prefix[p.parent.name]}/{p.stem}" for p in solutions]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "eval" / "sm90_compile.py"), *entries], cwd=REPO,
+                          env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(found) == len(solutions) >= 5
+    assert all(kernels and all(kernels) for kernels in found.values()), found
