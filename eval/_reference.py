@@ -102,8 +102,14 @@ class Reference:
 
     def outputs(self, inputs: list[Any]) -> list[torch.Tensor]:
         """Reference outputs on pristine copies of the inputs, flattened as the worker flattens them; their
-        containers are kept in `structure`."""
-        out = run_forward(self.model, inputs)
+        containers are kept in `structure`. Its failure here, where no candidate code runs, is the problem's
+        (`ProblemError`), except the device running out of memory, which the evaluation retries alone."""
+        try:
+            out = run_forward(self.model, inputs)
+        except (ProblemError, torch.OutOfMemoryError):
+            raise
+        except Exception as exc:  # noqa: BLE001  whatever the reference raised
+            raise ProblemError(f"the reference's forward raised {type(exc).__name__}: {exc}") from exc
         self.structure = output_structure(out)
         return [o.detach() for o in output_tensors(out)]
 

@@ -39,6 +39,7 @@ from eval.backends import TRITON_DIALECTS  # issue 56
 from eval.builds import Build
 from eval._kernel_symbols import kernels_under
 from eval.config import EvalConfig
+from eval.problem_check import broken
 from eval.pool import Lease
 from eval._windows import Seat
 from eval._reference_process import Session
@@ -266,10 +267,11 @@ def load(ctx: Context) -> None:
     if reply.oom and not ctx.alone:
         raise RetryAlone()
     status = {"import": Status.COMPILE_ERROR, "format": Status.FORMAT_ERROR, "integrity": Status.REJECTED,
-              "construct": Status.RUNTIME_ERROR}.get(reply.stage, Status.RUNTIME_ERROR)
+              "construct": Status.RUNTIME_ERROR, "problem": Status.PROBLEM_ERROR}.get(reply.stage, Status.RUNTIME_ERROR)
     reason = {"import": "importing the candidate failed", "construct": "constructing ModelNew failed",
               "integrity": f"integrity: {reply.error}",
-              "problem": "the problem itself failed to load in the worker"}.get(reply.stage, reply.error or "load failed")
+              "problem": broken(ctx.problem.id, "it failed to load in the worker")}.get(reply.stage,
+                                                                                          reply.error or "load failed")
     raise Verdict(status, _with_limit(ctx, trim(reason, 600), reply.error), reply.error)
 
 

@@ -18,13 +18,14 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from eval import _bytecode, checks, measure, _reaper as reaper, static_checks, _stopwatch as stopwatch
+from eval import _bytecode, checks, measure, problem_check, _reaper as reaper, static_checks, _stopwatch as stopwatch
 from eval import protocol as p
 from eval.backends import DEFAULT_BACKEND, NEEDS_GPU, check_backend  # issue 56: NEEDS_GPU
 from eval.builds import Build, Builder, Claim, needs_build
@@ -37,7 +38,7 @@ from eval.result import EvalResult, EvaluatorClosed, Status, Timing
 from eval.roofline import Ceilings, cached_ceilings, probe, probe_and_cache
 from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout, check_identity, protect_parent, visible_device_entry
 from eval._watchdog import GIB, default_limit_bytes
-from problems import Problem, derive_seed, estimate_memory, strict_precision
+from problems import Problem, ProblemError, derive_seed, estimate_memory, strict_precision
 
 # How timings are taken; a cached result or baseline measured another way is not reused.
 MEASUREMENT = "two-process-native-v1"
@@ -99,8 +100,9 @@ def host_gpu_index(host_gpu_ids: Sequence[str], index: int | None) -> int | None
 
 
 # Verdicts a process's end decides are never cached: the end may be the host's doing (a stop signal sent to the
-# whole process group, the out-of-memory killer, a busy machine), and a cached verdict outlives the evaluator.
-_NOT_CACHED = (Status.TIMEOUT, Status.CRASH)
+# whole process group, the out-of-memory killer, a busy machine), and a cached verdict outlives the evaluator. Nor is
+# a broken problem's: its check is redone once per process (a problem that hung may have met a busy machine).
+_NOT_CACHED = (Status.TIMEOUT, Status.CRASH, Status.PROBLEM_ERROR)
 
 
 class Evaluator:
@@ -259,6 +261,8 @@ class Evaluator:
                 return hit
             if self.device.type != "cuda":
                 raise RuntimeError("baselines need a CUDA GPU")
+            if fault := self._problem_fault(problem):
+                raise ProblemError(fault.fault)
             value = self._measure_baseline(problem)
             if self._baselines is not None:
                 self._baselines.put(key, value)
@@ -287,6 +291,9 @@ class Evaluator:
             self._judge(job, report, build, result)
         except Verdict as verdict:
             result.status, result.reason, result.error = verdict.status, verdict.reason, trim(verdict.error)
+        except ProblemError as exc:  # the reference failed here, in the parent, where no candidate code runs
+            result.status, result.reason = Status.PROBLEM_ERROR, problem_check.broken(job.problem.id, str(exc))
+            result.error = trim(traceback.format_exc())
         except Exception as exc:  # the closing took the worker or its channel away mid-exchange
             if self._closing:
                 raise EvaluatorClosed(closed) from exc
@@ -301,6 +308,12 @@ class Evaluator:
         if self._cache is not None and result.status not in _NOT_CACHED:
             self._cache.put(key, result.to_dict())
         return result
+
+    def _problem_fault(self, problem: Problem) -> problem_check.Outcome | None:
+        """The problem's fault at the sizes it is evaluated at here (`eval.problem_check`, once per process), or None."""
+        small = use_small_sizes(problem, self.config.problem_scale, self.device)
+        outcome = problem_check.check(problem, small, self.config.import_timeout_s + self.config.call_timeout_s)
+        return outcome if outcome.fault else None
 
     def _result_key(self, job: Job) -> str:
         """The result cache's key of a job's verdict."""
@@ -319,6 +332,8 @@ class Evaluator:
         refused = static_checks.refusal(report, self.config.own_kernel_policy, job.backend)  # issue 56: backend
         if refused:
             raise Verdict(*refused)
+        if fault := self._problem_fault(job.problem):  # before this process or a worker imports the problem
+            raise Verdict(Status.PROBLEM_ERROR, fault.fault, fault.log)
         if self.device.type == "cpu":
             too_big = _too_big_for_a_worker(job.problem, self.config.problem_scale, self._memory_limit)
             if too_big:

@@ -31,6 +31,9 @@ class Status(str, Enum):
     CORRECT = "correct"
     PENDING = "pending"  # not yet decided: every evaluation starts here and must end elsewhere
     AGENT_ERROR = "agent_error"  # the provider refused the request: no candidate (set by the run loop, not here)
+    # the problem is broken, not the candidate: its reference raised, returned no tensors, exited or hung
+    # (`eval.problem_check`); no candidate can be judged on it, and its trajectory ends there
+    PROBLEM_ERROR = "problem_error"
 
     def __str__(self) -> str:
         return self.value
@@ -136,7 +139,7 @@ class EvalResult:
     @property
     def compiled(self) -> bool:
         """True when the candidate got past import/compilation."""
-        return self.status not in (Status.FORMAT_ERROR, Status.COMPILE_ERROR, Status.SKIPPED)
+        return self.status not in (Status.FORMAT_ERROR, Status.COMPILE_ERROR, Status.SKIPPED, Status.PROBLEM_ERROR)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

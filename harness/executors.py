@@ -265,7 +265,8 @@ class RayEvaluator:
             raise
         with self._cond:
             del self._pending[key]
-            if Status(d["status"]) not in (Status.TIMEOUT, Status.CRASH):  # what the evaluator's cache keeps too
+            # what the evaluator's cache keeps too
+            if Status(d["status"]) not in (Status.TIMEOUT, Status.CRASH, Status.PROBLEM_ERROR):
                 self._memo[key] = d
                 while len(self._memo) > _MEMO_MAX:
                     self._memo.popitem(last=False)

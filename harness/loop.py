@@ -26,7 +26,8 @@ that sample; but refusals before any request of this session was answered are he
 `PERSISTENT_REFUSALS` alike stop the run (`refused: ...`) recording nothing, so that a request the
 provider refuses every time (a model name it rejects) does not burn the run and a resume after the
 fix retries them; a first answer, or the run's end without that many, records the held ones as
-usual. A stopped run resumes where it stopped (docs/exit-codes.md).
+usual. A `problem_error` (the problem is broken, not the candidate: `eval.problem_check`) ends that sample too:
+no later turn can mend it. A stopped run resumes where it stopped (docs/exit-codes.md).
 """
 
 from __future__ import annotations
@@ -160,13 +161,13 @@ def best_key(status: Status, speedup: float | None) -> tuple[int, float]:
 
 def finished(last: Attempt | Outline | None, settings: LoopSettings) -> bool:
     """Whether a trajectory whose last recorded attempt is `last` is finished: after its last turn, a refused
-    request, or reaching the target speedup."""
+    request, a broken problem, or reaching the target speedup."""
     if last is None:
         return False
     target = settings.target_speedup
     reached = (target is not None and last.best_status is Status.CORRECT and last.best_speedup is not None
                and last.best_speedup >= target)  # fmt: skip
-    return last.turn >= settings.turns or last.status is Status.AGENT_ERROR or reached
+    return last.turn >= settings.turns or last.status in (Status.AGENT_ERROR, Status.PROBLEM_ERROR) or reached
 
 
 def unfinished(outline: Sequence[Outline], problem_ids: Sequence[str], settings: LoopSettings) -> int:

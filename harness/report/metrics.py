@@ -154,6 +154,10 @@ def compute_metrics(run: RunData, *, n_boot: int = 2000, seed: int = 0, ps: Sequ
     per_problem = _per_problem(run.attempts, ids, levels)
     correct_best = [r for r in best.values() if r is not None and r.is_correct]
     warnings = list(run.warnings)
+    broken = sorted({a.problem_id for a in run.attempts if a.status is Status.PROBLEM_ERROR})
+    if broken:
+        warnings.append(f"{len(broken)} problem(s) are broken, not the candidates (problem_error): "
+                        f"{', '.join(broken)}; they count as unsolved until fixed or left out of the selection")
     ran = [r for r in results if r.compiled] or results  # where the candidate ran: the device that judged it
     devices = list(dict.fromkeys(r.device for r in ran if r.device))
     versions = [dict(v) for v in dict.fromkeys(tuple(sorted(r.versions.items())) for r in ran if r.versions)]

@@ -27,6 +27,7 @@ STATUS_STYLE: dict[str, tuple[str, str]] = {
     "crash": ("#4e342e", "crash"),
     "skipped": ("#90a4ae", "skipped"),
     "agent_error": ("#546e7a", "agent"),
+    "problem_error": ("#37474f", "problem"),
     MISSING: ("#eceff1", "—"),
 }
 NOT_TIMED_FILL = "#90caf9"  # correct, but no speedup measured

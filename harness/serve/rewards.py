@@ -31,6 +31,7 @@ PENALTIES: dict[Status, float] = {  # log_speedup's reward for each failure stat
     Status.TIMEOUT: -0.5,
     Status.CRASH: -0.5,
     Status.SKIPPED: -0.5,  # not run here (CUDA on a CPU server): no reward for not being judged
+    Status.PROBLEM_ERROR: -0.5,  # the problem is broken, not the candidate: not judged either (drop such samples)
     Status.COMPILE_ERROR: -0.75,
     Status.FORMAT_ERROR: -1.0,
     Status.REJECTED: -1.0,
