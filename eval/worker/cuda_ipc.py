@@ -45,6 +45,7 @@ def _driver() -> Any:
     lib.cuStreamWaitValue32_v2.argtypes = [ctypes.c_void_p, u64, ctypes.c_uint32, ctypes.c_uint]
     lib.cuStreamCreate.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint]
     lib.cuStreamSynchronize.argtypes = [ctypes.c_void_p]
+    lib.cuStreamDestroy_v2.argtypes = [ctypes.c_void_p]
     return lib
 
 
@@ -131,5 +132,8 @@ def release_flag(ptr: int, value: int) -> None:
     """Write `value` at `ptr` now, on a stream of its own (unblocks a stream waiting on it whatever else waits)."""
     stream = ctypes.c_void_p()
     _check(_driver().cuStreamCreate(ctypes.byref(stream), _NON_BLOCKING), "cuStreamCreate")
-    _check(_driver().cuStreamWriteValue32_v2(stream, ptr, value, 0), "cuStreamWriteValue32")
-    _check(_driver().cuStreamSynchronize(stream), "cuStreamSynchronize")
+    try:
+        _check(_driver().cuStreamWriteValue32_v2(stream, ptr, value, 0), "cuStreamWriteValue32")
+        _check(_driver().cuStreamSynchronize(stream), "cuStreamSynchronize")
+    finally:
+        _driver().cuStreamDestroy_v2(stream)

@@ -419,13 +419,11 @@ class Worker:
         return forward
 
     def _drawn(self, subject: Subject, seeds: list[int]) -> list[list[torch.Tensor]]:
-        drawn = []
-        for seed in seeds:
-            tensors = [x for x in self._draw(seed, False, subject) if isinstance(x, torch.Tensor)]
-            if [(t.shape, t.dtype) for t in tensors] != [(b.shape, b.dtype) for b in subject.buffers]:
-                raise ValueError("get_inputs() draws other shapes each time")
-            drawn.append(tensors)
-        return drawn
+        """Observed timing's repetitions, drawn as a timed block's fresh inputs are (`_draw_fresh`)."""
+        fresh, problem = self._draw_fresh(subject, range(len(seeds)), seeds)
+        if problem:
+            raise ValueError(problem)
+        return [fresh[rep] for rep in range(len(seeds))]
 
     def cmd_window_setup(self, msg: p.WindowSetup, tensors: list[torch.Tensor]) -> Handled:
         subject = self.subjects[msg.subject]
