@@ -470,19 +470,24 @@ def _trial(ctx: Context, trial: Trial, index: int, seed: int, published: list[fl
     if published is not None and not published:
         published += [magnitude(t) for t in expected]
     mismatch = _trial_mismatch(ctx, expected, reply, outputs, index, atol)
-    if mismatch is not None and mismatch.output >= 0 and _within_float64(ctx, inputs, outputs, atol):
+    if mismatch is not None and mismatch.output >= 0 and _within_float64(ctx, inputs, expected, outputs, atol):
         ctx.result.float64_decided += 1
         mismatch = None
     del inputs, expected, outputs
     return mismatch, reply
 
 
-def _within_float64(ctx: Context, inputs: list[Any], outputs: list[torch.Tensor], atol: list[float] | None) -> bool:
-    """Whether outputs that missed the reference's are within tolerance of its float64 forward: the reference is a
-    rounding of the answer too, and an honest kernel that rounds otherwise (another order of a sum, wider
-    accumulators) can miss it while meeting the answer. False where the float64 forward cannot run here (its
-    traced peak over the budget, or an operator or memory failing): the miss stands."""
+def _within_float64(ctx: Context, inputs: list[Any], expected: list[torch.Tensor], outputs: list[torch.Tensor],
+                    atol: list[float] | None) -> bool:
+    """Whether outputs that missed the reference's values are within tolerance of its float64 forward: the reference
+    is a rounding of the answer too, and an honest kernel that rounds otherwise (another order of a sum, wider
+    accumulators) can miss it while meeting the answer. Only values are so decided: outputs of another shape or
+    dtype than the reference's miss whatever their values (the answer is rounded to the reference's dtypes). False
+    where the float64 forward cannot run here (its traced peak over the budget, or an operator or memory failing)."""
     assert ctx.reference is not None
+    if len(outputs) != len(expected) or any(o.dtype != e.dtype or o.shape != e.shape
+                                            for o, e in zip(outputs, expected)):
+        return False
     cost = traced_cost(ctx.problem, ctx.small)
     if cost is None or 2 * cost.peak_bytes > wide_check_budget(ctx.lease.device):
         return False

@@ -102,7 +102,7 @@ class LoopSettings:
         if self.samples < 1:
             problems.append(f"samples must be >= 1, got {self.samples}")
         if self.backend not in BACKENDS:
-            problems.append(f"backend must be {' or '.join(BACKENDS)}, got {self.backend!r}")
+            problems.append(f"backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}")
         if self.max_concurrency < 1:
             problems.append(f"max_concurrency must be >= 1, got {self.max_concurrency}")
         # written `not x > 0`, not `x <= 0`, so that nan (which no comparison holds for, and so would never stop

@@ -65,6 +65,10 @@ VOLATILE_KEYS = (
     "eval.profile", "eval.profile_ncu", "eval.profile_timeout_s", "prompt.profile_chars",
 )  # fmt: skip
 
+# keys added after runs were stored, each with the value that was the behaviour before it: a stored config without
+# one differs from a new one only where the new value is another
+ADDED_KEYS: dict[str, Any] = {"eval.observed_timing": False}
+
 _SAFE = re.compile(r"[^A-Za-z0-9._+-]")  # no `=` or `,`: run names must pass through Hydra overrides as they are
 _RETRIES = 3  # immutable reads repeated when a writer appears meanwhile, before a live read
 
@@ -348,13 +352,14 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def config_differences(old: dict[str, Any], new: dict[str, Any], volatile: Iterable[str] = ()) -> list[str]:
-    """Dotted keys whose values differ between two configs, ignoring keys under `volatile` prefixes."""
+    """Dotted keys whose values differ between two configs, ignoring keys under `volatile` prefixes (a key of
+    `ADDED_KEYS` absent from either has its value from before it was added)."""
     prefixes = tuple(volatile)
 
     def ignored(key: str) -> bool:
         return any(key == p or key.startswith(p + ".") for p in prefixes)
 
-    a, b = _flatten(old), _flatten(new)
+    a, b = {**ADDED_KEYS, **_flatten(old)}, {**ADDED_KEYS, **_flatten(new)}
     return sorted(k for k in set(a) | set(b) if not ignored(k) and a.get(k, "<unset>") != b.get(k, "<unset>"))
 
 

@@ -85,6 +85,18 @@ def test_a_wrong_kernel_misses_the_float64_answer_too(evaluator):
     assert result.float64_decided == 0
 
 
+# The exact sum, returned in float64: nearer the answer than any float32, and of another dtype than the reference's.
+EXACT_SUM_IN_FLOAT64 = (EXACT_SUM.replace("tl.sum(x, axis=0).to(tl.float32)", "tl.sum(x, axis=0)")
+                        .replace("dtype=x.dtype", "dtype=torch.float64"))
+
+
+def test_outputs_of_another_dtype_are_not_decided_by_the_float64_answer(evaluator):
+    result = evaluator.evaluate(problem_from_source(SEQUENTIAL_SUM, name="sequential_sum"), EXACT_SUM_IN_FLOAT64)
+    assert result.status is Status.INCORRECT, result.reason
+    assert "dtype" in result.reason
+    assert result.float64_decided == 0
+
+
 # Row sums of squares of 128 values in [0.5, 1]: at the near-limits regime's magnitudes (the largest
 # sqrt(max) / 16) every sum stays under float32's largest; scaled by the headroom of 4 every one overflows.
 SUM_OF_SQUARES = '''

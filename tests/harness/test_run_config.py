@@ -95,6 +95,9 @@ def test_runs_recorded_before_the_typed_schemas_still_resume() -> None:
         assert config_differences(old, new, (*VOLATILE_KEYS, "executor")) == [], case
         assert list(old) == [k for k in new if k not in added_since], case
         assert list(old["agent"]) == list(new["agent"]), case
+        # a key added since (store.ADDED_KEYS) compares as the behaviour those runs had, and only as that
+        timed_otherwise = compose(*overrides, "eval.observed_timing=true")
+        assert config_differences(old, timed_otherwise, (*VOLATILE_KEYS, "executor")) == ["eval.observed_timing"]
 
 
 @pytest.mark.parametrize("option", ov.groups()["agent"])

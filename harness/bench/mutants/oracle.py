@@ -118,7 +118,9 @@ def _input_sizes(source: str) -> list[str]:
     inputs only, so one model runs on every size."""
     import ast
 
-    tree = ast.parse(source)
+    from problems import parse_python
+
+    tree = parse_python(source)
     reads = {node.name: {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} for node in tree.body
              if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
     model = reads.get("Model", set()) | reads.get("get_init_inputs", set())

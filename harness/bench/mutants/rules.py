@@ -19,6 +19,8 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from problems import parse_python
+
 CLASSES = ("boundary", "shapes", "reduction", "constants", "precision", "offsets", "special values", "numerics")
 Edit = tuple[int, int, str]  # (start, end, replacement) as offsets into the source text
 PROBE = "_kh_probe"
@@ -55,7 +57,7 @@ class Source:
 
     def __init__(self, text: str, published: dict[str, object] | None = None):
         self.text = text
-        self.tree = ast.parse(text)
+        self.tree = parse_python(text)
         self.published = published or {}
         self._starts = [0]
         for line in text.splitlines(keepends=True):
@@ -544,7 +546,7 @@ def mutants(text: str, backend: str = "triton", published: dict[str, object] | N
             if new == text:
                 continue
             try:
-                ast.parse(new)
+                parse_python(new)
             except SyntaxError:
                 continue
             first = min(e[0] for e in edits)
