@@ -105,6 +105,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     events.add_argument("--ways", default="unconfined,sandboxed",
                         help="how the worker runs, comma-separated: unconfined, sandboxed, or one namespace or identity "
                              "change alone (ipc, pid, mount, network or uts namespace; uid 65534)")
+    contexts = sub.add_parser("observed-contexts", help="whether a trusted stream waiting on the GPU slows the "
+                                                        "candidate it times, and a wait on the CPU instead (GPU)")
+    contexts.add_argument("--out", help="write the figures as JSON here")
     # bench-mutants: the mutation benchmark (issue 53 item 3)
     mut = sub.add_parser("mutants", help="seeded real bugs in correct kernels: equivalent ones found by a float64 "
                                          "oracle, the rest judged by our evaluator and KernelBench's; kill rate by "
@@ -195,6 +198,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"--ways: choose from {', '.join(trusted_events.WAYS)} (got {args.ways!r})")
             return 2
         return trusted_events.main(args.reps, args.out, ways, args.lead_us)
+    if args.bench == "observed-contexts":
+        from harness.bench import observed_contexts
+
+        return observed_contexts.main(args.out)
     if args.bench == "mutants":  # bench-mutants
         from harness.bench.mutants import bench as mutants_bench  # bench-mutants
 

@@ -1,0 +1,212 @@
+"""`harness bench observed-contexts`: does a trusted stream waiting on the GPU slow the candidate it times? (GPU)
+
+Observed timing (`eval.observed`, issue 52) read an honest memory-bound add 24 % slower than its own timing loop
+on an H200 (23.6 against 17.9 µs a repetition), while the reference's own blocks agreed with the loop. The
+hypothesis: while the timekeeper's stream waits for done on the GPU (`cuStreamWaitValue32`), its context holds
+pending work, and the GPU time-slices between its context and the candidate's (no MPS). The reference's blocks
+run in the timekeeper's own context, so they pay nothing. Per repetition of a 4M-element add, this prints:
+- `alone`: the worker's own events, the timekeeper's context idle;
+- `r_waits`: the same while the timekeeper's stream is blocked on a flag of its own (the hypothesis: slower);
+- `dev_flags`: today's design, the timekeeper's events around go ... wait done (device flags), minus an empty
+  window's time;
+- `host_flags`: the alternative, timed by the timekeeper's CPU clock: go and done are words of host memory
+  (a memfd both processes map and register with CUDA; a file descriptor crosses a sandbox where /dev/shm does
+  not), the worker's stream waits on go and writes done, and the timekeeper's GPU context is idle throughout;
+  minus an empty window's time.
+If `r_waits` is slower than `alone` and `host_flags` agrees with it, the timekeeper should wait on the CPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import json
+import mmap
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+N = 4 * 1024 * 1024
+REPS = 64
+BLOCKS = 15
+u64 = ctypes.c_uint64
+
+
+@functools.cache
+def _driver() -> ctypes.CDLL:
+    """The CUDA driver, its calls typed (loaded on first use: the module imports on a machine without CUDA)."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    lib.cuStreamWriteValue32_v2.argtypes = [ctypes.c_void_p, u64, ctypes.c_uint32, ctypes.c_uint]
+    lib.cuStreamWaitValue32_v2.argtypes = [ctypes.c_void_p, u64, ctypes.c_uint32, ctypes.c_uint]
+    lib.cuMemHostRegister_v2.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+    lib.cuMemHostGetDevicePointer_v2.argtypes = [ctypes.POINTER(u64), ctypes.c_void_p, ctypes.c_uint]
+    lib.cuIpcGetMemHandle.argtypes = [ctypes.c_char_p, u64]
+    lib.cuIpcOpenMemHandle_v2.argtypes = [ctypes.POINTER(u64), ctypes.c_char * 64, ctypes.c_uint]
+    lib.cuMemAlloc_v2.argtypes = [ctypes.POINTER(u64), ctypes.c_size_t]
+    lib.cuMemsetD8_v2.argtypes = [u64, ctypes.c_ubyte, ctypes.c_size_t]
+    return lib
+
+
+def _check(rc: int, what: str) -> None:
+    if rc:
+        raise RuntimeError(f"{what}: CUresult {rc}")
+
+
+def _write(stream: torch.cuda.Stream, ptr: int, v: int) -> None:
+    _check(_driver().cuStreamWriteValue32_v2(ctypes.c_void_p(stream.cuda_stream), ptr, v, 0), "write")
+
+
+def _wait(stream: torch.cuda.Stream, ptr: int, v: int) -> None:
+    _check(_driver().cuStreamWaitValue32_v2(ctypes.c_void_p(stream.cuda_stream), ptr, v, 0), "wait")
+
+
+def _host_words(fd: int) -> tuple[mmap.mmap, ctypes.Array, int]:
+    """A page of the memfd `fd`, mapped here and registered with CUDA: (the map, its words, its device pointer)."""
+    m = mmap.mmap(fd, 4096)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    _check(_driver().cuMemHostRegister_v2(addr, 4096, 0x1 | 0x2), "cuMemHostRegister")  # PORTABLE | DEVICEMAP
+    dptr = u64()
+    _check(_driver().cuMemHostGetDevicePointer_v2(ctypes.byref(dptr), addr, 0), "cuMemHostGetDevicePointer")
+    words = (ctypes.c_uint32 * 1024).from_buffer(m)
+    return m, words, dptr.value
+
+
+def _spin(us: float) -> None:
+    torch.cuda._sleep(int(us * 1980))  # ~cycles per µs on an H200 (approx; only a lead)
+
+
+def worker() -> None:
+    """The worker's side: each command a block of adds behind its kind's start, timed by its own events."""
+    fd = int(sys.argv[2])  # argv: worker FD
+    torch.zeros(1, device="cuda")
+    m, words, dptr = _host_words(fd)
+    a, b = torch.randn(REPS, N, device="cuda"), torch.randn(REPS, N, device="cuda")
+    c = torch.empty(REPS, N, device="cuda")
+    s = torch.cuda.Stream()
+    dev = None
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        reps = cmd["reps"]
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+        with torch.cuda.stream(s):
+            if cmd["kind"] == "alone":
+                _spin(3000)
+            elif cmd["kind"] == "dev":
+                if dev is None:
+                    raw = bytes.fromhex(cmd["handle"])
+                    p = u64()
+                    _check(_driver().cuIpcOpenMemHandle_v2(ctypes.byref(p), (ctypes.c_char * 64).from_buffer_copy(raw), 1), "open")
+                    dev = p.value
+                _wait(s, dev, cmd["seq"])
+            else:  # host
+                _wait(s, dptr, cmd["seq"])
+            ev[0].record(s)
+            for r in range(reps):
+                torch.add(a[r], b[r], out=c[r])
+            ev[1].record(s)
+            if cmd["kind"] == "dev":
+                _write(s, dev + 128, cmd["seq"])
+            elif cmd["kind"] == "host":
+                _write(s, dptr + 128, cmd["seq"])
+        print(json.dumps({"enqueued": True}), flush=True)
+        s.synchronize()
+        print(json.dumps({"own_us": ev[0].elapsed_time(ev[1]) * 1000}), flush=True)
+
+
+def main(out_path: str | None = None) -> int:
+    if not torch.cuda.is_available():
+        print("harness bench observed-contexts needs a CUDA GPU")
+        return 2
+    torch.zeros(1, device="cuda")
+    fd = os.memfd_create("flags")
+    os.ftruncate(fd, 4096)
+    m, words, dptr = _host_words(fd)
+    w = subprocess.Popen([sys.executable, "-m", "harness.bench.observed_contexts", "worker", str(fd)], pass_fds=(fd,), stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    devmem = u64()
+    _check(_driver().cuMemAlloc_v2(ctypes.byref(devmem), 4096), "alloc")
+    torch.cuda.synchronize()
+    _check(_driver().cuMemsetD8_v2(devmem.value, 0, 4096), "memset")
+    handle = ctypes.create_string_buffer(64)
+    _check(_driver().cuIpcGetMemHandle(handle, devmem.value), "handle")
+    hexh = handle.raw.hex()
+    rs = torch.cuda.Stream()
+    seq = [0]
+    out = {}
+
+    def ask(cmd):
+        w.stdin.write(json.dumps(cmd) + "\n")
+        w.stdin.flush()
+        json.loads(w.stdout.readline())
+
+    def own():
+        return json.loads(w.stdout.readline())["own_us"]
+
+    def alone(reps):
+        ask({"kind": "alone", "reps": reps})
+        return own()
+
+    def r_waits(reps):
+        seq[0] += 1
+        with torch.cuda.stream(rs):
+            _wait(rs, devmem.value + 256, seq[0])
+        ask({"kind": "alone", "reps": reps})
+        t = own()
+        rel = torch.cuda.Stream()
+        _write(rel, devmem.value + 256, seq[0])
+        torch.cuda.synchronize()
+        return t
+
+    def dev_flags(reps):
+        seq[0] += 1
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        ask({"kind": "dev", "reps": reps, "seq": seq[0], "handle": hexh})
+        with torch.cuda.stream(rs):
+            e0.record(rs)
+            _write(rs, devmem.value, seq[0])
+            _wait(rs, devmem.value + 128, seq[0])
+            e1.record(rs)
+        t = own()
+        e1.synchronize()
+        return e0.elapsed_time(e1) * 1000, t
+
+    def host_flags(reps):
+        seq[0] += 1
+        ask({"kind": "host", "reps": reps, "seq": seq[0]})
+        time.sleep(0.005)  # W's enqueue done and its stream parked on GO
+        t0 = time.perf_counter_ns()
+        words[0] = seq[0]
+        while words[32] != seq[0]:
+            pass
+        t1 = time.perf_counter_ns()
+        return (t1 - t0) / 1000, own()
+
+    for kind, fn in (("alone", alone), ("r_waits", r_waits)):
+        fn(REPS)
+        out[kind] = statistics.median(fn(REPS) for _ in range(BLOCKS)) / REPS
+    for kind, fn in (("dev_flags", dev_flags), ("host_flags", host_flags)):
+        fn(REPS)
+        fn(0)
+        empties = [fn(0)[0] for _ in range(BLOCKS)]
+        fulls = [fn(REPS) for _ in range(BLOCKS)]
+        out[kind] = {"per_rep_us": (statistics.median(f[0] for f in fulls) - statistics.median(empties)) / REPS,
+                     "handover_us": statistics.median(empties),
+                     "handover_spread_us": max(empties) - min(empties),
+                     "own_events_per_rep_us": statistics.median(f[1] for f in fulls) / REPS}
+    out.update(device=torch.cuda.get_device_name(), torch=torch.__version__, reps=REPS, blocks=BLOCKS,
+               elements=N)
+    print(json.dumps(out, indent=1))
+    if out_path:
+        with open(out_path, "w") as f:
+            json.dump(out, f, indent=1)
+    w.stdin.close()
+    w.wait()
+    return 0
+
+
+if __name__ == "__main__":  # the worker's side, started by main()
+    worker()
