@@ -269,6 +269,9 @@ _PROJECT_PACKAGES = ("eval", "problems")
 # The suite's files are hidden too: a worker is sent the one problem it judges (its public part, `Load.problem_source`),
 # and the other problems' files hold their hidden workloads (`get_extra_inputs`).
 _PROJECT_HIDDEN = (Path("problems") / "solutions", Path("problems") / "suite")
+# Of /sys, the cgroup tree is hidden: it lists every worker's cgroup, its processes (by host pid) and its memory, and
+# CUDA reads none of it (the parent joins, freezes and accounts the worker's cgroups from outside).
+_SYSTEM_HIDDEN = ("/sys/fs/cgroup",)
 
 
 def limit_hit(error: str) -> str:
@@ -343,7 +346,7 @@ def _layout(writable: list[str], extra_binds: Sequence[str] = ()) -> dict[str, A
     shared = [w for w in writable[1:] if not _under(w, own)]  # a build folder outside it stays the host's
     return {"system": [s.lstrip("/") for s in system], "bind": binds, "writable": shared,
             "private": [["/tmp", PRIVATE_TMP], ["/dev/shm", PRIVATE_SHM]] + [[f, PRIVATE_OWN] for f in own],
-            "hide": [str(PROJECT_ROOT / h) for h in _PROJECT_HIDDEN], "build_at": "/tmp"}
+            "hide": [str(PROJECT_ROOT / h) for h in _PROJECT_HIDDEN] + list(_SYSTEM_HIDDEN), "build_at": "/tmp"}
 
 
 def confine_command(plan: SandboxPlan, writable: list[str], cmd: list[str], network: bool,

@@ -256,6 +256,27 @@ def test_solutions_runs_tests_and_caches_of_the_project_are_hidden(evaluator, pr
         shutil.rmtree(PROJECT_ROOT / "runs" / f"kh-run-{os.getpid()}", ignore_errors=True)
 
 
+@pytest.mark.skipif(not MOUNT_NS or not os.listdir("/sys/fs/cgroup"), reason="no mount namespaces or no cgroup tree")
+def test_the_cgroup_tree_is_out_of_sight_and_the_rest_of_sys_stays(evaluator, problem):
+    """The host's cgroup tree lists every worker's cgroup with its processes (host pids) and memory: a candidate
+    that reads it learns about the others. The worker finds /sys/fs/cgroup empty and not writable, and the rest
+    of /sys (devices, buses: what CUDA reads) there."""
+    assert os.listdir("/sys/devices")
+    body = """        import os
+        if os.listdir("/sys/fs/cgroup"):
+            raise RuntimeError("saw the cgroup tree: " + ",".join(sorted(os.listdir("/sys/fs/cgroup"))[:5]))
+        try:
+            open("/sys/fs/cgroup/planted", "w")
+        except OSError:
+            pass
+        else:
+            raise RuntimeError("wrote into the cgroup tree's place")
+        assert os.listdir("/sys/devices")
+"""
+    r = evaluator.evaluate(problem, variant(FORWARD, body + FORWARD))
+    assert r.status is Status.CORRECT, r.reason + r.error
+
+
 def test_the_worker_is_sent_only_the_public_part_of_its_problem(evaluator):
     """Hidden shapes are checked but never shown, not even to code that searches its own process: the candidate
     looks through every object the worker holds for the problem's module, and answers wrongly if any it finds defines
