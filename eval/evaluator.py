@@ -300,6 +300,7 @@ class Evaluator:
             raise
         if result.status is Status.PENDING:
             raise RuntimeError("the check pipeline ended without a verdict")  # a harness bug, never a candidate's
+        result.settle()
         if self.config.compile_baseline and result.is_correct:
             self.compile_speedup(job.problem, result)
         result.eval_seconds = time.perf_counter() - t0

@@ -141,6 +141,15 @@ class EvalResult:
         """True when the candidate got past import/compilation."""
         return self.status not in (Status.FORMAT_ERROR, Status.COMPILE_ERROR, Status.SKIPPED, Status.PROBLEM_ERROR)
 
+    def settle(self) -> "EvalResult":
+        """The status decides the evidence: only a correct candidate is scored, so any other verdict carries no
+        speedup, no torch.compile speedup and no speed-of-light fraction (a step after the timing that rejects it,
+        or a result stored before this rule, would else keep them, and feedback and reports show them). The times
+        stay: they are the evidence of a rejection made after timing."""
+        if self.status is not Status.CORRECT:
+            self.speedup = self.speedup_compile = self.sol_fraction = None
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["status"] = self.status.value
@@ -162,4 +171,4 @@ class EvalResult:
         if d.get("profile") is not None:  # profile (issue 57)
             d["profile"] = Profile.from_dict(d["profile"])
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        return cls(**{k: v for k, v in d.items() if k in known}).settle()
