@@ -136,6 +136,23 @@ def trim(text: str, n: int = ERROR_CHARS) -> str:
     return f"{text[:head]}\n... [{len(text) - n} characters trimmed] ...\n{text[-(n - head):]}"
 
 
+# What a failed reply's stage makes the verdict, and its reason ({error}: the worker's text, {last}: its last line,
+# {broken}: the problem named as broken): the one table from stage to verdict. Every stage is here, so a reply
+# decoded (`protocol.FailureStage`, strictly) always has one.
+VERDICT_OF_STAGE: dict[p.FailureStage, tuple[Status, str]] = {
+    p.FailureStage.PROBLEM: (Status.PROBLEM_ERROR, "{broken}"),
+    p.FailureStage.IMPORT: (Status.COMPILE_ERROR, "importing the candidate failed"),
+    p.FailureStage.BUILD: (Status.COMPILE_ERROR, "building the candidate failed"),
+    p.FailureStage.FORMAT: (Status.FORMAT_ERROR, "{error}"),
+    p.FailureStage.CONSTRUCT: (Status.RUNTIME_ERROR, "constructing ModelNew failed"),
+    p.FailureStage.INTEGRITY: (Status.REJECTED, "integrity: {error}"),
+    p.FailureStage.OUTPUT: (Status.INCORRECT, "{error}"),
+    p.FailureStage.STAGE: (Status.RUNTIME_ERROR, "forward raised: {last}"),
+    p.FailureStage.RUN: (Status.RUNTIME_ERROR, "forward raised: {last}"),
+    p.FailureStage.NONE: (Status.RUNTIME_ERROR, "forward raised: {last}"),  # a reply not ok that names no stage
+}
+
+
 @dataclass
 class Context:
     """Everything one evaluation's steps share."""
@@ -193,23 +210,24 @@ class Context:
         implies. Reply tensors land on the evaluation's device."""
         reply, out = (worker or self.lease.worker).request(message, tensors, timeout=timeout, device=self.lease.device)
         if not reply.ok:
-            self.fail_from_reply(reply)
+            self.fail_from_reply(reply, message.cmd)
         return reply, out
 
-    def fail_from_reply(self, reply: p.Reply) -> None:
+    def fail_from_reply(self, reply: p.Reply, cmd: str = "") -> NoReturn:
+        """The verdict of a failed reply to `cmd`: by its stage (`VERDICT_OF_STAGE`), a device out of memory
+        first (evaluated again alone, or named when it was alone), a sticky CUDA error ending the worker."""
         if reply.oom and not self.alone:
             raise RetryAlone()
         if reply.cuda_error:
             self.lease.worker.kill()  # a sticky CUDA error: this worker is done
-        if reply.stage == "integrity":
-            raise Verdict(Status.REJECTED, f"integrity: {trim(reply.error, 600)}")
-        if reply.stage == "output":
-            raise Verdict(Status.INCORRECT, trim(reply.error, 600))
         last = reply.error.strip().splitlines()[-1] if reply.error.strip() else "forward failed"
         if reply.oom:  # alone on the GPU, so not another evaluation's doing
-            raise Verdict(Status.RUNTIME_ERROR, f"the device ran out of memory in the '{reply.stage}' step with this "
-                                                f"evaluation alone on it: {trim(last, 400)}", reply.error)
-        raise Verdict(Status.RUNTIME_ERROR, _with_limit(self, f"forward raised: {trim(last, 400)}", reply.error), reply.error)
+            raise Verdict(Status.RUNTIME_ERROR, f"the device ran out of memory in the '{cmd or reply.stage}' step "
+                                                f"with this evaluation alone on it: {trim(last, 400)}", reply.error)
+        status, form = VERDICT_OF_STAGE[reply.stage]
+        reason = form.format(error=trim(reply.error or "failed", 600), last=trim(last, 400),
+                             broken=broken(self.problem.id, "it failed to load in the worker"))
+        raise Verdict(status, _with_limit(self, reason, reply.error), reply.error)
 
     def tolerance(self) -> tuple[float, float]:
         return self.config.tolerance(self.problem.dtype, self.problem.atol, self.problem.rtol)
@@ -264,15 +282,7 @@ def load(ctx: Context) -> None:
                 p.Load(problem_source=ctx.problem.source, problem_label=label, weight_seed=weight_seed,
                        size_overrides=overrides, **rules), timeout=ctx.config.import_timeout_s)
         return
-    if reply.oom and not ctx.alone:
-        raise RetryAlone()
-    status = {"import": Status.COMPILE_ERROR, "format": Status.FORMAT_ERROR, "integrity": Status.REJECTED,
-              "construct": Status.RUNTIME_ERROR, "problem": Status.PROBLEM_ERROR}.get(reply.stage, Status.RUNTIME_ERROR)
-    reason = {"import": "importing the candidate failed", "construct": "constructing ModelNew failed",
-              "integrity": f"integrity: {reply.error}",
-              "problem": broken(ctx.problem.id, "it failed to load in the worker")}.get(reply.stage,
-                                                                                          reply.error or "load failed")
-    raise Verdict(status, _with_limit(ctx, trim(reason, 600), reply.error), reply.error)
+    ctx.fail_from_reply(reply, "load")
 
 
 def soundness(ctx: Context) -> None:

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import typing
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, ClassVar, Optional, Union
 
 from eval.wire import ProtocolError
@@ -21,12 +22,32 @@ from eval.wire import ProtocolError
 ArgSpec = list[Any]
 
 
+class FailureStage(str, Enum):
+    """What failed, when a reply's `ok` is false: one of these, decoded strictly (another value is a
+    ProtocolError: a worker that invents one broke the protocol). What each makes the verdict is one table, in
+    the parent (`eval.checks.VERDICT_OF_STAGE`)."""
+
+    NONE = ""  # nothing failed
+    PROBLEM = "problem"  # the problem's module or reference model (before any candidate code ran)
+    IMPORT = "import"  # the candidate's import
+    FORMAT = "format"  # no ModelNew, or one that is not a torch.nn.Module
+    CONSTRUCT = "construct"  # ModelNew(...) raised, or moving it to the device did
+    BUILD = "build"  # a build the candidate's import asked for failed fatally
+    INTEGRITY = "integrity"  # the worker's own integrity checks found tampering
+    OUTPUT = "output"  # outputs that cannot be returned as tensors of the reference's structure
+    STAGE = "stage"  # inputs staged (the `Stage` command) or drawn for timing that do not fit the request
+    RUN = "run"  # anything else a command raised: the candidate's forward, or the worker's code around it
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass
 class Reply:
     """Fields every reply has. `stage` names what failed when `ok` is false."""
 
     ok: bool = True
-    stage: str = ""
+    stage: FailureStage = FailureStage.NONE
     error: str = ""
     cuda_error: bool = False  # the failure left the CUDA context unusable
     oom: bool = False  # the failure was the device running out of memory
@@ -470,8 +491,8 @@ def _build(cls: type, header: dict[str, Any]) -> Any:
             continue
         value = header[name]
         if not _conforms(value, hint):
-            raise ProtocolError(f"{cls.__name__}.{name}: {type(value).__name__} does not fit {hint}")
-        values[name] = value
+            raise ProtocolError(f"{cls.__name__}.{name}: {str(value)[:80]!r} does not fit {getattr(hint, '__name__', hint)}")
+        values[name] = hint(value) if isinstance(hint, type) and issubclass(hint, Enum) else value
     unknown = set(header) - set(hints) - {"cmd"}
     if unknown:
         raise ProtocolError(f"{cls.__name__}: unknown field(s) {sorted(unknown)[:5]}")
@@ -495,6 +516,8 @@ def _conforms(value: Any, hint: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is str:
         return isinstance(value, str)
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return isinstance(value, str) and value in hint._value2member_map_
     if origin is list:
         (item,) = typing.get_args(hint) or (Any,)
         return isinstance(value, list) and all(_conforms(v, item) for v in value)

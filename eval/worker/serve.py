@@ -81,10 +81,11 @@ def _is_cuda_error(exc: BaseException) -> bool:
     return any(s in text for s in ("CUDA error", "cudaError", "illegal memory access", "CUBLAS_STATUS", "device-side assert"))
 
 
-def _failure(stage: str, exc: BaseException, reply: type[p.Reply] = p.Reply) -> p.Reply:
-    """A failed reply describing `exc` (the traceback tail, and whether CUDA or memory gave out)."""
+def _failure(stage: p.FailureStage, exc: BaseException, reply: type[p.Reply] = p.Reply, during: str = "") -> p.Reply:
+    """A failed reply describing `exc` (the traceback tail, and whether CUDA or memory gave out); `during` names
+    the command where the stage does not."""
     if isinstance(exc, SystemExit):
-        return reply(ok=False, stage=stage, error=f"candidate called sys.exit({exc.code}) during {stage}")
+        return reply(ok=False, stage=stage, error=f"candidate called sys.exit({exc.code}) during {during or stage}")
     return reply(ok=False, stage=stage, error=_tail(traceback.format_exc()), cuda_error=_is_cuda_error(exc),
                  oom=isinstance(exc, torch.OutOfMemoryError))
 
@@ -195,7 +196,7 @@ class Worker:
             problem = load_source(msg.problem_source, msg.problem_label or "<problem>", msg.size_overrides)
             reference = build_model(problem, msg.weight_seed, self.device)
         except BaseException as exc:  # noqa: BLE001  trusted code, but report rather than die
-            return _failure("problem", exc, p.LoadReply), []
+            return _failure(p.FailureStage.PROBLEM, exc, p.LoadReply), []
         if msg.candidate_source is None:  # the reference process (or a baseline): the reference itself
             self.subjects[msg.subject] = Subject(problem, torch.compile(reference) if msg.compiled else reference)
             return p.LoadReply(), []
@@ -213,17 +214,17 @@ class Worker:
         try:
             module = _import_file(candidate_path, CANDIDATE_MODULE)
         except BaseException as exc:  # noqa: BLE001  candidate code: anything can come out
-            return _failure("import", exc, p.LoadReply), []
+            return _failure(p.FailureStage.IMPORT, exc, p.LoadReply), []
         import_s = time.perf_counter() - t0
         model_new = getattr(module, "ModelNew", None)
         if model_new is None:
-            return p.LoadReply(ok=False, stage="format", error="the candidate module defines no ModelNew"), []
+            return p.LoadReply(ok=False, stage=p.FailureStage.FORMAT, error="the candidate module defines no ModelNew"), []
         try:
             candidate = build_model(_Constructor(model_new, problem), msg.weight_seed)
             if not isinstance(candidate, torch.nn.Module):
-                return p.LoadReply(ok=False, stage="format", error="ModelNew(...) is not a torch.nn.Module"), []
+                return p.LoadReply(ok=False, stage=p.FailureStage.FORMAT, error="ModelNew(...) is not a torch.nn.Module"), []
         except BaseException as exc:  # noqa: BLE001
-            return _failure("construct", exc, p.LoadReply), []
+            return _failure(p.FailureStage.CONSTRUCT, exc, p.LoadReply), []
         copied, note = 0, ""
         try:
             copied = _copy_matching_state(reference, candidate) if msg.copy_state else 0
@@ -233,11 +234,11 @@ class Worker:
         try:
             self.subjects[msg.subject] = Subject(problem, candidate.to(self.device))
         except BaseException as exc:  # noqa: BLE001
-            return _failure("construct", exc, p.LoadReply), []
+            return _failure(p.FailureStage.CONSTRUCT, exc, p.LoadReply), []
         del reference  # never timed here: the reference is timed in a process that has no candidate code
         violations = self.snapshot.violations()
         if violations:
-            return p.LoadReply(ok=False, stage="integrity", error="; ".join(violations)), []
+            return p.LoadReply(ok=False, stage=p.FailureStage.INTEGRITY, error="; ".join(violations)), []
         return p.LoadReply(import_s=import_s, state_copied=copied, state_note=note), []
 
     def cmd_prepare(self, msg: p.Prepare, tensors: list[torch.Tensor]) -> Handled:
@@ -276,7 +277,7 @@ class Worker:
             cpp_extension.load_inline = _load_inline
         fatal = next((f for f in failures if _caused_by(ended_by, f)), None)
         if fatal is not None:
-            return p.PrepareReply(ok=False, stage="build", error=_error_text(fatal)), []
+            return p.PrepareReply(ok=False, stage=p.FailureStage.BUILD, error=_error_text(fatal)), []
         return p.PrepareReply(handled=_error_text(next(iter(failures), None)),
                               lazy_failed=_error_text(next(iter(lazy_failures), None))), []
 
@@ -297,7 +298,7 @@ class Worker:
                 out = self.candidate(*inputs)
             self._sync()
         except BaseException as exc:  # noqa: BLE001
-            return _failure("run", exc, p.RunReply), []
+            return _failure(p.FailureStage.RUN, exc, p.RunReply), []
         # walking the output can run the candidate's code (container subclasses): before the tamper check
         outputs, problem = self._check_outputs(out, inputs)
         structure = output_structure(out)
@@ -305,9 +306,9 @@ class Worker:
         if turned_off:
             violations.append("turned off the poisoning of new allocations during the call (" + ", ".join(turned_off) + ")")
         if violations:
-            return p.RunReply(ok=False, stage="integrity", error="; ".join(violations)), []
+            return p.RunReply(ok=False, stage=p.FailureStage.INTEGRITY, error="; ".join(violations)), []
         if problem:
-            return p.RunReply(ok=False, stage="output", error=problem), []
+            return p.RunReply(ok=False, stage=p.FailureStage.OUTPUT, error=problem), []
         mutated = [i for i, (a, b) in enumerate(zip(inputs, pristine)) if isinstance(a, torch.Tensor) and not _same(a, b)]
         return p.RunReply(mutated_inputs=mutated, output_structure=structure, fingerprint=fingerprint), outputs
 
@@ -324,7 +325,7 @@ class Worker:
             sets = [t.to(self.device) for t in tensors]
             groups = [sets[k * n:(k + 1) * n] for k in range(count)] if n * count == len(sets) else []
         if not groups or len(groups) != count or any(len(g) != n for g in groups):
-            return p.StageReply(ok=False, stage="stage", error="staged tensor count does not match the set counts"), []
+            return p.StageReply(ok=False, stage=p.FailureStage.STAGE, error="staged tensor count does not match the set counts"), []
         self.trial_buffers.clear()  # the trials are over: their buffers' memory goes to timing
         subject.spec, subject.sets = msg.args, groups
         subject.buffers = [timing.same_layout_buffer(t) for t in groups[0]]
@@ -350,7 +351,7 @@ class Worker:
                 reply.triton_own = self.tracer.own_launches(CANDIDATE_MODULE)
                 reply.languages = self.tracer.own_languages(CANDIDATE_MODULE)  # issue 56
         except tracing.TracerTampered as exc:
-            return p.KernelsReply(ok=False, stage="integrity", error=f"forged the record of Triton launches: {exc}"), []
+            return p.KernelsReply(ok=False, stage=p.FailureStage.INTEGRITY, error=f"forged the record of Triton launches: {exc}"), []
         return reply, []
 
     def cmd_back_to_back(self, msg: p.BackToBack, tensors: list[torch.Tensor]) -> Handled:
@@ -387,7 +388,7 @@ class Worker:
         if msg.seeds:
             fresh, problem = self._draw_fresh(subject, reps, msg.seeds)
             if problem:
-                return p.TimeBlockReply(ok=False, stage="stage", error=problem), []
+                return p.TimeBlockReply(ok=False, stage=p.FailureStage.STAGE, error=problem), []
         refill = _refiller(subject, fresh)
         copies = [list(zip(subject.buffers, _inputs_of(subject, fresh, rep))) for rep in reps]
         forward: Callable[..., Any] = subject.model
@@ -451,7 +452,7 @@ class Worker:
 
     def cmd_window_run(self, msg: p.WindowRun, tensors: list[torch.Tensor]) -> Handled:
         if self.attached is None:
-            return p.WindowRunReply(ok=False, stage="stage", error="no observed-timing buffer is attached"), []
+            return p.WindowRunReply(ok=False, stage=p.FailureStage.STAGE, error="no observed-timing buffer is attached"), []
         forward = self._forward_leaves(self.subjects["candidate"], msg.grad) if msg.reps else lambda t: []
         return p.WindowRunReply(own_ms=self.attached.run(msg.seq, msg.reps, forward)), []
 
@@ -518,7 +519,7 @@ class Worker:
                                       msg.profile_above_ms)
         violations = self._violations()
         if violations:
-            return p.BusyReply(ok=False, stage="integrity", error="; ".join(violations)), []
+            return p.BusyReply(ok=False, stage=p.FailureStage.INTEGRITY, error="; ".join(violations)), []
         return p.BusyReply(side=share), []
 
     def cmd_probe(self, msg: p.Probe, tensors: list[torch.Tensor]) -> Handled:
@@ -595,11 +596,12 @@ class Worker:
                 if msg.cmd in _UNTIMED:
                     self._release_cached()
             except BaseException as exc:  # noqa: BLE001  report, never die silently
-                reply, out = _failure(msg.cmd, exc, msg.reply), []
+                reply, out = _failure(p.FailureStage.RUN, exc, msg.reply, during=msg.cmd), []
             try:
                 self.channel.send(p.encode(reply, msg.cmd), out, in_frame=msg.timed)
             except Exception:  # noqa: BLE001  e.g. an output dtype the wire cannot carry
-                self.channel.send(p.encode(p.Reply(ok=False, stage="output", error=_tail(traceback.format_exc())), msg.cmd))
+                failed = p.Reply(ok=False, stage=p.FailureStage.OUTPUT, error=_tail(traceback.format_exc()))
+                self.channel.send(p.encode(failed, msg.cmd))
 
 
 class _Constructor:

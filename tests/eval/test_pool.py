@@ -228,6 +228,22 @@ def test_protocol_refuses_ill_typed_or_forged_replies():
     assert reply.mutated_inputs == [1]
 
 
+def test_a_failure_stage_is_one_of_a_fixed_set_each_with_its_verdict():
+    """A worker that names a stage of its own broke the protocol (it becomes the crash `WorkerDied` gives), never a
+    silent runtime_error; a known one decodes to its member, and the parent's table gives every member a verdict."""
+    from eval.checks import VERDICT_OF_STAGE
+
+    with pytest.raises(ProtocolError, match="does not fit FailureStage"):
+        protocol.decode_reply(protocol.Run(), {"cmd": "run", "ok": False, "stage": "verdict:correct"})
+    with pytest.raises(ProtocolError, match="does not fit FailureStage"):
+        protocol.decode_reply(protocol.Run(), {"cmd": "run", "ok": False, "stage": 3})
+    reply = protocol.decode_reply(protocol.Load(), {"cmd": "load", "ok": False, "stage": "import"})
+    assert reply.stage is protocol.FailureStage.IMPORT
+    assert set(VERDICT_OF_STAGE) == set(protocol.FailureStage)
+    assert VERDICT_OF_STAGE[protocol.FailureStage.INTEGRITY][0] is Status.REJECTED
+    assert VERDICT_OF_STAGE[protocol.FailureStage.RUN][0] is Status.RUNTIME_ERROR
+
+
 @pytest.mark.parametrize("bad, phrase", [
     ({"device": "tpu"}, "eval.device must be one of"),
     ({"workers_per_gpu": -1}, "eval.workers_per_gpu must be >= 0"),
