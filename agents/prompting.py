@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 
 from agents.base import Message
 from agents._hardware import hardware_facts
-from eval import BACKENDS, DEFAULT_BACKEND, PROFILE_PROMPT_CHARS, cap_profile  # profile (issue 57): the last two
+from eval import DEFAULT_BACKEND, PROFILE_PROMPT_CHARS, backend_error, cap_profile  # profile (issue 57): the last two
 from problems import ProblemError, public_source
 
 PROMPTS_DIR = Path(__file__).parent / "prompts"
@@ -130,8 +130,8 @@ class PromptBuilder:
         prompts_dir: str | Path | None = None,
         profile_chars: int = PROFILE_PROMPT_CHARS,
     ) -> None:
-        if backend not in BACKENDS:
-            raise PromptError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
+        if why := backend_error(backend):
+            raise PromptError(why)
         if context not in CONTEXT_POLICIES:
             raise PromptError(f"unknown context policy {context!r}; valid: {', '.join(CONTEXT_POLICIES)}")
         if context == "last_k" and (not isinstance(last_k, int) or last_k < 1):

@@ -16,6 +16,7 @@ _EXPORTS = {
     "installed_without_bytecode": "eval._bytecode",
     "primed_folder": "eval._bytecode",
     "BACKENDS": "eval.backends",
+    "backend_error": "eval.backends",
     "DEFAULT_BACKEND": "eval.backends",
     "Builder": "eval.builds",
     "needs_build": "eval.builds",

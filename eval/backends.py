@@ -13,8 +13,14 @@ TRITON_DIALECTS: tuple[str, ...] = ("gluon", "helion")
 NEEDS_GPU: tuple[str, ...] = ("cuda", "gluon")
 
 
+def backend_error(backend: object) -> str:
+    """Why `backend` is not one (a line listing the valid ones), or "" when it is one of `BACKENDS`: the one check
+    of a backend, which configs, prompts, the run loop and the service each raise as their own error."""
+    return "" if backend in BACKENDS else f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}"
+
+
 def check_backend(backend: str) -> str:
     """`backend` when it is one of `BACKENDS`; else a one-line `ValueError` listing them."""
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}")
+    if why := backend_error(backend):
+        raise ValueError(why)
     return backend

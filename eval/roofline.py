@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from eval.cache import JsonCache, cache_key
+from problems import strict_precision
 
 # a measured time this far under the floor is flagged (measurement noise stays well inside it)
 IMPLAUSIBLE_BELOW_FLOOR = 0.9
@@ -84,7 +85,7 @@ def _matmul_flops_per_s(device: torch.device, dtype: torch.dtype, n: int = 8192)
 def probe(device: torch.device | None = None) -> Ceilings:
     """Measure copy bandwidth and matmul throughput on random data (never zeros)."""
     device = device or torch.device("cuda")
-    torch.backends.cuda.matmul.allow_tf32 = False
+    strict_precision()  # the ceilings of full-precision float32 matmuls, as the problems are timed
     copy_bps = _copy_bytes_per_s(device)
     flops = {name: _matmul_flops_per_s(device, getattr(torch, name)) for name in _MATMUL_DTYPES}
     torch.cuda.empty_cache()

@@ -53,7 +53,7 @@ from agents import (
     Usage,
     extract_code,
 )
-from eval import BACKENDS, DEFAULT_BACKEND, EvalResult, EvaluatorClosed, Status, render_feedback
+from eval import DEFAULT_BACKEND, EvalResult, EvaluatorClosed, Status, backend_error, render_feedback
 from harness.progress import Display, RunStats
 from harness.response_cache import ResponseCache, request_key
 from harness.signals import deferred as deferred_signals, stop_reason
@@ -101,8 +101,8 @@ class LoopSettings:
             problems.append(f"turns must be >= 1, got {self.turns}")
         if self.samples < 1:
             problems.append(f"samples must be >= 1, got {self.samples}")
-        if self.backend not in BACKENDS:
-            problems.append(f"backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}")
+        if why := backend_error(self.backend):
+            problems.append(why)
         if self.max_concurrency < 1:
             problems.append(f"max_concurrency must be >= 1, got {self.max_concurrency}")
         # written `not x > 0`, not `x <= 0`, so that nan (which no comparison holds for, and so would never stop

@@ -81,6 +81,7 @@ from problems.runtime import (
     make_inputs,
     output_tensors,
     run_forward,
+    strict_precision,
     transformed,
 )
 
@@ -604,8 +605,7 @@ def lint_problem_here(problem: Problem, *, device: str = "cpu", scale: str = "au
                       budget: int = DEFAULT_BUDGET_BYTES) -> LintReport:
     """Lint one problem in this process (the subprocess worker calls this; so can trusted tests)."""
     if device == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        strict_precision()
         torch.backends.cudnn.benchmark = False
     report = LintReport(problem.id)
     start = time.perf_counter()

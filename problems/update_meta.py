@@ -24,7 +24,7 @@ import torch
 
 from problems.cost import measure_cost
 from problems.problem import Problem
-from problems.runtime import build_model, load_module, make_inputs, output_tensors, run_forward
+from problems.runtime import build_model, load_module, make_inputs, output_tensors, run_forward, strict_precision
 from problems.select import select_problems
 
 _DEFAULT_TOL = {"float32": 1e-4, "float64": 1e-7, "float16": 1e-2, "bfloat16": 1e-2}
@@ -85,8 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--numerics", action="store_true", help="compare with a higher-precision reference")
     parser.add_argument("--small", action="store_true", help="numerics at META['small'] sizes")
     args = parser.parse_args(argv)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    strict_precision()
     status = 0
     for problem in select_problems(args.selection):
         if args.numerics:

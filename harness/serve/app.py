@@ -21,7 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from agents import TurnRecord
-from eval import BACKENDS, DEFAULT_BACKEND, EvaluatorClosed
+from eval import DEFAULT_BACKEND, EvaluatorClosed, backend_error
 from harness.serve.queue import QueueFull
 from harness.serve.catalog import BadRequest, NotFound, refuse_non_text
 from harness.serve.ids import IdConflict
@@ -220,8 +220,8 @@ def create_app(service: Service, *, token: str | None, max_body_bytes: int = 8 <
 
     def backend_of(request: Request) -> str:
         backend = request.query_params.get("backend", DEFAULT_BACKEND)
-        if backend not in BACKENDS:
-            raise HTTPError(400, f"backend: must be one of {', '.join(BACKENDS)}", field="backend")
+        if why := backend_error(backend):
+            raise HTTPError(400, f"backend: {why}", field="backend")
         return backend
 
     @app.get("/v1/problems")
@@ -253,8 +253,8 @@ def create_app(service: Service, *, token: str | None, max_body_bytes: int = 8 <
         except BadRequest as exc:
             raise HTTPError(400, str(exc), field=exc.field) from None
         backend = body.get("backend", DEFAULT_BACKEND)
-        if backend not in BACKENDS:
-            raise HTTPError(400, f"backend: must be one of {', '.join(BACKENDS)}", field="backend")
+        if why := backend_error(backend):
+            raise HTTPError(400, f"backend: {why}", field="backend")
         history = body.get("history", [])
         try:
             p = service.find_problem(body["problem"])

@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from eval import BACKENDS, DEFAULT_BACKEND, EvalConfig, EvalResult, cache_key, render_feedback
+from eval import DEFAULT_BACKEND, EvalConfig, EvalResult, backend_error, cache_key, render_feedback
 from harness import overrides as ov
 from harness.cli import VERSION
 from harness.executors import make_evaluator
@@ -184,8 +184,8 @@ class Service:
         if len(code) > MAX_CODE_CHARS:
             raise BadRequest(prefix + "code", f"longer than {MAX_CODE_CHARS} characters")
         backend = body.get("backend", DEFAULT_BACKEND)
-        if backend not in BACKENDS:
-            raise BadRequest(prefix + "backend", f"must be one of {', '.join(BACKENDS)}")
+        if why := backend_error(backend):
+            raise BadRequest(prefix + "backend", why)
         preset = body.get("eval")
         if preset is not None and preset not in self.presets:
             raise BadRequest(prefix + "eval", f"unknown preset {preset!r}; valid: {', '.join(self.presets)}")

@@ -166,7 +166,7 @@ def test_missing_api_key_fails_before_any_work(server, base, tmp_path, monkeypat
         (["search=serial,sideways"], "unknown search 'sideways'"),
         (["budget.max_tokens=lots"], "budget.max_tokens must be an integer or null, got 'lots'"),
         (["turns=0"], "turns must be >= 1, got 0"),
-        (["backend=opencl"], "backend must be one of triton, cuda, gluon, helion; got 'opencl'"),
+        (["backend=opencl"], "unknown backend 'opencl'; valid: triton, cuda, gluon, helion"),
         (["name=../escape"], "name='../escape': use only letters, digits"),
     ],
 )

@@ -163,7 +163,7 @@ def test_cost_budget_counts_earlier_sessions(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [({"turns": 0}, "turns must be >= 1"), ({"samples": -1}, "samples must be >= 1"),
-     ({"backend": "metal"}, "backend must be one of triton, cuda"), ({"target_speedup": 0}, "target_speedup must be > 0"),
+     ({"backend": "metal"}, "unknown backend 'metal'; valid: triton, cuda"), ({"target_speedup": 0}, "target_speedup must be > 0"),
      ({"stop_grace_s": -1}, "stop_grace_s must be >= 0")],
 )
 def test_settings_are_checked(settings: dict, message: str) -> None:
