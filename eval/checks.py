@@ -25,8 +25,7 @@ import re
 import secrets
 import statistics
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, NoReturn
@@ -1154,28 +1153,12 @@ PIPELINE: tuple[Step, ...] = (
 )
 
 
-@contextmanager
-def steps_left_out(names: frozenset[str]) -> Iterator[None]:
-    """Run this process's pipeline without the named steps for a while: a diagnostic only, never a way to evaluate
-    (`harness bench eval --part steps` finds what bounds a GPU's rate by leaving steps out). A name that is no step
-    is refused: a renamed step would silently stay in."""
-    global PIPELINE
-    whole = PIPELINE
-    unknown = set(names) - {step.name for step in whole}
-    if unknown:
-        raise ValueError(f"no pipeline step named {sorted(unknown)}")
-    PIPELINE = tuple(step for step in whole if step.name not in names)
-    try:
-        yield
-    finally:
-        PIPELINE = whole
-
-
-def run_pipeline(ctx: Context) -> None:
-    """Run every step in order, holding the GPU gate per run of same-access steps; decide `correct` at the end."""
+def run_pipeline(ctx: Context, pipeline: Sequence[Step] = PIPELINE) -> None:
+    """Run every step of `pipeline` in order, holding the GPU gate per run of same-access steps; decide `correct` at
+    the end."""
     ctx.result.preset = ctx.config.preset
     runs = {"any", "timed", "gpu"} if ctx.on_gpu else {"any", "timed"} if ctx.timed else {"any"}
-    steps = [s for s in PIPELINE if s.runs in runs and s.enabled(ctx.config)]
+    steps = [s for s in pipeline if s.runs in runs and s.enabled(ctx.config)]
     i = 0
     while i < len(steps):
         j = i

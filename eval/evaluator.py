@@ -109,15 +109,17 @@ class Evaluator:
     """Evaluates candidates against problems. Use as a context manager; reuse across calls."""
 
     def __init__(self, config: EvalConfig | None = None, *, host_gpu_ids: Sequence[str] = (),
-                 confined: bool = True):
+                 confined: bool = True, pipeline: Sequence[checks.Step] = checks.PIPELINE):
         """`host_gpu_ids`: the host's names of the GPUs this process sees, in order, where they differ from the
         visible indices (Ray renumbers an actor's GPUs from 0), so that a result names the host's GPU.
         `confined=False` starts evaluation workers with no namespace, mount or memory limit: only for measuring
         what confinement costs (`harness bench eval --part confinement`); every result says so
-        (`filesystem_isolated`)."""
+        (`filesystem_isolated`). `pipeline`: the checks, in order; another than `checks.PIPELINE` is a diagnostic
+        (`harness bench eval --part steps` leaves steps out), so its verdicts are never cached."""
         self.config = config or EvalConfig()
         self._host_gpu_ids = list(host_gpu_ids)
         self._confined = confined
+        self._pipeline = tuple(pipeline)
         protect_parent()
         strict_precision()
         reaper.sweep_stale()
@@ -136,7 +138,7 @@ class Evaluator:
         gib = self.config.max_worker_memory_gib
         self._memory_limit = int(gib * GIB) if gib else default_limit_bytes(per_device * len(self.gpu_indices))
         root = self.config.cache_dir
-        self._cache = JsonCache(root, "results") if root else None
+        self._cache = JsonCache(root, "results") if root and self._pipeline == checks.PIPELINE else None
         self._baselines = JsonCache(root, "baselines") if root else None
         self._ceilings = _ceilings(root, self.device, self.device_name) if use_cuda else None
         # before any worker starts: they all read it (none where the installation has its own bytecode)
@@ -408,7 +410,7 @@ class Evaluator:
             with lease.gate.hold("exclusive" if alone else "none"):
                 if alone and lease.device.type == "cuda":
                     torch.cuda.empty_cache()  # what the attempt that ran out of memory left cached here
-                checks.run_pipeline(ctx)
+                checks.run_pipeline(ctx, self._pipeline)
         except RetryAlone:
             lease.worker.kill()  # its device memory is free before the retry starts, not later in the background
             raise

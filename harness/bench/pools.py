@@ -16,11 +16,11 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
-from eval import OUTSIDE_PARTS, EvalConfig, EvalResult, Evaluator, Job
+from eval import OUTSIDE_PARTS, PIPELINE, EvalConfig, EvalResult, Evaluator, Job, Step
 from harness.corpus.candidates import BenchJob
 from harness.progress import Tally
 
@@ -202,12 +202,14 @@ def results_summary(name: str, batch: list[BenchJob], results: list[EvalResult],
     return row
 
 
-def run_pool(batch: list[BenchJob], confined: bool = True, **overrides: Any) -> dict[str, Any]:
-    """The warm pool over every GPU (or `overrides`), the whole batch in flight (`confined`: see `Evaluator`)."""
+def run_pool(batch: list[BenchJob], confined: bool = True, pipeline: Sequence[Step] = PIPELINE,
+             **overrides: Any) -> dict[str, Any]:
+    """The warm pool over every GPU (or `overrides`), the whole batch in flight (`confined`, `pipeline`: see
+    `Evaluator`)."""
     with tempfile.TemporaryDirectory() as cache:
         config = bench_config(cache, **overrides)
         t_start = time.perf_counter()
-        with Evaluator(config, confined=confined) as ev:
+        with Evaluator(config, confined=confined, pipeline=pipeline) as ev:
             ev.wait_warm(600)
             warm_s = time.perf_counter() - t_start
             with GpuBusySampler(config.gpus) as sampler, Load(ev) as load:

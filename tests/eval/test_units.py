@@ -307,19 +307,6 @@ def test_a_result_names_the_hosts_gpu_where_ray_renumbered_them():
     assert host_gpu_index(["2"], None) is None  # the CPU
 
 
-def test_steps_left_out_leaves_them_out_for_a_while_and_refuses_a_name_that_is_no_step() -> None:
-    from eval import checks, steps_left_out
-
-    whole = checks.PIPELINE
-    with steps_left_out(frozenset({"timing", "host_bound"})):
-        assert [s.name for s in checks.PIPELINE] == [s.name for s in whole if s.name not in ("timing", "host_bound")]
-    assert checks.PIPELINE is whole
-    with pytest.raises(ValueError, match=r"no pipeline step named \['tming'\]"):
-        with steps_left_out(frozenset({"tming"})):
-            pass
-    assert checks.PIPELINE is whole
-
-
 @pytest.mark.slow  # starts two evaluators
 def test_a_crash_is_never_cached_and_an_evaluation_cut_by_close_has_no_verdict(tmp_path):
     """A process's end may be the host's doing: a stop signal to the whole process group, or `close()` stopping
