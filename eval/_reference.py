@@ -133,7 +133,7 @@ class Reference:
         most `limit_bytes` (this module itself where they already do, or where no such constant is left), and its size
         overrides. Found once per problem, size and limit in this process: a fact of the problem's shapes, which costs
         a full-size draw and a load of the source a step."""
-        key = (self.problem.source_hash, self.small, limit_bytes)
+        key = (self.problem.source_hash, self.small, limit_bytes, tuple(names))
         with _modules_lock:
             if key in _fitted:
                 return _fitted[key]

@@ -68,6 +68,7 @@ from problems import (
     public_source,
     scaled_atol,
     scaled_floats,
+    sizes_varied_by_extras,
     transformed,
 )
 
@@ -428,13 +429,27 @@ def _laid_out(module: Any, device: torch.device, change: Any, seed: int) -> list
     return change(draw_inputs(module, seed, device))
 
 
+# the derived workloads of a problem with hidden shapes of its own: only those past its shapes (which already
+# make its sizes odd and small), over the sizes those shapes vary (`runtime.sizes_varied_by_extras`)
+PAST_OWN_SHAPES = ("wide rows", "narrow rows")
+
+
 def derived_workload_trials(ctx: Context, module: Any, fitted: dict[str, Any]) -> list[Trial]:
     """Hidden workloads, never shown to the agent, for every problem: its constants that only get_inputs() reads
-    (batch, sequence...) made odd, prime, or a single row (`runtime.derived_workloads`), from `module`'s sizes (its
-    `fitted` overrides: `_fitting_module`), drawn from that module; skipped where the reference itself fails on it. A
-    verdict names the kind, never the sizes."""
+    (batch, sequence...) made odd, prime, a single row, wide or narrow rows (`runtime.derived_workloads`), from
+    `module`'s sizes (its `fitted` overrides: `_fitting_module`), drawn from that module; for a problem whose own
+    hidden shapes read those sizes (none is input-only then), wide and narrow rows over the sizes its shapes vary,
+    from its sizes fitted the same way. Skipped where the reference itself fails on it. A verdict names the kind,
+    never the sizes."""
+    assert ctx.reference is not None
+    names, kinds = input_only_constants(ctx.problem.source), None
+    if not names and (names := sizes_varied_by_extras(ctx.problem.source)):
+        module, fitted = ctx.reference.fitted(CARRY_LIMIT_BYTES, names)
+        kinds = PAST_OWN_SHAPES
     trials = []
-    for kind, workload in derived_workloads(module, input_only_constants(ctx.problem.source)).items():
+    for kind, workload in derived_workloads(module, names).items():
+        if kinds is not None and kind not in kinds:
+            continue
         overrides = {**(ctx.problem.meta["small"] if ctx.small else {}), **fitted, **workload}
         try:
             module = load_source(ctx.problem.source, f"<{ctx.problem.id} derived>", overrides)

@@ -55,6 +55,7 @@ _EXPORTS = {
     "run_forward": "problems.runtime",
     "seed_everything": "problems.runtime",
     "set_precision": "problems.runtime",
+    "sizes_varied_by_extras": "problems.runtime",
     "strict_precision": "problems.runtime",
     "transformed": "problems.runtime",
     "select_entries": "problems.select",

@@ -74,18 +74,51 @@ def input_only_constants(source: str) -> list[str]:
     return sorted(n for n in assigned & reads.get("get_inputs", set()) if n not in elsewhere)
 
 
+def sizes_varied_by_extras(source: str) -> list[str]:
+    """Module-level names from which get_extra_inputs() computes another size (`ROWS // 2 + 1`) and that nothing
+    but the two input functions reads: sizes the problem's own hidden shapes already vary (so a kernel must take
+    any value of them), which a workload past those shapes may vary further. A name get_extra_inputs() passes on
+    as it is (`HEAD_DIM`) is one the problem keeps."""
+    tree = parse_python(source)
+    assigned: set[str] = set()
+    elsewhere: set[str] = set()
+    varied: set[str] = set()
+    for node in tree.body:
+        loads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        if isinstance(node, ast.FunctionDef) and node.name == "get_extra_inputs":
+            varied |= {n.id for op in ast.walk(node) if isinstance(op, ast.BinOp)
+                       for n in ast.walk(op) if isinstance(n, ast.Name)}
+        elif not (isinstance(node, ast.FunctionDef) and node.name == "get_inputs"):
+            elsewhere |= loads
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            assigned.add(node.targets[0].id)
+    return sorted((varied & assigned) - elsewhere)
+
+
 def derived_workloads(module: types.ModuleType, names: list[str]) -> dict[str, dict[str, int]]:
-    """Hidden workloads, by kind: each of `names` (constants only get_inputs() reads) that is an int of at least 4
-    roughly halved and made odd (4096 -> 2049), or made the largest prime under that (4096 -> 2039), and a single row
-    (the batch-like constant, else the first, set to 1): sizes no block divides, so a kernel that hard-codes the
-    published sizes, or assumes they fill its blocks, is found. Never larger than the published sizes."""
+    """Hidden workloads, by kind, from each of `names` (constants only get_inputs() reads) that is an int of at
+    least 4: every one roughly halved and made odd (4096 -> 2049), or made the largest prime under that
+    (4096 -> 2039); a single row (the batch-like constant, else the first, set to 1); and, where a second such
+    size follows the rows' (the last defined: the row's width), wide rows (4x + 1 the width, a fifth the rows: a
+    kernel with another path past its widest tile, or a tile that only fits the published width, is found) and
+    narrow rows (3 wide, 4x + 1 the rows: one row is less than any block). Sizes no block divides, so a kernel that
+    hard-codes the published sizes, or assumes they fill its blocks, is found; never more elements than published."""
     sizes = {n: v for n in names if isinstance(v := getattr(module, n, None), int) and not isinstance(v, bool) and v >= 4}
     if not sizes:
         return {}
-    rows = next((n for n in sizes if "batch" in n.lower()), next(iter(sizes)))
-    return {"odd sizes": {n: (v // 2 + 1) | 1 for n, v in sizes.items()},
-            "prime sizes": {n: _prime_at_most((v // 2 + 1) | 1) for n, v in sizes.items()},
-            "a single row": {rows: 1}}
+    defined = [n for n in vars(module) if n in sizes]  # in the source's order: the width is defined last
+    rows = next((n for n in defined if "batch" in n.lower()), defined[0])
+    workloads = {"odd sizes": {n: (v // 2 + 1) | 1 for n, v in sizes.items()},
+                 "prime sizes": {n: _prime_at_most((v // 2 + 1) | 1) for n, v in sizes.items()},
+                 "a single row": {rows: 1}}
+    widths = [n for n in defined if n != rows]
+    if widths:
+        width, r, w = widths[-1], sizes[rows], sizes[widths[-1]]
+        if r >= 5:  # r // 5 rows of 4w + 1: at most r * w elements
+            workloads["wide rows"] = {rows: r // 5, width: 4 * w + 1}
+        if w >= 16:  # 4r + 1 rows of 3: at most r * w elements
+            workloads["narrow rows"] = {rows: 4 * r + 1, width: 3}
+    return workloads
 
 
 def _prime_at_most(n: int) -> int:

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from eval import Status
-from problems import VALUE_SHAPES, compare, derive_seed
+from problems import (VALUE_SHAPES, compare, derive_seed, derived_workloads, input_only_constants, load_source,
+                      sizes_varied_by_extras)
 from problems.problem import problem_from_source
 from problems.variants import HEAVY_COUNT
 
@@ -154,9 +155,12 @@ class ModelNew(nn.Module):
     def forward(self, x):
         {prepare}
         out = torch.empty({shape}, device=x.device, dtype=x.dtype)
-        softmax_kernel[({grid},)](x, out, {stride}, x.shape[1], BLOCK=256)
+        softmax_kernel[({grid},)](x, out, {stride}, x.shape[1], BLOCK={block})
         return out
 '''
+
+
+HONEST_BLOCK = "triton.next_power_of_2(x.shape[1])"  # one tile as wide as the row, whatever its width
 
 
 def _rows_problem():
@@ -169,15 +173,17 @@ def _rows_problem():
     ("contiguity assumed (row stride from the width)", dict(prepare="pass", stride="x.shape[1]"),
      ("non-contiguous inputs", "transposed inputs")),
     ("the published shape hard-coded", dict(shape="(64, 256)"), None),
-], ids=["row-stride", "hard-coded-shape"])
+    ("a tile as wide as the published row, no loop past it", dict(block="256"), ("wide rows",)),
+], ids=["row-stride", "hard-coded-shape", "tile-of-the-published-width"])
 def test_a_shape_bug_is_caught_on_a_hidden_workload_named_by_kind_without_sizes(evaluator, bug, fields, kind):
-    honest = dict(prepare="x = x.contiguous()", grid="x.shape[0]", stride="x.stride(0)", shape="x.shape")
+    honest = dict(prepare="x = x.contiguous()", grid="x.shape[0]", stride="x.stride(0)", shape="x.shape",
+                  block=HONEST_BLOCK)
     r = evaluator.evaluate(_rows_problem(), ROWS_CANDIDATE.format(**{**honest, **fields}))
     assert r.status in (Status.INCORRECT, Status.RUNTIME_ERROR), f"{bug}: {r.status}: {r.reason}"
     assert "on a hidden workload with " in r.reason, r.reason
     if kind:
         assert any(f"on a hidden workload with {k}" in r.reason and r.workloads[k] == "failed" for k in kind), r.workloads
-    for size in ("33", "31", "65", "63", "127", "129"):  # no hidden size reaches the verdict
+    for size in ("33", "31", "65", "63", "127", "129", "1025", "257"):  # no hidden size reaches the verdict
         assert size not in r.reason, r.reason
 
 
@@ -185,8 +191,62 @@ def test_a_shape_bug_is_caught_on_a_hidden_workload_named_by_kind_without_sizes(
 @pytest.mark.timeout(900)
 def test_an_honest_row_kernel_passes_every_workload(evaluator):
     r = evaluator.evaluate(_rows_problem(), ROWS_CANDIDATE.format(prepare="x = x.contiguous()", grid="x.shape[0]",
-                                                                  stride="x.stride(0)", shape="x.shape"))
+                                                                  stride="x.stride(0)", shape="x.shape",
+                                                                  block=HONEST_BLOCK))
     assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
     assert {k: v for k, v in r.workloads.items() if v != "passed"} == {}, r.workloads
-    assert set(r.workloads) == {"odd sizes", "prime sizes", "a single row", "transposed inputs",
-                                "non-contiguous inputs"}, r.workloads
+    assert set(r.workloads) == {"odd sizes", "prime sizes", "a single row", "wide rows", "narrow rows",
+                                "transposed inputs", "non-contiguous inputs"}, r.workloads
+
+
+def test_derived_workloads_keep_to_the_published_element_count_and_need_a_width_for_wide_and_narrow_rows():
+    rows = load_source(ROWS_PROBLEM, "<rows>")
+    workloads = derived_workloads(rows, ["batch_size", "dim"])
+    assert workloads["wide rows"] == {"batch_size": 12, "dim": 1025}
+    assert workloads["narrow rows"] == {"batch_size": 257, "dim": 3}
+    for kind, sizes in workloads.items():
+        shape = {"batch_size": 64, "dim": 256, **sizes}
+        assert shape["batch_size"] * shape["dim"] <= 64 * 256, kind
+    flat = load_source(ROWS_PROBLEM.replace("dim = 256", "dim = 8"), "<flat>")
+    assert set(derived_workloads(flat, ["batch_size", "dim"])) == {"odd sizes", "prime sizes", "a single row",
+                                                                   "wide rows"}  # a row of 8: none narrower
+    one = load_source(ROWS_PROBLEM, "<one>")
+    assert set(derived_workloads(one, ["batch_size"])) == {"odd sizes", "prime sizes", "a single row"}  # no width
+
+
+OWN_SHAPES_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+ROWS = 64
+COLS = 256
+HEAD_DIM = 32
+
+
+class Model(nn.Module):
+    def forward(self, x, y):
+        return torch.softmax(x, dim=-1), y * 2
+
+
+def get_inputs():
+    return [torch.randn(ROWS, COLS), torch.randn(ROWS, HEAD_DIM)]
+
+
+def get_extra_inputs():
+    return [[torch.randn(ROWS // 2 + 1, COLS // 4 + 3), torch.randn(ROWS // 2 + 1, HEAD_DIM)]]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_problem_with_shapes_of_its_own_gets_wide_and_narrow_rows_over_the_sizes_they_vary():
+    """Its own hidden shapes read every size, so none is input-only; the ones they compute another size from (ROWS,
+    COLS) are the ones a kernel must take at any value, and the ones they pass on as they are (HEAD_DIM) stay."""
+    assert input_only_constants(OWN_SHAPES_PROBLEM) == []
+    assert sizes_varied_by_extras(OWN_SHAPES_PROBLEM) == ["COLS", "ROWS"]
+    module = load_source(OWN_SHAPES_PROBLEM, "<own shapes>")
+    workloads = derived_workloads(module, sizes_varied_by_extras(OWN_SHAPES_PROBLEM))
+    assert workloads["wide rows"] == {"ROWS": 12, "COLS": 1025} and workloads["narrow rows"] == {"ROWS": 257, "COLS": 3}
+    assert sizes_varied_by_extras(ROWS_PROBLEM) == []  # no shapes of its own: its sizes are input-only instead
