@@ -81,7 +81,9 @@ def test_kernels_task_sends_our_prompts_and_feedback_and_scores_our_verdicts(tmp
     assert score.explanation.startswith("Status: correct\nReason: correct (CPU interpreter")
     assert [(t["turn"], t["status"]) for t in score.metadata["turns"]] == [(1, "format_error"), (2, "correct")]
     assert score.metadata["turn"] == 2 and score.metadata["speedup"] is None  # the interpreter times nothing
-    assert score.metadata["result"]["kernels"]["own_kernels_launched"] == ["_softmax_row_kernel"]
+    # both of the solution's kernels: the wide rows past its own shapes take its path for rows past its widest tile
+    assert score.metadata["result"]["kernels"]["own_kernels_launched"] == ["_softmax_online_kernel",
+                                                                           "_softmax_row_kernel"]
 
     _, refused = extract_candidate(no_code, softmax.id, "triton")
     history = [TurnRecord(turn=1, reply=no_code, code=None, feedback=render_feedback(refused))]
