@@ -35,8 +35,11 @@ def test_a_loss_over_every_tenth_element_misses_the_sparse_heavy_trial_for_20_se
     there are 2 x 23 (23 is prime: k * c != 23 for every stride k but 23, any start), so it is off by at least one
     heavy weight over n, past the evaluator's fp32 tolerance (1e-4) for every one of 20 secrets in a row, not for some
     seeds. (A sum is exact only up to the tolerance, so the guarantee is a heavy weight over n against atol: it holds
-    while n < H**2 / atol, here 2**16 against ~2**17; KernelBench's atol of 1e-2 is 100 times looser.)"""
-    a, b = torch.randn(1 << 16), torch.randn(1 << 16)
+    while n < H**2 / atol, here 2**16 against ~2**17; KernelBench's atol of 1e-2 is 100 times looser.) The inputs
+    are one fixed draw: with the global generator's state left by other tests, one draw let the subsample of secret
+    11 through (2026-12-02), so the margin is a property of the draw too, not of the secrets alone."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(1 << 16, generator=g), torch.randn(1 << 16, generator=g)
     change = VALUE_SHAPES["sparse-heavy"][1]
     for secret in range(20):
         seed = derive_seed(secret, "variant-sparse-heavy")
