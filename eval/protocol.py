@@ -491,7 +491,8 @@ def _build(cls: type, header: dict[str, Any]) -> Any:
             continue
         value = header[name]
         if not _conforms(value, hint):
-            raise ProtocolError(f"{cls.__name__}.{name}: {str(value)[:80]!r} does not fit {getattr(hint, '__name__', hint)}")
+            fits = getattr(hint, "__name__", hint)
+            raise ProtocolError(f"{cls.__name__}.{name}: {str(value)[:80]!r} does not fit {fits}")
         values[name] = hint(value) if isinstance(hint, type) and issubclass(hint, Enum) else value
     unknown = set(header) - set(hints) - {"cmd"}
     if unknown:

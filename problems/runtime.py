@@ -56,10 +56,9 @@ def load_source(source: str, label: str, overrides: dict[str, Any] | None = None
     return module
 
 
-def input_only_constants(source: str) -> list[str]:
-    """Module-level names that get_inputs() reads and nothing else in the problem does (a batch size, a sequence
-    length): changing one changes the inputs, never the model, so the model built once runs on both workloads."""
-    tree = parse_python(source)
+def _module_reads(tree: ast.Module) -> tuple[dict[str, set[str]], set[str]]:
+    """The names each top-level function or class loads (module-level statements under "<module>"), and the names
+    assigned at module level: what decides which constants only the inputs read."""
     reads: dict[str, set[str]] = {}
     assigned: set[str] = set()
     for node in tree.body:
@@ -70,7 +69,18 @@ def input_only_constants(source: str) -> list[str]:
             reads.setdefault("<module>", set()).update(loads)
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 assigned.add(node.targets[0].id)
-    elsewhere = set().union(*(names for owner, names in reads.items() if owner != "get_inputs"))
+    return reads, assigned
+
+
+def _read_outside(reads: dict[str, set[str]], owners: tuple[str, ...]) -> set[str]:
+    return set().union(*(names for owner, names in reads.items() if owner not in owners))
+
+
+def input_only_constants(source: str) -> list[str]:
+    """Module-level names that get_inputs() reads and nothing else in the problem does (a batch size, a sequence
+    length): changing one changes the inputs, never the model, so the model built once runs on both workloads."""
+    reads, assigned = _module_reads(parse_python(source))
+    elsewhere = _read_outside(reads, ("get_inputs",))
     return sorted(n for n in assigned & reads.get("get_inputs", set()) if n not in elsewhere)
 
 
@@ -80,19 +90,11 @@ def sizes_varied_by_extras(source: str) -> list[str]:
     any value of them), which a workload past those shapes may vary further. A name get_extra_inputs() passes on
     as it is (`HEAD_DIM`) is one the problem keeps."""
     tree = parse_python(source)
-    assigned: set[str] = set()
-    elsewhere: set[str] = set()
-    varied: set[str] = set()
-    for node in tree.body:
-        loads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-        if isinstance(node, ast.FunctionDef) and node.name == "get_extra_inputs":
-            varied |= {n.id for op in ast.walk(node) if isinstance(op, ast.BinOp)
-                       for n in ast.walk(op) if isinstance(n, ast.Name)}
-        elif not (isinstance(node, ast.FunctionDef) and node.name == "get_inputs"):
-            elsewhere |= loads
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            assigned.add(node.targets[0].id)
-    return sorted((varied & assigned) - elsewhere)
+    reads, assigned = _module_reads(tree)
+    extras = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "get_extra_inputs"]
+    varied = {n.id for node in extras for op in ast.walk(node) if isinstance(op, ast.BinOp)
+              for n in ast.walk(op) if isinstance(n, ast.Name)}
+    return sorted((varied & assigned) - _read_outside(reads, ("get_inputs", "get_extra_inputs")))
 
 
 def derived_workloads(module: types.ModuleType, names: list[str]) -> dict[str, dict[str, int]]:

@@ -218,11 +218,13 @@ class Worker:
         import_s = time.perf_counter() - t0
         model_new = getattr(module, "ModelNew", None)
         if model_new is None:
-            return p.LoadReply(ok=False, stage=p.FailureStage.FORMAT, error="the candidate module defines no ModelNew"), []
+            return p.LoadReply(ok=False, stage=p.FailureStage.FORMAT,
+                               error="the candidate module defines no ModelNew"), []
         try:
             candidate = build_model(_Constructor(model_new, problem), msg.weight_seed)
             if not isinstance(candidate, torch.nn.Module):
-                return p.LoadReply(ok=False, stage=p.FailureStage.FORMAT, error="ModelNew(...) is not a torch.nn.Module"), []
+                return p.LoadReply(ok=False, stage=p.FailureStage.FORMAT,
+                                   error="ModelNew(...) is not a torch.nn.Module"), []
         except BaseException as exc:  # noqa: BLE001
             return _failure(p.FailureStage.CONSTRUCT, exc, p.LoadReply), []
         copied, note = 0, ""
@@ -325,7 +327,8 @@ class Worker:
             sets = [t.to(self.device) for t in tensors]
             groups = [sets[k * n:(k + 1) * n] for k in range(count)] if n * count == len(sets) else []
         if not groups or len(groups) != count or any(len(g) != n for g in groups):
-            return p.StageReply(ok=False, stage=p.FailureStage.STAGE, error="staged tensor count does not match the set counts"), []
+            return p.StageReply(ok=False, stage=p.FailureStage.STAGE,
+                                error="staged tensor count does not match the set counts"), []
         self.trial_buffers.clear()  # the trials are over: their buffers' memory goes to timing
         subject.spec, subject.sets = msg.args, groups
         subject.buffers = [timing.same_layout_buffer(t) for t in groups[0]]
@@ -351,7 +354,8 @@ class Worker:
                 reply.triton_own = self.tracer.own_launches(CANDIDATE_MODULE)
                 reply.languages = self.tracer.own_languages(CANDIDATE_MODULE)  # issue 56
         except tracing.TracerTampered as exc:
-            return p.KernelsReply(ok=False, stage=p.FailureStage.INTEGRITY, error=f"forged the record of Triton launches: {exc}"), []
+            return p.KernelsReply(ok=False, stage=p.FailureStage.INTEGRITY,
+                                  error=f"forged the record of Triton launches: {exc}"), []
         return reply, []
 
     def cmd_back_to_back(self, msg: p.BackToBack, tensors: list[torch.Tensor]) -> Handled:
@@ -452,7 +456,8 @@ class Worker:
 
     def cmd_window_run(self, msg: p.WindowRun, tensors: list[torch.Tensor]) -> Handled:
         if self.attached is None:
-            return p.WindowRunReply(ok=False, stage=p.FailureStage.STAGE, error="no observed-timing buffer is attached"), []
+            return p.WindowRunReply(ok=False, stage=p.FailureStage.STAGE,
+                                    error="no observed-timing buffer is attached"), []
         forward = self._forward_leaves(self.subjects["candidate"], msg.grad) if msg.reps else lambda t: []
         return p.WindowRunReply(own_ms=self.attached.run(msg.seq, msg.reps, forward)), []
 
