@@ -206,9 +206,11 @@ HOSTILE: dict[str, tuple[str, str, str]] = {
     "regenerate_inputs": (variant(FORWARD, """        torch.manual_seed(42)
         a, b = torch.randn(a.shape).to(a.device), torch.randn(b.shape).to(b.device)
 """ + FORWARD), "incorrect", "values differ"),
+    # the first trial after the warm-up is in the secret's order: a published draw finds the values differ, a hidden
+    # workload finds the shape differs; both name the stale output
     "cached_first_output": (variant(FORWARD, """        if hasattr(self, '_cache'):
             return self._cache.clone()
-""" + edit(FORWARD, RETURN, "        self._cache = out\n" + RETURN)), "incorrect", "values differ"),
+""" + edit(FORWARD, RETURN, "        self._cache = out\n" + RETURN)), "incorrect", "differ"),
     # the inputs of every trial sit at the same addresses with new values: the memo hits at trial 1, always
     "pointer_keyed_memo": (variant(FORWARD, """        key = (a.data_ptr(), b.data_ptr())
         memo = self.__dict__.setdefault('memo', {})
