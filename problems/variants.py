@@ -20,11 +20,11 @@ import torch
 from problems.runtime import derive_seed
 
 Variant = Callable[[list[Any], int], "list[Any] | None"]
-# A secret sparse set of this many heavy elements per input: a prime, so no stride k but itself divides it, and a
-# reduction over every k-th element (any start) sees k * (heavy ones it met) != HEAVY_COUNT of them: it is off by at
-# least one heavy element's weight, every time (`sparse_heavy`).
+# A secret sparse set of this many heavy positions per input shape: a prime, so no stride k but itself divides it, and
+# a reduction over every k-th element (any start) sees k * (heavy ones it met) != HEAVY_COUNT of them: it is off by at
+# least one heavy term, every time (`sparse_heavy`).
 HEAVY_COUNT = 23
-_LIGHT_SHRINK = 1 / 64  # the other elements' spread around the range's middle: the heavy ones dominate a reduction
+_LIGHT_SHRINK = 1 / 1024  # the other elements' spread around the range's middle: heavy ones dominate, past its noise
 
 
 def _generator(t: torch.Tensor, seed: int, use: str) -> torch.Generator:
@@ -64,19 +64,44 @@ def _redrawn(t: torch.Tensor, seed: int, bimodal: bool) -> torch.Tensor:
     return torch.where(near_hi, hi - (hi - lo) * u, lo + (hi - lo) * u)
 
 
-def sparse_heavy(t: torch.Tensor, seed: int) -> torch.Tensor | None:
-    """HEAVY_COUNT secret elements at the end of t's observed range with the larger magnitude, the rest shrunk to
-    1/64 of their spread around the range's middle: all in range, and a sum is HEAVY_COUNT heavy weights plus little.
-    A reduction over every k-th element (any k > 1 but HEAVY_COUNT, any start) is off by at least one heavy weight."""
-    if t.numel() < 4 * HEAVY_COUNT:
-        return None
+def sparse_heavy(shared: bool, opposed: bool = False) -> Variant:
+    """HEAVY_COUNT secret heavy positions: each float input's own, or (`shared`) one set for every float input of a
+    shape. At them an input takes an end of its observed range: the first of a set the end with the larger magnitude,
+    the others the same end (high where the first took high) or, `opposed`, alternately the opposite one; the rest of
+    each input is shrunk to 1/1024 of its spread around the range's middle. All values stay in range.
+
+    A reduction over every k-th element (any k > 1 but HEAVY_COUNT, any start) meets m of a set's heavy positions and
+    is off by |k * m - HEAVY_COUNT| >= 1 heavy terms. With shared positions a reduction over an elementwise function
+    g of same-shaped inputs is one kind of heavy term, so no two inputs' errors can cancel (as they can with positions
+    of their own, whose terms differ): a product is heavy with the ends alike, a difference (a loss of predictions
+    and targets) with them opposed; a function of a heavy and a light value (a divergence) needs positions of their
+    own. The guarantee is a heavy term against the tolerance: g's heavy value over the count a mean divides by, past
+    atol. None where no float input has 4 * HEAVY_COUNT elements."""
+    def variant(inputs: list[Any], seed: int) -> list[Any] | None:
+        sets: dict[object, list[int]] = {}
+        for i in _floats(inputs):
+            if inputs[i].numel() >= 4 * HEAVY_COUNT:
+                sets.setdefault(tuple(inputs[i].shape) if shared else i, []).append(i)
+        out = list(inputs)
+        for members in sets.values():
+            first = inputs[members[0]]
+            picks = torch.randperm(first.numel(), generator=_generator(first, (seed + members[0]) % 2**63, "heavy"),
+                                   device=first.device)[:HEAVY_COUNT]
+            lo, hi = _range(first)
+            first_high = bool(hi.abs() >= lo.abs())
+            for order, i in enumerate(members):
+                out[i] = _heavy_at(inputs[i], picks, high=first_high != (opposed and order % 2 == 1))
+        return out if sets else None
+    return variant
+
+
+def _heavy_at(t: torch.Tensor, picks: torch.Tensor, high: bool) -> torch.Tensor:
+    """t shrunk around its range's middle, with the elements at `picks` (flat) at the high (or low) end of its range."""
     lo, hi = _range(t)
     mid = (lo + hi) / 2
-    heavy = hi if hi.abs() >= lo.abs() else lo
     out = (mid + (t.double() - mid) * _LIGHT_SHRINK).reshape(-1)
-    picks = torch.randperm(t.numel(), generator=_generator(t, seed, "heavy"), device=t.device)[:HEAVY_COUNT]
-    out[picks] = heavy
-    return out.reshape(t.shape)
+    out[picks.to(t.device)] = hi if high else lo
+    return out.reshape(t.shape).to(t.dtype)
 
 
 def _permuted(inputs: list[Any], seed: int) -> list[Any] | None:
@@ -114,8 +139,13 @@ VALUE_SHAPES: dict[str, tuple[str, Variant]] = {  # name -> (what it does, as a 
                      _each_float(lambda t, seed: _redrawn(t, seed, bimodal=False))),
     "bimodal": ("values re-drawn inside each input's published range, concentrated near both ends",
                 _each_float(lambda t, seed: _redrawn(t, seed, bimodal=True))),
-    "sparse-heavy": ("a secret sparse set of heavy elements inside the published range, the rest near its middle",
-                     _each_float(sparse_heavy)),
+    "sparse-heavy": ("a secret sparse set of heavy elements inside each input's published range, the rest near its "
+                     "middle", sparse_heavy(shared=False)),
+    "sparse-heavy-shared": ("heavy elements at secret positions shared by same-shaped inputs, at like ends of their "
+                            "published ranges, the rest near the middle", sparse_heavy(shared=True)),
+    "sparse-heavy-opposed": ("heavy elements at secret positions shared by same-shaped inputs, at opposite ends of "
+                             "their published ranges, the rest near the middle",
+                             sparse_heavy(shared=True, opposed=True)),
     "permuted": ("the inputs' rows shuffled relative to each other", _permuted),
     "target-correlated": ("float inputs correlated with the integer targets", _target_correlated),
 }
