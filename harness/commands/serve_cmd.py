@@ -64,15 +64,15 @@ def run(args: argparse.Namespace) -> int:
             return 2
     overrides = list(args.overrides)
     from harness import overrides as ov
+    from harness.serve.rewards import RewardError  # before the try: its except clause names them
+    from harness.store import StoreError
 
     try:
         if not any(ov.parse([o])[0].key_or_group in ("problems", "problems.spec") for o in overrides):
             overrides.insert(0, "problems=all")
         for module in args.rewards:
             importlib.import_module(module)
-        from harness.serve.rewards import RewardError
         from harness.serve.service import Service
-        from harness.store import StoreError
 
         service = Service(overrides, name=args.name, max_queue=args.max_queue, reward=args.reward,
                           allow_problem_source=not args.no_problem_source, log=_say)

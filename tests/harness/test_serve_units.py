@@ -99,6 +99,8 @@ def test_catalog_refuses_problem_sources_when_told():
     (["serve", "--no-auth", "eval.nonesuch=1"], {}, "unknown config key 'eval.nonesuch'"),
     (["serve", "--no-auth", "--reward", "nonesuch"], {}, "unknown reward"),
     (["serve", "--no-auth", "--max-queue", "0"], {}, "--max-queue must be >= 1"),
+    # a reward plugin that cannot be imported is named (the handler once named a class bound after the import)
+    (["serve", "--no-auth", "--rewards", "no_such_reward_plugin"], {}, "No module named 'no_such_reward_plugin'"),
 ])
 def test_serve_refuses_bad_settings_before_starting(argv, env, phrase, capsys, monkeypatch):
     from harness.cli import main
