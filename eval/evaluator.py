@@ -25,12 +25,13 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from eval import _bytecode, checks, measure, problem_check, _reaper as reaper, static_checks, _stopwatch as stopwatch
+from eval import _bytecode, checks, context, measure, problem_check, _reaper as reaper, staging, static_checks
+from eval import _stopwatch as stopwatch
 from eval import protocol as p
 from eval.backends import DEFAULT_BACKEND, NEEDS_GPU, check_backend  # issue 56: NEEDS_GPU
 from eval.builds import Build, Builder, Claim, needs_build
 from eval.cache import JsonCache, cache_key
-from eval.checks import Context, RetryAlone, RetryEager, Verdict, trim
+from eval.context import Context, RetryAlone, RetryEager, Verdict, trim
 from eval.config import EvalConfig
 from eval.pool import WorkerPool
 from eval._reference import Reference, encode_args, traced_cost, use_small_sizes
@@ -405,7 +406,7 @@ class Evaluator:
                       result=result, small=small, build=built, ceilings=self._ceilings, alone=alone, graphs=graphs,
                       seat=lease.windows.join((job.problem.source_hash, small, graphs)) if self._shares_timing(
                           lease, alone) else None)
-        lease.worker.cap_replies(checks.reply_cap(self.config))  # until this problem's trials say more
+        lease.worker.cap_replies(context.reply_cap(self.config))  # until this problem's trials say more
         try:
             with lease.gate.hold("exclusive" if alone else "none"):
                 if alone and lease.device.type == "cuda":
@@ -431,7 +432,7 @@ class Evaluator:
             if ctx.session is not None:
                 ctx.session.close()
             self._pool.release(lease)
-            if checks.holds_large_tensors(ctx):  # the parent's cached blocks would crowd the next evaluations
+            if staging.holds_large_tensors(ctx):  # the parent's cached blocks would crowd the next evaluations
                 torch.cuda.empty_cache()
 
     def _shares_timing(self, lease: Any, alone: bool) -> bool:
@@ -497,7 +498,7 @@ class Evaluator:
                                log_cap_bytes=self.config.log_cap_bytes,
                                isolate_network=self.config.isolate_network and self._confined,
                                isolate_filesystem=self._confined, extra_env=env,
-                               max_reply_bytes=checks.reply_cap(self.config),
+                               max_reply_bytes=context.reply_cap(self.config),
                                memory_limit_bytes=self._memory_limit if self._confined else None,
                                max_processes=self.config.max_worker_processes, bytecode=self._bytecode,
                                host_pids=host_pids)  # observed: the reference process's

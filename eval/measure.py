@@ -667,7 +667,7 @@ def back_to_back(candidate: Side, reference: Side, calls: int, batches: int, tim
     """Back-to-back batches of both sides, interleaved A B B A between the two processes, the candidate first; the
     candidate's first batch also compares its output right after return with the output after a full
     synchronisation. `settled(candidate's batches so far)` true ends the batches there: the caller's verdict can no
-    longer change (`checks.settled_clean`)."""
+    longer change (`timing_steps.settled_clean`)."""
     sides: dict[str, list[dict[str, float]]] = {"candidate": [], "reference": []}
     first: p.BackToBackReply | None = None
     for k in range(batches):

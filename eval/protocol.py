@@ -25,7 +25,7 @@ ArgSpec = list[Any]
 class FailureStage(str, Enum):
     """What failed, when a reply's `ok` is false: one of these, decoded strictly (another value is a
     ProtocolError: a worker that invents one broke the protocol). What each makes the verdict is one table, in
-    the parent (`eval.checks.VERDICT_OF_STAGE`)."""
+    the parent (`eval.context.VERDICT_OF_STAGE`)."""
 
     NONE = ""  # nothing failed
     PROBLEM = "problem"  # the problem's module or reference model (before any candidate code ran)
@@ -146,10 +146,10 @@ class Run(Request):
     is `{"t": i, "size": [...], "stride": [...]}`: carried flat, it is rebuilt as that view, so the worker gets
     the parent's layout (a transposed or sliced input stays so).
 
-    Past `checks.CARRY_LIMIT_BYTES` of inputs, a published draw is not carried: `seed` (non-zero) has the worker
+    Past `trials.CARRY_LIMIT_BYTES` of inputs, a published draw is not carried: `seed` (non-zero) has the worker
     draw it (`runtime.draw_inputs` of its problem, as for timing), and the reply's fingerprint lets the parent
     confirm the values. Such a request tells a published draw from the rest, which at those sizes run smaller
-    (`checks.trial_plan`): their sizes tell them apart anyway.
+    (`trials.trial_plan`): their sizes tell them apart anyway.
     """
 
     cmd: ClassVar[str] = "run"

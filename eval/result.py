@@ -69,7 +69,7 @@ class KernelShare:
     """Evidence that the candidate's own kernels ran, and their share of GPU time."""
 
     own_kernels_launched: list[str] = field(default_factory=list)
-    own_kernels_defined: list[str] = field(default_factory=list)  # the first `checks.KEPT_KERNEL_NAMES` of them
+    own_kernels_defined: list[str] = field(default_factory=list)  # the first `KEPT_KERNEL_NAMES` of them
     own_kernels_defined_count: int = 0
     own_time_fraction: float | None = None  # None when not measurable (CPU interpreter)
     top_kernels: list[tuple[str, float]] = field(default_factory=list)  # (name, ms) by GPU time
@@ -94,10 +94,10 @@ class EvalResult:
     mismatch: Mismatch | None = None
     kernels: KernelShare | None = None
     sol_fraction: float | None = None
-    hidden_work: dict[str, float] = field(default_factory=dict)  # back-to-back check, us per call (checks.judge_back_to_back)
+    hidden_work: dict[str, float] = field(default_factory=dict)  # back-to-back check, us per call
     wall_bound: dict[str, float] = field(default_factory=dict)  # timed blocks' wall vs events, us per rep (measure.wall_bound)
     observed: dict[str, float] = field(default_factory=dict)  # observed timing: what the reference process saw (eval.observed)
-    float64_decided: int = 0  # trials whose outputs missed the reference's but met its float64 answer (checks._within_float64)
+    float64_decided: int = 0  # trials whose outputs missed the reference's but met its float64 answer
     flags: list[str] = field(default_factory=list)  # audit notes (implausible speedup, drift, ...)
     error: str = ""  # trimmed compile log / traceback tail
     stdout_tail: str = ""
@@ -124,7 +124,7 @@ class EvalResult:
     # launch-bound timings (eval.measure), per side ({"reference": .., "candidate": ..}): the host's time to make an
     # eager call (ms); for a side whose host time is over eval.measure.HOST_FLOOR_MS (the others are never
     # host-bound, so not profiled), the GPU busy share of the call and the host's time over its GPU time; the
-    # host-bound sides (eval.checks.host_bound), and how the timed calls ran ("eager" or "cuda_graph")
+    # host-bound sides (eval.timing_steps.host_bound), and how the timed calls ran ("eager" or "cuda_graph")
     host_ms: dict[str, float] = field(default_factory=dict)
     gpu_busy: dict[str, float] = field(default_factory=dict)
     host_share: dict[str, float] = field(default_factory=dict)

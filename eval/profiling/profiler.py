@@ -197,9 +197,9 @@ def read_side(side: str, code: int | None, output: str, is_own: Callable[[str], 
 
 
 def _is_own(profiled_name: str, own: set[str]) -> bool:
-    """A profiled kernel is the candidate's own as the verdict decided (`eval.checks.own_kernels`): by its base name,
+    """A profiled kernel is the candidate's own as the verdict decided (`kernel_evidence.own_kernels`): by its base name,
     never a library's."""
-    from eval.checks import is_library_kernel, kernel_base_name
+    from eval.kernel_evidence import is_library_kernel, kernel_base_name
 
     return kernel_base_name(profiled_name) in own and not is_library_kernel(profiled_name)
 

@@ -2,7 +2,7 @@
 
 The parent bounds a worker's reported times by the wall time it observes for each timed block (`eval.measure.
 wall_bound`). Beside other evaluations an honest candidate's blocks can run slower than the reference's; such a
-finding is looked at again, then judged again alone in a new worker (`checks.RetryAlone`). Here `n` distinct honest
+finding is looked at again, then judged again alone in a new worker (`context.RetryAlone`). Here `n` distinct honest
 Triton candidates (launch variants of one 16M-element problem, calls of about 70 us on an H100) are evaluated from
 `at_once` threads by one evaluator with `workers_per_gpu=at_once`: how many are rejected (the target is none), how
 many needed a second look or a retry alone, and the distributions of unexplained time over its limit and of the

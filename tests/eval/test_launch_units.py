@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from eval import checks, measure
+from eval import measure, timing_steps
 from eval import protocol as p
 from eval.config import EvalConfig
 from eval.feedback import render_feedback
@@ -64,7 +64,7 @@ def test_busy_and_graph_fields_cross_the_boundary_typed() -> None:
 
 # ------------------------------------------------------------------------------ the host-bound step
 class _Ctx:
-    """Just what `checks.host_bound` and `checks.record_mode` touch: each side's Busy goes to its own process."""
+    """What `timing_steps.host_bound` and `record_mode` touch: each side's Busy goes to its own process."""
 
     def __init__(self, sides: dict, cuda_graphs: str = "off"):
         self.config = EvalConfig(cuda_graphs=cuda_graphs)
@@ -86,7 +86,7 @@ def test_a_side_whose_host_time_is_half_its_gpu_time_is_flagged_even_when_the_gp
     # the GPU is 90 % busy, yet the host needs 1.2 ms to enqueue 2 ms of GPU work: a host half as fast starves it
     ctx = _Ctx({"reference": {"kernel_ms": 2.0, "event_ms": 2.2, "busy": 0.9, "host_ms": 1.2},
                 "candidate": {"kernel_ms": 0.9, "event_ms": 1.0, "busy": 0.9, "host_ms": 0.05}})
-    checks.host_bound(ctx)
+    timing_steps.host_bound(ctx)
     (where, first), (_, second) = ctx.sent
     assert isinstance(first, p.Busy) and first.flush is True and where == "reference process"
     assert first.subject == "ref0" and second.subject == "candidate"
@@ -94,12 +94,12 @@ def test_a_side_whose_host_time_is_half_its_gpu_time_is_flagged_even_when_the_gp
     assert ctx.result.host_share == {"reference": 0.6, "candidate": 0.0556}
     assert ctx.result.host_bound == ["reference"]
     assert ctx.result.flags == []  # it runs before timing: flagged once timing tells how the calls ran
-    checks.record_mode(ctx, measure.Measurement(timing_mode="eager"))
+    timing_steps.record_mode(ctx, measure.Measurement(timing_mode="eager"))
     (flag,) = ctx.result.flags
     assert flag.startswith("host-bound:") and "reference 0.60" in flag and "eval.cuda_graphs=auto" in flag
     graphed = _Ctx({"reference": {"kernel_ms": 2.0, "event_ms": 2.2, "busy": 0.9, "host_ms": 1.2}}, cuda_graphs="auto")
-    checks.host_bound(graphed)
-    checks.record_mode(graphed, measure.Measurement(timing_mode="cuda_graph"))
+    timing_steps.host_bound(graphed)
+    timing_steps.record_mode(graphed, measure.Measurement(timing_mode="cuda_graph"))
     (flag,) = graphed.result.flags
     assert flag.startswith("host-bound:") and "CUDA-graph replays, which take most of that host time out" in flag
 
@@ -108,7 +108,7 @@ def test_a_side_under_the_floor_is_not_profiled_and_never_flagged() -> None:
     # the worker profiles only the sides whose host time is over the floor; the others come back without kernel_ms
     ctx = _Ctx({"reference": {"event_ms": 0.3, "host_ms": 0.12},
                 "candidate": {"kernel_ms": 0.4, "event_ms": 0.5, "busy": 0.8, "host_ms": 0.35}})
-    checks.host_bound(ctx)
+    timing_steps.host_bound(ctx)
     assert ctx.sent[0][1].profile_above_ms == measure.HOST_FLOOR_MS
     assert ctx.result.host_ms == {"reference": 0.12, "candidate": 0.35}
     assert ctx.result.gpu_busy == {"candidate": 0.8} and ctx.result.host_share == {"candidate": 0.875}
@@ -123,32 +123,32 @@ def test_a_side_under_the_floor_is_not_profiled_and_never_flagged() -> None:
 ])
 def test_host_bound_threshold_and_floor(host_ms: float, kernel_ms: float, bound: bool) -> None:
     ctx = _Ctx({"reference": {"kernel_ms": kernel_ms, "event_ms": 1.0, "busy": 0.5, "host_ms": host_ms}})
-    checks.host_bound(ctx)
+    timing_steps.host_bound(ctx)
     assert (ctx.result.host_bound == ["reference"]) is bound
 
 
 def test_missing_or_forged_values_are_clamped_and_never_flag() -> None:
     ctx = _Ctx({"reference": {"busy": 0.95}, "candidate": {"busy": 7.0, "host_ms": -3.0, "kernel_ms": 1.0}})
-    checks.host_bound(ctx)
+    timing_steps.host_bound(ctx)
     assert ctx.result.gpu_busy == {"reference": 0.95, "candidate": 1.0}
     assert ctx.result.host_share == {"candidate": 0.0}
     assert ctx.result.host_bound == [] and ctx.result.flags == []
     nan = _Ctx({"reference": {"busy": float("nan"), "host_ms": float("inf"), "kernel_ms": 1.0},
                 "candidate": {"busy": 0.6, "host_ms": "slow", "kernel_ms": 1.0}})
-    checks.host_bound(nan)
+    timing_steps.host_bound(nan)
     assert nan.result.gpu_busy == {"candidate": 0.6} and nan.result.host_share == {} and nan.result.host_bound == []
 
 
 def test_graph_mode_is_recorded_and_a_fallback_is_flagged() -> None:
     ctx = _Ctx({}, cuda_graphs="auto")
-    checks.record_mode(ctx, measure.Measurement(timing_mode="cuda_graph"))
+    timing_steps.record_mode(ctx, measure.Measurement(timing_mode="cuda_graph"))
     assert ctx.result.timing_mode == "cuda_graph" and ctx.result.flags == []
     ctx = _Ctx({}, cuda_graphs="auto")
-    checks.record_mode(ctx, measure.Measurement(graph_note="graphs were asked for and not used"))
+    timing_steps.record_mode(ctx, measure.Measurement(graph_note="graphs were asked for and not used"))
     assert ctx.result.timing_mode == "eager"
     assert ctx.result.flags == ["cuda_graphs: graphs were asked for and not used"]
     off = _Ctx({})
-    checks.record_mode(off, measure.Measurement())
+    timing_steps.record_mode(off, measure.Measurement())
     assert off.result.timing_mode == "eager" and off.result.flags == []
     assert "replays" in measure.host_bound_flag({"reference": 2.0}, ["reference"], "cuda_graph")
 
@@ -301,7 +301,7 @@ def test_a_failed_capture_ends_both_processes_and_asks_for_an_eager_retry() -> N
     """A process's CUDA state after a failed capture is suspect (on the H100 the next random draw raised)."""
     from types import SimpleNamespace
 
-    from eval import checks
+    from eval import context, timing_steps
     from eval.pool import GpuGate
 
     killed, sent = [], []
@@ -328,8 +328,8 @@ def test_a_failed_capture_ends_both_processes_and_asks_for_an_eager_retry() -> N
                                                     reference=SimpleNamespace(
                                                         restart=lambda generation: killed.append(("reference",
                                                                                                   generation)))))
-        with pytest.raises(checks.RetryEager) as caught:
-            checks.time_candidate(ctx)
+        with pytest.raises(context.RetryEager) as caught:
+            timing_steps.time_candidate(ctx)
         assert sent[-1].graphs is True
         assert killed == (["worker"] if failing == "candidate" else ["worker", ("reference", 1)])
         assert caught.value.note == (f"the {failing}'s forward could not be captured in a CUDA graph "

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from eval import _capture as capture_math
-from eval import checks, measure
+from eval import context, measure, timing_steps
 from eval import protocol as p
 from eval.measure import Block, Measurement, Side, TimingRule
 from eval.result import EvalResult, Status
@@ -242,16 +242,16 @@ def test_concentration_beside_others_is_judged_again_alone_and_rejected_there() 
     asks for the evaluation again alone; alone, the same finding is the verdict."""
     front = Measurement(blocks={"candidate": _timed_blocks([[20.0] + [0.01] * 19 for _ in range(3)])})
     rule = TimingRule()
-    with pytest.raises(checks.RetryAlone, match="concentrated in a few calls.*other evaluations could run"):
-        checks.judge_concentration(_concentration_ctx(alone=False), front, rule)
-    with pytest.raises(checks.Verdict, match="integrity: in every one of 3 timed blocks") as verdict:
-        checks.judge_concentration(_concentration_ctx(alone=True), front, rule)
+    with pytest.raises(context.RetryAlone, match="concentrated in a few calls.*other evaluations could run"):
+        timing_steps.judge_concentration(_concentration_ctx(alone=False), front, rule)
+    with pytest.raises(context.Verdict, match="integrity: in every one of 3 timed blocks") as verdict:
+        timing_steps.judge_concentration(_concentration_ctx(alone=True), front, rule)
     assert verdict.value.status is Status.REJECTED
     unjudged = _concentration_ctx(alone=False, judged=False)
-    checks.judge_concentration(unjudged, front, rule)  # eval.hidden_work_check=false: a flag, no retry
+    timing_steps.judge_concentration(unjudged, front, rule)  # eval.hidden_work_check=false: a flag, no retry
     assert unjudged.result.flags and "not judged" in unjudged.result.flags[0]
     honest = _concentration_ctx(alone=False)
-    checks.judge_concentration(honest, Measurement(blocks={"candidate": _timed_blocks([[1.0] * 20] * 3)}), rule)
+    timing_steps.judge_concentration(honest, Measurement(blocks={"candidate": _timed_blocks([[1.0] * 20] * 3)}), rule)
     assert honest.result.wall_bound["concentration"] == pytest.approx(1.0) and not honest.result.flags
 
 
@@ -437,7 +437,7 @@ def test_the_loops_own_gpu_time_is_recorded_by_part_and_bounded_in_sum() -> None
 
 
 def test_a_retry_alone_names_the_bound_it_was_over() -> None:
-    from eval.checks import _over_bound
+    from eval.timing_steps import _over_bound
 
     wall = {"unexplained_us": 90.0, "limit_us": 60.0, "loop_gpu_gap_us": 3.0, "loop_gpu_limit_us": 20.0}
     loop = {"unexplained_us": 40.0, "limit_us": 60.0, "loop_gpu_gap_us": 34.5, "loop_gpu_limit_us": 21.0}

@@ -1,6 +1,6 @@
 """Hostile candidates against the measurement design, on a CUDA GPU (`pytest -m gpu tests/eval/test_measurement_gpu.py`).
 
-The design under test (`eval.measure`, `eval.checks.time_candidate`, `eval._reference_process`):
+The design under test (`eval.measure`, `eval.timing_steps.time_candidate`, `eval._reference_process`):
 
 - the reference is timed in a separate, clean reference process that never imports candidate code, so
   nothing a candidate does to its own process (new `torch.Tensor` methods, dispatch modes, backend
@@ -734,7 +734,7 @@ def test_work_concentrated_in_one_call_per_block_is_rejected(evaluator, problem,
     finds their inputs through the garbage collector), the other calls return them. Every output is right and the
     events are honest, but the median call is nearly free. Defence: `measure.concentration` (a block's calls may
     take at most 1.5x their median in total, in every block): rejected, naming it, on the evaluation again alone
-    that the first finding asks for (`checks.judge_concentration`)."""
+    that the first finding asks for (`timing_steps.judge_concentration`)."""
     r = evaluator.evaluate(problem, FRONT_LOADER)
     assert r.status is Status.REJECTED, why(r)
     assert "concentrated in a few calls" in r.reason, why(r)

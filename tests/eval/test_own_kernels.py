@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from eval import EvalConfig, Status, checks
+from eval import EvalConfig, Status, context, kernel_evidence
 from eval import protocol as p
 from eval.builds import Build
 from eval._kernel_symbols import built_kernels, kernels_under, pin_folder, stub_kernel, stub_symbols
@@ -149,14 +149,14 @@ def forms_build(build_evaluator) -> Build:
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 def test_kernels_are_read_from_what_the_build_produced(forms_build):
-    names = {checks.kernel_base_name(k) for k in forms_build.kernels}
+    names = {kernel_evidence.kernel_base_name(k) for k in forms_build.kernels}
     assert forms_build.ok, forms_build.error
     assert set(PROFILED) | {"gemv2T_kernel_val"} <= names, names
     assert "text_only_kernel" not in names
 
 
 class _Ctx:
-    """What `checks.own_kernels` touches: the worker's and the reference process's Kernels replies."""
+    """What `kernel_evidence.own_kernels` touches: the worker's and the reference process's Kernels replies."""
 
     def __init__(self, source: str, build: Build | None, profile: list, reference_profile: list,
                  triton_own: list[str] | None = None, own_folders: list[int] | None = None):
@@ -189,8 +189,8 @@ class ModelNew(torch.nn.Module):
 def test_a_library_kernel_name_in_the_text_only_is_not_own():
     """The case found: `torch.mv` did the work, cuBLAS's kernel name sat in a string, the share read 100 %."""
     ctx = _Ctx(_LIBRARY_ONLY, None, [(CUBLAS_GEMV, 1.0)], [(CUBLAS_GEMV, 1.0)])
-    with pytest.raises(checks.Verdict) as verdict:
-        checks.own_kernels(ctx)
+    with pytest.raises(context.Verdict) as verdict:
+        kernel_evidence.own_kernels(ctx)
     assert verdict.value.status is Status.REJECTED
     assert "kernels named only in the source text do not count" in verdict.value.reason, verdict.value.reason
     assert ctx.result.kernels.own_kernels_launched == [] and ctx.result.kernels.own_time_fraction == 0.0
@@ -200,8 +200,8 @@ def test_a_library_kernel_name_in_the_text_only_is_not_own():
 @pytest.mark.timeout(3600)
 def test_a_built_kernel_under_a_library_name_does_not_make_the_librarys_launches_own(forms_build):
     ctx = _Ctx(_LIBRARY_ONLY, forms_build, [(CUBLAS_GEMV, 1.0)], [(CUBLAS_GEMV, 1.0)])
-    with pytest.raises(checks.Verdict) as verdict:
-        checks.own_kernels(ctx)
+    with pytest.raises(context.Verdict) as verdict:
+        kernel_evidence.own_kernels(ctx)
     reason = verdict.value.reason
     assert verdict.value.status is Status.REJECTED and "none of the candidate's own kernels ran" in reason, reason
     assert "named like a library's, gemv2T_kernel_val" in reason, reason
@@ -215,7 +215,7 @@ def test_a_built_kernel_under_a_library_name_does_not_make_the_librarys_launches
 def test_a_built_kernel_of_each_form_is_own_beside_the_librarys(forms_build, form):
     profile = [(PROFILED[form], 3.0), (CUBLAS_GEMV, 1.0)]
     ctx = _Ctx(_LIBRARY_ONLY, forms_build, profile, [(CUBLAS_GEMV, 1.0)])
-    checks.own_kernels(ctx)
+    kernel_evidence.own_kernels(ctx)
     assert ctx.result.kernels.own_kernels_launched == [form]
     assert ctx.result.kernels.own_time_fraction == pytest.approx(0.75)
 
@@ -228,13 +228,13 @@ def test_a_kernel_built_at_run_time_counts_as_own_and_one_never_launched_does_no
     try:
         ctx = _Ctx(_LIBRARY_ONLY, None, [("k_body(float*)", 3.0), (CUBLAS_GEMV, 1.0)], [(CUBLAS_GEMV, 1.0)],
                    own_folders=[fd])
-        checks.own_kernels(ctx)
+        kernel_evidence.own_kernels(ctx)
         assert ctx.result.kernels.own_kernels_launched == ["k_body"]
         assert ctx.result.kernels.own_kernels_defined == ["k_body"]
         assert ctx.result.kernels.own_time_fraction == pytest.approx(0.75)
         decoy = _Ctx(_LIBRARY_ONLY, None, [(CUBLAS_GEMV, 1.0)], [(CUBLAS_GEMV, 1.0)], own_folders=[fd])
-        with pytest.raises(checks.Verdict) as verdict:
-            checks.own_kernels(decoy)
+        with pytest.raises(context.Verdict) as verdict:
+            kernel_evidence.own_kernels(decoy)
         assert "none of the candidate's own kernels ran during forward (defined: k_body)" in verdict.value.reason
     finally:
         os.close(fd)

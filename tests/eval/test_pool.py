@@ -231,7 +231,7 @@ def test_protocol_refuses_ill_typed_or_forged_replies():
 def test_a_failure_stage_is_one_of_a_fixed_set_each_with_its_verdict():
     """A worker that names a stage of its own broke the protocol (it becomes the crash `WorkerDied` gives), never a
     silent runtime_error; a known one decodes to its member, and the parent's table gives every member a verdict."""
-    from eval.checks import VERDICT_OF_STAGE
+    from eval.context import VERDICT_OF_STAGE
 
     with pytest.raises(ProtocolError, match="does not fit FailureStage"):
         protocol.decode_reply(protocol.Run(), {"cmd": "run", "ok": False, "stage": "verdict:correct"})

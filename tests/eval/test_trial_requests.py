@@ -16,7 +16,8 @@ import types
 
 import pytest
 
-import eval.checks
+import eval.context
+import eval.trials
 import eval.wire
 from eval import Status
 from eval import protocol as p
@@ -152,7 +153,7 @@ def _plan_labels(evaluator, monkeypatch) -> list[str]:
             super().shuffle(x)
 
     with monkeypatch.context() as patch:
-        patch.setattr(eval.checks.random, "Random", Recording)
+        patch.setattr(eval.trials.random, "Random", Recording)
         r = evaluator.evaluate(_problem(), CANDIDATE.format(honest="True") + "\n# plan\n")
     assert r.status is Status.CORRECT and before, f"{r.status}: {r.reason}"
     return ["trial0", *before[-1]]
@@ -165,10 +166,10 @@ def test_a_shortcut_taken_except_where_the_trial_position_was_off_distribution_f
     the first 6, it is incorrect, there; the honest kernel passes under the same secret."""
     labels = _plan_labels(evaluator, monkeypatch)
     secret = next(s for s in range(1, 1000) if _order(s, labels).index("dist-scaled") < 6)
-    monkeypatch.setattr(eval.checks, "secrets", types.SimpleNamespace(randbits=lambda bits: secret))
+    monkeypatch.setattr(eval.context, "secrets", types.SimpleNamespace(randbits=lambda bits: secret))
     plans = []
-    real_plan = eval.checks.trial_plan
-    monkeypatch.setattr(eval.checks, "trial_plan", lambda ctx: plans.append(real_plan(ctx)) or plans[-1])
+    real_plan = eval.trials.trial_plan
+    monkeypatch.setattr(eval.trials, "trial_plan", lambda ctx: plans.append(real_plan(ctx)) or plans[-1])
     positional = CANDIDATE.format(honest="CALLS[0] > 6")
     r = evaluator.evaluate(_problem(), positional)
     assert [t.label for t in plans[-1]] == _order(secret, labels)
@@ -185,7 +186,7 @@ def test_past_the_carry_limit_published_draws_are_drawn_by_the_worker_and_the_re
     `CARRY_LIMIT_BYTES` (here 4 KiB, under one 16 KiB draw), a published draw is drawn by the worker from its seed
     (confirmed by fingerprint), and the trials off the published inputs run on the problem with N halved until a draw
     fits, carried. A kernel that is right only at the published size still fails there; the honest one passes."""
-    monkeypatch.setattr(eval.checks, "CARRY_LIMIT_BYTES", 4 << 10)
+    monkeypatch.setattr(eval.trials, "CARRY_LIMIT_BYTES", 4 << 10)
     r = evaluator.evaluate(_problem(), CANDIDATE.format(honest="True") + "\n# seeded\n")
     assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
     decoded = [json.loads(f) for f in frames]

@@ -187,7 +187,7 @@ def test_a_problem_without_meta_still_gets_a_floor_a_flag_and_a_rejection():
     KernelBench problem is judged like one on ours: under a quarter of the byte floor (every input and output moved
     once at the measured copy bandwidth) it is rejected, naming the floor; a time that beats only the FLOP floor is
     a flag (an algebraic shortcut may do less arithmetic); and without an L2 flush the byte floor proves nothing."""
-    from eval.checks import judge_speed
+    from eval.timing_steps import judge_speed
     from eval.roofline import Ceilings
     from problems.problem import load_problem_file
 
@@ -238,7 +238,7 @@ def test_an_input_declared_unread_leaves_the_byte_floor():
 ])
 def test_profiled_kernel_names_in_every_form(profiled, base):
     """Templates, namespaces, anonymous namespaces, extern "C" and mangled names all reduce to the defined name."""
-    from eval.checks import kernel_base_name
+    from eval.kernel_evidence import kernel_base_name
 
     assert kernel_base_name(profiled) == base
 
@@ -266,7 +266,7 @@ def test_profiled_kernel_names_in_every_form(profiled, base):
 ])
 def test_library_kernels_are_told_apart_from_candidates_kernels_of_the_same_name(profiled, library):
     """A decoy named like the library kernel doing the work must not have that work counted as its own."""
-    from eval.checks import is_library_kernel
+    from eval.kernel_evidence import is_library_kernel
 
     assert is_library_kernel(profiled) is library
 

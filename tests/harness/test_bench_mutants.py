@@ -93,7 +93,7 @@ def test_a_run_on_the_cpu_kills_a_mask_and_a_wide_row_mutant_and_keeps_its_origi
     assert ours["originals_judged"] == 1 and ours["originals_rejected"] == [], ours
     assert ours["by_class"]["boundary"] == {"judged": 1, "killed": 1, "kill_rate": 1.0}, ours
     # the kernel's path for rows wider than any published or own hidden shape, stopped after its first block:
-    # found by the wide rows past the problem's own shapes (checks.PAST_OWN_SHAPES)
+    # found by the wide rows past the problem's own shapes (trials.PAST_OWN_SHAPES)
     assert ours["by_class"]["reduction"] == {"judged": 1, "killed": 1, "kill_rate": 1.0}, ours
     # int64 offsets made int32: equivalent at these sizes (no offset reaches 2**31), and judged correct
     assert ours["equivalent_judged"] == 1 and ours["equivalent_rejected"] == [], ours

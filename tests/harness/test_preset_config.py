@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 import harness.conf  # noqa: F401  registers the eval schema
-from eval import checks
+from eval import timing_steps
 from eval import protocol as p
 from eval.config import EvalConfig
 from eval.result import EvalResult, Status
@@ -124,7 +124,7 @@ def test_timing_note_gives_both_means_precisely_enough_to_recompute_the_speedup(
 
     config = preset_config("kernelbench", device="cpu", cache_dir=None)
     reference, candidate = {"mean_ms": 0.0181234, "median_ms": 0.0180011}, {"mean_ms": 0.0222468, "median_ms": 0.022}
-    note = checks.timing_note(config, reference, candidate)
+    note = timing_steps.timing_note(config, reference, candidate)
     ref_mean, cand_mean = (float(x) for x in re.findall(r"mean ([0-9.]+) ms", note))
     assert ref_mean / cand_mean == pytest.approx(reference["mean_ms"] / candidate["mean_ms"], rel=1e-4)
     assert "median 0.018001 ms" in note and "100 calls after 3 warm-up calls" in note
