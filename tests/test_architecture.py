@@ -203,6 +203,42 @@ def test_the_worker_reaches_only_the_packages_its_sandbox_shows_it() -> None:
     assert packages <= set(_PROJECT_PACKAGES), (packages, _PROJECT_PACKAGES)
 
 
+# The crossing: the parent-side modules of `eval` the sandboxed worker's code may import (what both sides speak:
+# the requests and replies, their framing, the timing arithmetic), besides the `eval` door itself and `problems`.
+CROSSING = {"eval", "eval.protocol", "eval.wire", "eval._capture"}
+# Imports of the worker's code from outside it, and why; the list may only shrink. The parent builds and locates the
+# worker's native code (`eval.worker.native`), loads prebuilt extensions as the worker will (`eval.worker.prebuilt`)
+# and starts the profile target by its module; the benchmarks time the worker's own pieces.
+KNOWN_INTO_THE_WORKER = {
+    ("eval._stopwatch", "eval.worker.native.build"),
+    ("eval.builds", "eval.worker.prebuilt"),
+    ("eval.evaluator", "eval.worker.native"),
+    ("eval.profiling.profiler", "eval.worker.profile_target"),
+    ("harness.bench.builds", "eval.worker.light_build"),
+    ("harness.bench.bytecode", "eval.worker.native"),
+    ("harness.bench.confinement", "eval.worker.native"),
+    ("harness.bench.loop_overhead", "eval.worker.native.kernels"),
+    ("harness.bench.loop_overhead", "eval.worker.native_loop"),
+    ("harness.bench.requests", "eval.worker.native"),
+}
+
+
+def test_the_worker_imports_only_the_crossing_of_the_parents_modules() -> None:
+    """Module by module: the worker's code imports, of `eval` outside `eval.worker`, only the crossing; a parent
+    module it reached would run inside the sandbox, where the candidate can patch it."""
+    wrong = sorted((m, t) for m, targets in imports().items() if _in(m, "eval.worker") for t in targets
+                   if _in(t, "eval") and not _in(t, "eval.worker") and t not in CROSSING)
+    assert not wrong, wrong
+
+
+def test_code_outside_the_worker_imports_it_only_where_known() -> None:
+    """The other direction: the parent and the benchmarks import the worker's modules only where listed (tests
+    aside, which test the worker's code directly)."""
+    found = {(m, t) for m, targets in imports().items() if not _in(m, "eval.worker") and not _in(m, "tests")
+             for t in targets if _in(t, "eval.worker")}
+    assert found <= KNOWN_INTO_THE_WORKER, sorted(found - KNOWN_INTO_THE_WORKER)
+
+
 DOORS = ("eval", "agents", "problems")
 
 
