@@ -2,7 +2,9 @@
 
 Layout follows the trust boundary: `eval/worker/` is everything that runs inside the
 sandboxed, untrusted worker; every other module here is the trusted parent, except
-`protocol` and `wire`, the one definition of what crosses between them. Names are imported
+`protocol`, `wire` and `_capture`, the crossing: what both sides speak (the architecture
+test holds the worker to it). The parent's check steps: `checks` (the step table and its
+runner), `context`, `trials`, `staging`, `kernel_evidence`, `timing_steps`. Names are imported
 lazily so that reading results or configs never loads the evaluator's machinery.
 """
 
