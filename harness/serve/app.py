@@ -129,8 +129,12 @@ async def json_body(request: Request) -> Any:
 
 
 def backend_of(request: Request) -> str:
-    """A dependency: the `backend` query parameter, checked (400 naming it)."""
-    backend = request.query_params.get("backend", DEFAULT_BACKEND)
+    """A dependency: the `backend` query parameter, checked (`checked_backend`)."""
+    return checked_backend(request.query_params.get("backend", DEFAULT_BACKEND))
+
+
+def checked_backend(backend: Any) -> str:
+    """`backend` if it names one, else 400 naming the field."""
     if why := backend_error(backend):
         raise HTTPError(400, f"backend: {why}", field="backend")
     return backend
@@ -268,9 +272,7 @@ async def messages(request: Request, body: Any = Depends(json_body)) -> Response
         refuse_non_text(body)
     except BadRequest as exc:
         raise HTTPError(400, str(exc), field=exc.field) from None
-    backend = body.get("backend", DEFAULT_BACKEND)
-    if why := backend_error(backend):
-        raise HTTPError(400, f"backend: {why}", field="backend")
+    backend = checked_backend(body.get("backend", DEFAULT_BACKEND))
     try:
         p = service.find_problem(body["problem"])
         records = _turn_records(body.get("history", []))
