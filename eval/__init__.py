@@ -67,6 +67,10 @@ _EXPORTS = {
     "compile_cubin": "eval.worker.native.kernels",
     "prepare_native": "eval.worker.native",
     "NativeLoop": "eval.worker.native_loop",
+    "ExportedBuffer": "eval.worker.cuda_ipc",  # observed timing's flags, for `harness bench observed-contexts`
+    "ImportedBuffer": "eval.worker.cuda_ipc",
+    "wait_flag": "eval.worker.cuda_ipc",
+    "write_flag": "eval.worker.cuda_ipc",
 }
 __all__ = sorted(_EXPORTS)
 

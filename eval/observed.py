@@ -114,9 +114,11 @@ class _Session:
     def window(self, worker: Any, reps: int, seeds: list[int], side: str) -> tuple[float, float]:
         """One window around `worker`'s block: (window ms, the worker's own ms). A window whose outputs' copy did
         not follow its END at once is taken again; one that never does is the candidate's doing."""
+        copies = []
         for _ in range(SWITCH_RETRIES):
             close, own_ms = self._once(worker, reps, seeds, side)
             if close.switched:
+                copies.append(f"{close.snap_ms * 1000:.0f}")
                 continue
             if close.window_ms < 0:
                 raise ObservedFailure("no_done", f"the {side}'s block never signalled done within "
@@ -127,7 +129,8 @@ class _Session:
             return close.window_ms, own_ms
         raise ObservedFailure("switched", f"in {SWITCH_RETRIES} windows in a row the GPU ran other work between the "
                                           f"end of the {side}'s window and the copy of its outputs: work after its "
-                                          "done signal")
+                                          f"done signal (the copy took {', '.join(copies)} us; alone it takes at "
+                                          f"most {close.snap_limit_ms * 1000:.0f} us)")
 
     def _once(self, worker: Any, reps: int, seeds: list[int], side: str) -> tuple[Any, float]:
         self.seq += 1

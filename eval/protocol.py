@@ -406,6 +406,8 @@ class WindowCloseReply(Reply):
     mismatched: int = 0  # repetitions whose outputs miss the reference's (and its float64 answer)
     detail: str = ""
     switched: bool = False  # the GPU ran other work between END and the outputs' copy: the window does not count
+    snap_ms: float = 0.0  # that copy's time, and the most it may take (its time alone, measured at setup, plus slack)
+    snap_limit_ms: float = 0.0
 
 
 @dataclass

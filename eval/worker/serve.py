@@ -473,10 +473,12 @@ class Worker:
                 return False
 
         with torch.no_grad():
-            window_ms, mismatch, switched = self.timekeepers[msg.subject].close(
-                msg.seq, msg.timeout_s, reference, msg.atol, msg.rtol, within_float64)
-        return p.WindowCloseReply(window_ms=-1.0 if window_ms is None else window_ms, mismatched=mismatch.count,
-                                  detail=mismatch.detail, switched=switched), []
+            closed = self.timekeepers[msg.subject].close(msg.seq, msg.timeout_s, reference, msg.atol, msg.rtol,
+                                                         within_float64)
+        return p.WindowCloseReply(window_ms=-1.0 if closed.window_ms is None else closed.window_ms,
+                                  mismatched=closed.mismatch.count, detail=closed.mismatch.detail,
+                                  switched=closed.switched, snap_ms=closed.snap_ms,
+                                  snap_limit_ms=closed.snap_limit_ms), []
 
     def cmd_own_block(self, msg: p.OwnBlock, tensors: list[torch.Tensor]) -> Handled:
         subject = self.subjects[msg.subject]

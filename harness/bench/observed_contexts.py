@@ -12,6 +12,9 @@ run in the timekeeper's own context, so they pay nothing. Per repetition of a 4M
 - `host_flags`: the alternative, timed by the timekeeper's CPU clock: go and done are words of host memory
   (a memfd both processes map and register with CUDA; a file descriptor crosses a sandbox where /dev/shm does
   not), the worker's stream waits on go and writes done, and the timekeeper's GPU context is idle throughout;
+  minus an empty window's time;
+- `host_done`: the timekeeper's GPU events kept, its stream idle inside the window: it writes go on the GPU as
+  today, the worker's stream writes done into host memory, and the timekeeper's CPU, on seeing it, records END;
   minus an empty window's time.
 If `r_waits` is slower than `alone` and `host_flags` agrees with it, the timekeeper should wait on the CPU.
 """
@@ -30,9 +33,12 @@ import time
 
 import torch
 
+from eval import ExportedBuffer, ImportedBuffer, wait_flag, write_flag
+
 N = 4 * 1024 * 1024
 REPS = 64
 BLOCKS = 15
+FLAGS_BYTES = 4096
 u64 = ctypes.c_uint64
 
 
@@ -40,14 +46,8 @@ u64 = ctypes.c_uint64
 def _driver() -> ctypes.CDLL:
     """The CUDA driver, its calls typed (loaded on first use: the module imports on a machine without CUDA)."""
     lib = ctypes.CDLL("libcuda.so.1")
-    lib.cuStreamWriteValue32_v2.argtypes = [ctypes.c_void_p, u64, ctypes.c_uint32, ctypes.c_uint]
-    lib.cuStreamWaitValue32_v2.argtypes = [ctypes.c_void_p, u64, ctypes.c_uint32, ctypes.c_uint]
     lib.cuMemHostRegister_v2.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
     lib.cuMemHostGetDevicePointer_v2.argtypes = [ctypes.POINTER(u64), ctypes.c_void_p, ctypes.c_uint]
-    lib.cuIpcGetMemHandle.argtypes = [ctypes.c_char_p, u64]
-    lib.cuIpcOpenMemHandle_v2.argtypes = [ctypes.POINTER(u64), ctypes.c_char * 64, ctypes.c_uint]
-    lib.cuMemAlloc_v2.argtypes = [ctypes.POINTER(u64), ctypes.c_size_t]
-    lib.cuMemsetD8_v2.argtypes = [u64, ctypes.c_ubyte, ctypes.c_size_t]
     return lib
 
 
@@ -56,12 +56,7 @@ def _check(rc: int, what: str) -> None:
         raise RuntimeError(f"{what}: CUresult {rc}")
 
 
-def _write(stream: torch.cuda.Stream, ptr: int, v: int) -> None:
-    _check(_driver().cuStreamWriteValue32_v2(ctypes.c_void_p(stream.cuda_stream), ptr, v, 0), "write")
-
-
-def _wait(stream: torch.cuda.Stream, ptr: int, v: int) -> None:
-    _check(_driver().cuStreamWaitValue32_v2(ctypes.c_void_p(stream.cuda_stream), ptr, v, 0), "wait")
+_write, _wait = write_flag, wait_flag
 
 
 def _host_words(fd: int) -> tuple[mmap.mmap, ctypes.Array, int]:
@@ -95,12 +90,10 @@ def worker() -> None:
         with torch.cuda.stream(s):
             if cmd["kind"] == "alone":
                 _spin(3000)
-            elif cmd["kind"] == "dev":
-                if dev is None:
-                    raw = bytes.fromhex(cmd["handle"])
-                    p = u64()
-                    _check(_driver().cuIpcOpenMemHandle_v2(ctypes.byref(p), (ctypes.c_char * 64).from_buffer_copy(raw), 1), "open")
-                    dev = p.value
+            elif cmd["kind"] in ("dev", "host_done"):
+                if dev is None:  # the flags in the timekeeper's device memory, as observed timing opens them
+                    opened = ImportedBuffer(cmd["handle"], FLAGS_BYTES)
+                    dev = opened.ptr
                 _wait(s, dev, cmd["seq"])
             else:  # host
                 _wait(s, dptr, cmd["seq"])
@@ -110,7 +103,7 @@ def worker() -> None:
             ev[1].record(s)
             if cmd["kind"] == "dev":
                 _write(s, dev + 128, cmd["seq"])
-            elif cmd["kind"] == "host":
+            elif cmd["kind"] != "alone":  # host, host_done
                 _write(s, dptr + 128, cmd["seq"])
         print(json.dumps({"enqueued": True}), flush=True)
         s.synchronize()
@@ -127,13 +120,10 @@ def main(out_path: str | None = None) -> int:
     m, words, dptr = _host_words(fd)
     w = subprocess.Popen([sys.executable, "-m", "harness.bench.observed_contexts", "worker", str(fd)], pass_fds=(fd,), stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True)
-    devmem = u64()
-    _check(_driver().cuMemAlloc_v2(ctypes.byref(devmem), 4096), "alloc")
+    flags = ExportedBuffer(FLAGS_BYTES)
+    flags.tensor.zero_()
     torch.cuda.synchronize()
-    _check(_driver().cuMemsetD8_v2(devmem.value, 0, 4096), "memset")
-    handle = ctypes.create_string_buffer(64)
-    _check(_driver().cuIpcGetMemHandle(handle, devmem.value), "handle")
-    hexh = handle.raw.hex()
+    devmem, hexh = flags.ptr, flags.handle
     rs = torch.cuda.Stream()
     seq = [0]
     out = {}
@@ -153,11 +143,11 @@ def main(out_path: str | None = None) -> int:
     def r_waits(reps):
         seq[0] += 1
         with torch.cuda.stream(rs):
-            _wait(rs, devmem.value + 256, seq[0])
+            _wait(rs, devmem + 256, seq[0])
         ask({"kind": "alone", "reps": reps})
         t = own()
         rel = torch.cuda.Stream()
-        _write(rel, devmem.value + 256, seq[0])
+        _write(rel, devmem + 256, seq[0])
         torch.cuda.synchronize()
         return t
 
@@ -167,8 +157,8 @@ def main(out_path: str | None = None) -> int:
         ask({"kind": "dev", "reps": reps, "seq": seq[0], "handle": hexh})
         with torch.cuda.stream(rs):
             e0.record(rs)
-            _write(rs, devmem.value, seq[0])
-            _wait(rs, devmem.value + 128, seq[0])
+            _write(rs, devmem, seq[0])
+            _wait(rs, devmem + 128, seq[0])
             e1.record(rs)
         t = own()
         e1.synchronize()
@@ -188,7 +178,21 @@ def main(out_path: str | None = None) -> int:
     for kind, fn in (("alone", alone), ("r_waits", r_waits)):
         fn(REPS)
         out[kind] = statistics.median(fn(REPS) for _ in range(BLOCKS)) / REPS
-    for kind, fn in (("dev_flags", dev_flags), ("host_flags", host_flags)):
+    def host_done(reps):
+        seq[0] += 1
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        ask({"kind": "host_done", "reps": reps, "seq": seq[0], "handle": hexh})
+        with torch.cuda.stream(rs):
+            e0.record(rs)
+            _write(rs, devmem, seq[0])
+        while words[32] != seq[0]:
+            pass
+        e1.record(rs)
+        t = own()
+        e1.synchronize()
+        return e0.elapsed_time(e1) * 1000, t
+
+    for kind, fn in (("dev_flags", dev_flags), ("host_flags", host_flags), ("host_done", host_done)):
         fn(REPS)
         fn(0)
         empties = [fn(0)[0] for _ in range(BLOCKS)]
