@@ -4,7 +4,8 @@ Layout follows the trust boundary: `eval/worker/` is everything that runs inside
 sandboxed, untrusted worker; every other module here is the trusted parent, except
 `protocol`, `wire` and `_capture`, the crossing: what both sides speak (the architecture
 test holds the worker to it). The parent's check steps: `checks` (the step table and its
-runner), `context`, `trials`, `staging`, `kernel_evidence`, `timing_steps`. Names are imported
+runner), `context`, `trials`, `staging`, `kernel_evidence`, `timing_steps`. The worker processes'
+room, `eval/process/`: the sandbox, the pool and their OS plumbing. Names are imported
 lazily so that reading results or configs never loads the evaluator's machinery.
 """
 
@@ -48,12 +49,12 @@ _EXPORTS = {
     "Ceilings": "eval.roofline",
     "cached_ceilings": "eval.roofline",
     "probe_and_cache": "eval.roofline",
-    "WorkerProcess": "eval.sandbox",
-    "confine_command": "eval.sandbox",
-    "is_secret_name": "eval.sandbox",
-    "process_limit_plan": "eval.sandbox",
-    "sandbox_plan": "eval.sandbox",
-    "visible_device_entry": "eval.sandbox",
+    "WorkerProcess": "eval.process.sandbox",
+    "confine_command": "eval.process.sandbox",
+    "is_secret_name": "eval.process.sandbox",
+    "process_limit_plan": "eval.process.sandbox",
+    "sandbox_plan": "eval.process.sandbox",
+    "visible_device_entry": "eval.process.sandbox",
     "DEFAULT_PS": "eval.scoring",
     "at_k_per_problem": "eval.scoring",
     "bootstrap_ci": "eval.scoring",

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from eval._reaper import owned_tempdir
+from eval.process._reaper import owned_tempdir
 
 PRIME_TIMEOUT_S = 300.0
 

@@ -1,6 +1,6 @@
 """No reference block is kept that ran beside another process's GPU work.
 
-Stopping the candidate's processes while the reference is timed (`eval._freeze`) does not stop GPU work they
+Stopping the candidate's processes while the reference is timed (`eval.process._freeze`) does not stop GPU work they
 already queued: a kernel, or a chain of them, left running after a request (from a thread, or a side stream past
 the worker's last synchronisation) runs on through the reference's block. Without MPS the kernels of different
 CUDA contexts never run at once: the GPU takes turns between contexts, so such work slows the reference's kernels

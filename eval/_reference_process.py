@@ -18,7 +18,7 @@ from typing import Any, Callable, TypeVar
 import torch
 
 from eval import protocol as p
-from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout
+from eval.process.sandbox import WorkerDied, WorkerProcess, WorkerTimeout
 
 _labels = itertools.count()
 T = TypeVar("T")

@@ -32,8 +32,8 @@ from typing import Callable, Iterator
 from eval import protocol
 from eval.cache import cache_key
 from eval._kernel_symbols import built_kernels
-from eval._reaper import owned_tempdir
-from eval.sandbox import UNPRIVILEGED_UID, WorkerDied, WorkerProcess, WorkerTimeout, can_drop_privileges
+from eval.process._reaper import owned_tempdir
+from eval.process.sandbox import UNPRIVILEGED_UID, WorkerDied, WorkerProcess, WorkerTimeout, can_drop_privileges
 from eval.static_checks import SourceReport, refusal
 from eval.worker.prebuilt import read_record
 

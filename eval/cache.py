@@ -7,7 +7,7 @@ files written atomically, so a killed process never leaves a torn entry.
 Entries are authenticated: each file holds the value and an HMAC-SHA256 over its key and
 value, under a random key that only the parent can read (`<root>/hmac.key`, created 0600 by
 the parent; workers run as another user or see the filesystem read-only, see
-`eval.sandbox`). An entry that is planted, edited, moved to another key or written without
+`eval.process.sandbox`). An entry that is planted, edited, moved to another key or written without
 the MAC is ignored, so it is evaluated again.
 """
 

@@ -67,7 +67,7 @@ class EvalConfig:
       watchdog; over it the worker is killed and the verdict names the limit); 0 gives each worker an even
       share of the machine's memory among the workers and the parent (two shares), at least 4 GiB.
     max_worker_processes: the tasks (processes and threads) each worker may hold, counted per worker: its own
-      pids cgroup where the host allows one, else RLIMIT_NPROC in its own user namespace (`eval._pids`); a fork
+      pids cgroup where the host allows one, else RLIMIT_NPROC in its own user namespace (`eval.process._pids`); a fork
       bomb gets EAGAIN in its own worker only, and the verdict names the limit.
     allow_unconfined_workers: run candidate code even where no confinement keeps it from this harness's own
       identity and file access (no mount namespace; or root whose workers cannot become uid 65534). Off: the

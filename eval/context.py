@@ -13,7 +13,7 @@ from eval import protocol as p
 from eval import _gpu_idle as gpu_idle, measure, static_checks
 from eval.builds import Build
 from eval.config import EvalConfig
-from eval.pool import Lease
+from eval.process.pool import Lease
 from eval.problem_check import broken
 from eval._reference import Reference
 from eval._reference_process import Session

@@ -2,7 +2,7 @@
 
 It is thin on purpose. Static checks and the result cache are answered here; CUDA/C++
 candidates are built ahead on the CPU cores (`eval.builds`); everything else is the check
-pipeline (`eval.checks`) run on a worker leased from the warm pool (`eval.pool`), which
+pipeline (`eval.checks`) run on a worker leased from the warm pool (`eval.process.pool`), which
 spans every GPU in `eval.gpus`. `evaluate` is thread-safe, so callers may keep several
 candidates in flight (the run loop does); `evaluate_many` does that for a batch. The parent
 never imports candidate code.
@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from eval import _bytecode, checks, context, measure, problem_check, _reaper as reaper, staging, static_checks
+from eval import _bytecode, checks, context, measure, problem_check, staging, static_checks
 from eval import _stopwatch as stopwatch
 from eval import protocol as p
 from eval.backends import DEFAULT_BACKEND, NEEDS_GPU, check_backend  # issue 56: NEEDS_GPU
@@ -33,12 +33,14 @@ from eval.builds import Build, Builder, Claim, needs_build
 from eval.cache import JsonCache, cache_key
 from eval.context import Context, RetryAlone, RetryEager, Verdict, trim
 from eval.config import EvalConfig
-from eval.pool import WorkerPool
+from eval.process import _reaper as reaper
+from eval.process.pool import WorkerPool
 from eval._reference import Reference, encode_args, traced_cost, use_small_sizes
 from eval.result import EvalResult, EvaluatorClosed, Status, Timing
 from eval.roofline import Ceilings, cached_ceilings, probe, probe_and_cache
-from eval.sandbox import WorkerDied, WorkerProcess, WorkerTimeout, check_identity, protect_parent, visible_device_entry
-from eval._watchdog import GIB, default_limit_bytes
+from eval.process.sandbox import (WorkerDied, WorkerProcess, WorkerTimeout, check_identity, protect_parent,
+                                  visible_device_entry)
+from eval.process._watchdog import GIB, default_limit_bytes
 from problems import Problem, ProblemError, derive_seed, estimate_memory, strict_precision
 
 # How timings are taken; a cached result or baseline measured another way is not reused.

@@ -20,7 +20,7 @@ a palindrome, R C1 .. Ck Ck .. C1 R, and each candidate gets the measurement it 
 reference's blocks of its rounds, its own blocks, the reference's captures under its own key), so every bound
 and check below judges it as before. The reference's GPU time is then spent once for k candidates.
 
-The caller holds the GPU exclusively while a timing runs (`eval.pool.GpuGate`).
+The caller holds the GPU exclusively while a timing runs (`eval.process.pool.GpuGate`).
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from typing import Any, Callable, TypeVar
 
 import torch
 
-from eval import _affinity as affinity
 from eval import _capture as capture_math
-from eval import _freeze as freeze
 from eval import _gpu_idle as gpu_idle
 from eval import protocol as p
+from eval.process import _affinity as affinity
+from eval.process import _freeze as freeze
 from problems import derive_seed
 
 BLOCK_MS = 25.0  # a block of repetitions lasts about this long (more repetitions for short calls)
@@ -47,8 +47,8 @@ MAX_BLOCK_REPS = 64
 # reference's excess. Why: both processes run the same loop (input draws, copies, flush, GPU lead, capture, the
 # round trip), so their excess differs by noise, which only ever adds time to some blocks. On the H100 the loop's
 # GPU part agreed between processes within about 20 us a repetition; the host part (draws, request and reply) did
-# not, by 100-300 us, until both processes ran on one core (`eval._affinity`). `harness bench trusted` prints each
-# honest solution's figures against this limit.
+# not, by 100-300 us, until both processes ran on one core (`eval.process._affinity`). `harness bench trusted` prints
+# each honest solution's figures against this limit.
 WALL_SHARE = 0.25
 OVERHEAD_SHARE = 0.05
 # A candidate over the bound is timed once more with this many A B B A pairs, and judged on that timing alone: an
@@ -101,8 +101,8 @@ class TimingRule:
 class Side:
     """One side of a timing: a process and the subject it calls there. `key` re-keys the process's captures (sent
     to the trusted reference process only; a candidate's worker got its key before its code was imported). `hold`
-    is a worker kept stopped while this side is timed (`eval._freeze`): the candidate's, for the reference's side;
-    in a window of several candidates every other candidate's worker is held too (`time_group`). `watch` (the
+    is a worker kept stopped while this side is timed (`eval.process._freeze`): the candidate's, for the reference's
+    side; in a window of several candidates every other candidate's worker is held too (`time_group`). `watch` (the
     reference's side, on a GPU) keeps each kept block to an idle GPU (`eval._gpu_idle`)."""
 
     name: str
@@ -143,8 +143,8 @@ class Measurement:
     fresh_inputs: bool = False
     timing_mode: str = "eager"
     graph_note: str = ""
-    pinned_threads: int = 0  # the most threads of one side run on the timing core in a block (`eval._affinity`)
-    unheld_blocks: int = 0  # blocks whose held workers were not all seen fully stopped through (`eval._freeze`)
+    pinned_threads: int = 0  # the most threads of one side run on the timing core in a block (`eval.process._affinity`)
+    unheld_blocks: int = 0  # blocks whose held workers were not all seen fully stopped through (`eval.process._freeze`)
     contended_blocks: int = 0  # kept blocks a side's `watch` found the GPU busy before or after (`eval._gpu_idle`)
     shared_with: int = 1  # candidates whose timings the reference's blocks served in this window, this one included
     failure: Exception | None = None  # why this candidate's timing ended early (`time_pair` raises it)
@@ -314,7 +314,7 @@ def time_group(pairs: list[tuple[Side, Side]], rule: TimingRule, *, nonce: int, 
     candidate's captures are compared with the reference's for the same inputs. Sharing a window's seeds between
     candidates is safe: each worker learns a repetition's seed only in the request that times it, and fresh
     sandboxed workers cannot talk to each other, so no candidate learns a seed ahead of its own block. With a
-    `core`, each side runs its blocks on it (`eval._affinity`). The fixed method times one pair only."""
+    `core`, each side runs its blocks on it (`eval.process._affinity`). The fixed method times one pair only."""
     metas = [Measurement(shared_with=len(pairs)) for _ in pairs]
     common = dict(nonce=nonce, flush=rule.flush, flush_bytes=rule.flush_bytes, graphs=graphs, timeout=timeout,
                   core=core)

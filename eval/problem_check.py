@@ -29,7 +29,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-from eval._reaper import owned_tempdir
+from eval.process._reaper import owned_tempdir
 from problems import Problem, ProblemError
 
 # past this, a forward the meta device cannot run is not run for real on the CPU (seconds at most on one core)

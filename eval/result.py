@@ -111,9 +111,9 @@ class EvalResult:
     node: str = ""  # hostname of the machine that evaluated it (executor=local or ray alike)
     ipc_isolated: bool | None = None  # the worker had IPC and UTS namespaces of its own (System V IPC is its own)
     unprivileged: bool | None = None  # worker ran as an unprivileged user (only possible when the harness is root)
-    memory_accounting: str = ""  # what held the worker to its memory limit: cgroup (shared memory too) or pss (`eval._memcg`)
-    process_limit: str = ""  # how eval.max_worker_processes held the worker: cgroup, userns, uid or none (`eval._pids`)
-    freeze: str = ""  # how the worker was stopped while the reference was timed: cgroup, signals or signals-tree (`eval._freeze`)
+    memory_accounting: str = ""  # what held the worker to its memory limit: cgroup (shared memory too) or pss (`eval.process._memcg`)
+    process_limit: str = ""  # how eval.max_worker_processes held the worker: cgroup, userns, uid or none (`eval.process._pids`)
+    freeze: str = ""  # how the worker was stopped while the reference was timed: cgroup, signals or signals-tree (`eval.process._freeze`)
     contended_blocks: int = 0  # reference blocks the GPU-idle probe found beside other GPU work, waited for or redone (`eval._gpu_idle`)
     device: str = ""
     versions: dict[str, str] = field(default_factory=dict)

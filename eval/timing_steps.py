@@ -8,7 +8,8 @@ import statistics
 from typing import NoReturn
 
 from eval import protocol as p
-from eval import _affinity as affinity, _freeze as freeze, _gpu_idle as gpu_idle, measure, observed
+from eval import _gpu_idle as gpu_idle, measure, observed
+from eval.process import _affinity as affinity, _freeze as freeze
 from eval.config import EvalConfig
 from eval.context import Context, RetryAlone, RetryEager, Verdict, trim
 from eval._reference import problem_size

@@ -184,10 +184,10 @@ def test_no_modules_import_each_other_in_a_loop() -> None:
 
 
 def test_the_worker_reaches_only_the_packages_its_sandbox_shows_it() -> None:
-    """The trust model: the sandboxed worker sees the project's `eval` and `problems` only (`eval.sandbox`), never
-    the harness or the agents. Everything the worker's code imports, and every package above what it imports (whose
-    `__init__` runs first), must lie there."""
-    from eval.sandbox import _PROJECT_PACKAGES
+    """The trust model: the sandboxed worker sees the project's `eval` and `problems` only (`eval.process.sandbox`),
+    never the harness or the agents. Everything the worker's code imports, and every package above what it imports
+    (whose `__init__` runs first), must lie there."""
+    from eval.process.sandbox import _PROJECT_PACKAGES
 
     reached = {m for m in modules() if _in(m, "eval.worker")}
     todo = list(reached)
@@ -261,8 +261,8 @@ def _statements(module: str, tree: ast.Module) -> Iterator[tuple[str, str | None
 
 
 def _module_named(base: str, name: str | None) -> str:
-    """The module an import statement names: `from eval import _pool` names `eval._pool`, `from eval.pool import
-    Lease` names `eval.pool`."""
+    """The module an import statement names: `from eval.process import _pids` names `eval.process._pids`,
+    `from eval.process.pool import Lease` names `eval.process.pool`."""
     return f"{base}.{name}" if name and f"{base}.{name}" in modules() else base
 
 

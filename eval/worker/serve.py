@@ -1,6 +1,6 @@
 """The worker's command loop: imports a candidate and runs it when the parent asks.
 
-Runs in a spawned, sandboxed process (see `eval.sandbox`). It never sees the input seed or
+Runs in a spawned, sandboxed process (see `eval.process.sandbox`). It never sees the input seed or
 the reference outputs: the parent sends inputs and receives outputs, and decides every
 verdict itself. The worker reports facts (outputs, launched kernels, timings, tamper
 evidence); it never reports a verdict. Every command ends with a device-wide

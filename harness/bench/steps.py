@@ -3,7 +3,7 @@
 A diagnostic, never a way to evaluate: the scaling batch (honest Triton candidates) on GPU 0, once
 with the whole check pipeline and once per variant with some of its exclusive steps left out, each
 in a fresh pool. If leaving a step out raises the rate, that step is on the bound. Each row also
-gives the GPU gate's shares of the wall time (`eval.pool.GpuGate.usage`): when exclusive plus shared
+gives the GPU gate's shares of the wall time (`eval.process.pool.GpuGate.usage`): when exclusive plus shared
 is about 1, the gate is the bound, and only shorter holds raise the rate.
 """
 

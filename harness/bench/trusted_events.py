@@ -12,7 +12,7 @@ exchange the host messages that must precede each wait (a stream waits on an eve
 time of the wait): a repetition whose exchange outlasted the lead is not valid, and is counted. For each work size it
 prints the trusted window's median and IQR beside the worker's own events around the same work, and beside events
 in one process (today's precision), with the worker unconfined and, where the host allows, in the evaluator's
-sandbox (its own mount, network, PID and IPC namespaces: `eval.sandbox`).
+sandbox (its own mount, network, PID and IPC namespaces: `eval.process.sandbox`).
 """
 
 from __future__ import annotations

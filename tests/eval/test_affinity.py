@@ -1,4 +1,5 @@
-"""`eval._affinity`: both timed processes, every thread of their trees, on one core while a timing runs (CPU)."""
+"""`eval.process._affinity`: both timed processes, every thread of their trees, on one core while a timing runs
+(CPU)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 
 import pytest
 
-from eval import _affinity as affinity, _proctree as proctree
+from eval.process import _affinity as affinity, _proctree as proctree
 from tests.paths import REPO
 
 CHILD = "import os, subprocess, sys, threading, time; threading.Thread(target=time.sleep, args=(60,), daemon=True).start(); " \
@@ -47,7 +48,7 @@ def test_no_core_pins_nothing_and_gone_processes_are_skipped() -> None:
 
 RESERVE = """
 import json, os, subprocess, sys, threading
-from eval import _affinity as affinity, _proctree as proctree
+from eval.process import _affinity as affinity, _proctree as proctree
 cores = sorted(os.sched_getaffinity(0))
 got = affinity.reserve([int(g) for g in sys.argv[2].split(",")], cores_per_gpu=int(sys.argv[1]))
 seen = {}

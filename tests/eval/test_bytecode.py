@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from eval import _bytecode
-from eval._reaper import owner_token
+from eval.process._reaper import owner_token
 from eval import protocol as p
-from eval.sandbox import _PROJECT_HIDDEN, _PROJECT_PACKAGES, PROJECT_ROOT, WorkerProcess
+from eval.process.sandbox import _PROJECT_HIDDEN, _PROJECT_PACKAGES, PROJECT_ROOT, WorkerProcess
 from harness.corpus.hostile import FORWARD, PROBLEM, variant
 from tests.machine import MOUNT_NS
 

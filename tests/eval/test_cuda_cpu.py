@@ -62,7 +62,7 @@ def test_a_build_writes_only_its_own_build_folder(build_evaluator):
     """A CUDA candidate's module code runs in its build worker, beside other candidates' builds: it may write its
     own build folder (torch puts the extension there), and the evaluator's other build folders are mounted
     read-only to it (not merely closed by file permissions, which a worker keeping the parent's uid would pass)."""
-    from eval.sandbox import sandbox_plan
+    from eval.process.sandbox import sandbox_plan
 
     if not sandbox_plan().filesystem:
         pytest.skip("no mount namespace on this machine: the filesystem is not isolated")

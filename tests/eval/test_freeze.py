@@ -1,4 +1,4 @@
-"""`eval._freeze`: the candidate's worker, every process of it, stands still while the reference is timed (CPU).
+"""`eval.process._freeze`: the candidate's worker, every process of it, stands still while the reference is timed (CPU).
 
 Real sandboxed workers: a hostile candidate whose import starts a thread and a child (in a session of its own, which
 forks an orphan and exits) that keep counting in files of its private /dev/shm; the test reads them from outside
@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from eval import Evaluator, Status, _freeze as freeze, measure, _proctree as proctree
+from eval import Evaluator, Status, measure
 from eval import protocol as p
-from eval.sandbox import WorkerProcess
+from eval.process import _freeze as freeze, _proctree as proctree
+from eval.process.sandbox import WorkerProcess
 from harness.corpus.hostile import GOOD, at_import
 from tests.eval.worker_fixtures import staged_worker
 

@@ -18,7 +18,7 @@ from eval import Evaluator, Status, measure
 from eval import _gpu_idle as gpu_idle
 from eval import protocol as p
 from eval._gpu_idle import Busy, Reading, Watch, busy_us
-from eval.sandbox import WorkerProcess
+from eval.process.sandbox import WorkerProcess
 from harness.corpus.hostile import GOOD
 from tests.eval.worker_fixtures import staged_worker
 

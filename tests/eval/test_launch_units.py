@@ -302,7 +302,7 @@ def test_a_failed_capture_ends_both_processes_and_asks_for_an_eager_retry() -> N
     from types import SimpleNamespace
 
     from eval import context, timing_steps
-    from eval.pool import GpuGate
+    from eval.process.pool import GpuGate
 
     killed, sent = [], []
 

@@ -27,7 +27,7 @@ from eval import protocol as p
 from eval.builds import Build
 from eval._kernel_symbols import built_kernels, kernels_under, pin_folder, stub_kernel, stub_symbols
 from eval.result import EvalResult
-from eval.sandbox import WorkerProcess, sandbox_plan
+from eval.process.sandbox import WorkerProcess, sandbox_plan
 from eval.static_checks import analyze
 from harness.corpus.hostile import FORWARD, GOOD, PROBLEM, variant
 from tests.eval.cuda_builds import BUILT

@@ -16,8 +16,8 @@ import pytest
 
 from eval import EvalConfig, EvalResult, Evaluator, Job, Status
 from eval import protocol
-from eval.pool import GpuGate
-from eval._reaper import owner_token, processes_in, sweep_stale
+from eval.process.pool import GpuGate
+from eval.process._reaper import owner_token, processes_in, sweep_stale
 from eval.wire import ProtocolError
 from harness.corpus import candidates
 from tests.paths import REPO as ROOT
@@ -284,7 +284,7 @@ def test_a_reused_pid_neither_keeps_a_dead_owners_folders_nor_loses_its_own(tmp_
     former.mkdir()
     read_end, write_end = os.pipe()
     os.close(write_end)  # the former holder is gone: its reaper reads end-of-file at once
-    reap = subprocess.run([sys.executable, "-I", "-S", str(ROOT / "eval" / "_reaper.py"), str(read_end),
+    reap = subprocess.run([sys.executable, "-I", "-S", str(ROOT / "eval" / "process" / "_reaper.py"), str(read_end),
                            f"{os.getpid()}.1", str(tmp_path)], pass_fds=(read_end,), timeout=60)
     os.close(read_end)
     assert reap.returncode == 0 and not former.exists() and mine.exists()

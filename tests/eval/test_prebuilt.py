@@ -18,7 +18,7 @@ from torch.utils import cpp_extension
 
 from eval import protocol as p
 from eval.builds import Builder
-from eval.sandbox import WorkerProcess, sandbox_plan
+from eval.process.sandbox import WorkerProcess, sandbox_plan
 from eval.worker import light_build, prebuilt
 from eval.worker.compile_only import CompileOnlyDone
 from harness.corpus.hostile import PROBLEM

@@ -22,7 +22,7 @@ import pytest
 from eval import EvalConfig, Evaluator, Status
 from eval import protocol as p
 from eval.cache import JsonCache
-from eval.sandbox import (PROJECT_ROOT, UNPRIVILEGED_UID, SandboxPlan, WorkerProcess, check_identity,
+from eval.process.sandbox import (PROJECT_ROOT, UNPRIVILEGED_UID, SandboxPlan, WorkerProcess, check_identity,
                           identity_problem, sandbox_plan)
 from problems.problem import problem_from_source
 from harness.corpus.hostile import FORWARD, GOOD, PROBLEM, RELU, variant
@@ -463,7 +463,7 @@ def test_the_evaluator_starts_here_only_with_a_confinement_that_drops_the_identi
     this machine would fall back to without namespaces is what `KH_NO_FS_SANDBOX` exercises."""
     check_identity(allow=False)  # raises SandboxRefused where the machine offers no such confinement
     env = dict(os.environ, KH_NO_FS_SANDBOX="1")
-    code = ("import os\nfrom eval.sandbox import check_identity, SandboxRefused\n"
+    code = ("import os\nfrom eval.process.sandbox import check_identity, SandboxRefused\n"
             "try:\n    check_identity(allow=False)\n    print('started')\n"
             "except SandboxRefused as exc:\n    print('refused:', exc)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=PROJECT_ROOT,
@@ -505,9 +505,9 @@ MEMFD_HOG = variant(FORWARD, """        import os, time
 @pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
 def test_memory_the_worker_never_maps_counts_against_its_limit(problem):
     """2.5 GiB in a memfd that is never mapped (and so in no Pss) is charged to the worker's memory cgroup, where
-    the host allows one (`eval._memcg`), and the worker is killed over its limit like any other; where the host
+    the host allows one (`eval.process._memcg`), and the worker is killed over its limit like any other; where the host
     allows none, the result says the Pss alone held it (and the memfd goes unseen: a known limit)."""
-    from eval import _memcg
+    from eval.process import _memcg
 
     with Evaluator(EvalConfig(device="cpu", cache_dir=None, max_worker_memory_gib=1.5, call_timeout_s=120)) as ev:
         honest = ev.evaluate(problem, GOOD)
@@ -544,9 +544,9 @@ def _bomb(hold_s: float) -> str:
 
 
 def _expected_process_limit() -> str:
-    """The plan this machine gives (`eval._pids`): the test user's cgroup rights decide it."""
-    from eval import _pids as pids
-    from eval.sandbox import process_limit_plan
+    """The plan this machine gives (`eval.process._pids`): the test user's cgroup rights decide it."""
+    from eval.process import _pids as pids
+    from eval.process.sandbox import process_limit_plan
     return process_limit_plan(sandbox_plan()) if pids.cgroup_base() is None else "cgroup"
 
 
@@ -665,7 +665,7 @@ def test_an_import_path_that_is_or_holds_a_shared_area_is_not_bound(monkeypatch)
     start. Such a path is left out; a package folder inside one (say /tmp/site on PYTHONPATH) is still bound."""
     import tempfile
 
-    from eval.sandbox import _needed_paths
+    from eval.process.sandbox import _needed_paths
 
     site = Path(tempfile.mkdtemp(prefix="kh-test-site-"))
     try:

@@ -1,5 +1,5 @@
-"""The memory watchdog's reading of a process tree (`eval._watchdog`): the verdict's figure is the tree's Pss, and
-the cheap resident-set bound decides only whether Pss must be read."""
+"""The memory watchdog's reading of a process tree (`eval.process._watchdog`): the verdict's figure is the tree's
+Pss, and the cheap resident-set bound decides only whether Pss must be read."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from eval import _proctree as proctree
-from eval import _watchdog as watchdog
+from eval.process import _proctree as proctree
+from eval.process import _watchdog as watchdog
 
 _MIB = 1 << 20
 _HOLDER = ("import sys; b = bytearray(int(sys.argv[1]) << 20); b[::4096] = b'x' * len(b[::4096]); "

@@ -7,7 +7,7 @@ import torch
 
 from eval import protocol as p
 from eval._reference import Reference, encode_args
-from eval.sandbox import WorkerProcess
+from eval.process.sandbox import WorkerProcess
 from harness.corpus.hostile import PROBLEM
 from problems.problem import problem_from_source
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eval.sandbox import sandbox_plan
+from eval.process.sandbox import sandbox_plan
 from harness.bench import confinement
 
 pytestmark = pytest.mark.slow

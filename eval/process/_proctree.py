@@ -1,6 +1,6 @@
-"""A worker's process tree as /proc shows it, for the parent's per-block work on it (`eval._affinity`,
-`eval._freeze`) and its memory watchdog (`eval._watchdog`): each thread's `children` file, so nothing scans all
-of /proc."""
+"""A worker's process tree as /proc shows it, for the parent's per-block work on it (`eval.process._affinity`,
+`eval.process._freeze`) and its memory watchdog (`eval.process._watchdog`): each thread's `children` file, so nothing
+scans all of /proc."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import contextlib
 import os
 from typing import Iterable, Iterator
 
-from eval._proctree import threads
+from eval.process._proctree import threads
 
 
 _reserved: dict[int, int] = {}  # GPU index -> its timing core, once `reserve` has set them aside

@@ -2,7 +2,7 @@
 
 cgroup v2 `memory.max` is not delegated on many hosts (cgroup v1 here), and `RLIMIT_AS` breaks CUDA's address
 space reservations, so the parent measures instead: every `TICK_S` it sums the resident memory (Pss) of each
-registered worker and of every process descended from it (`eval._proctree`), and kills the tree of one over its
+registered worker and of every process descended from it (`eval.process._proctree`), and kills the tree of one over its
 limit, recording why so that the verdict names the limit.
 
 Each tick reads the trees' resident sets first (`statm`: counters, constant time), and their Pss only for a tree
@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Callable
 
-from eval import _proctree as proctree
+from eval.process import _proctree as proctree
 
 TICK_S = 0.25
 GIB = 1 << 30
@@ -61,9 +61,9 @@ def _proportional_bytes(pid: int) -> int:
 
 def over_limit(root: int, limit_bytes: int, charged: Callable[[], int] | None = None) -> int | None:
     """What the tree holds where it is over `limit_bytes`, else None: the kernel's charge to its memory cgroup
-    (`charged`, `eval._memcg`: shared memory it never maps included) or its Pss. Pss is read only where the resident
-    sets, its upper bound, are over (with `_COUNTER_SLACK`: the kernel's resident counters may lag by a few pages per
-    thread)."""
+    (`charged`, `eval.process._memcg`: shared memory it never maps included) or its Pss. Pss is read only where the
+    resident sets, its upper bound, are over (with `_COUNTER_SLACK`: the kernel's resident counters may lag by a few
+    pages per thread)."""
     if charged is not None and (held := charged()) > limit_bytes:
         return held
     pids = proctree.processes(root)

@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from eval._reaper import owner_of, owner_token
+from eval.process._reaper import owner_of, owner_token
 
 _PROBE_LOCK = threading.Lock()  # workers start on several threads; one probe answers them all
 
@@ -90,7 +90,7 @@ def _works(base: Path) -> bool:
 
 
 def sweep(base: Path) -> None:
-    """Remove the cgroups under `base` whose owners are gone (`eval._reaper`)."""
+    """Remove the cgroups under `base` whose owners are gone (`eval.process._reaper`)."""
     for stale in base.glob("kh-*-*-*"):
         owner = owner_of(stale)
         if owner is not None and owner_token(int(owner.split(".")[0])) != owner:

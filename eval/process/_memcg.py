@@ -1,10 +1,10 @@
 """Per-worker memory cgroups: what a worker holds that no Pss shows (the parent's side).
 
-The watchdog (`eval._watchdog`) sums the Pss of a worker's processes, which counts only pages they map. Pages a
+The watchdog (`eval.process._watchdog`) sums the Pss of a worker's processes, which counts only pages they map. Pages a
 worker holds without mapping them are shared memory of the kernel's: a memfd or System V segment it filled and
 unmapped, files in its private tmpfs (`/tmp`, `/dev/shm`, its own folder). Those escaped the limit (a never-mapped
 memfd of any size passed). The kernel charges every such page to the memory cgroup of the task that made it, so a
-worker that joins a memory cgroup of its own (`create`, joined in `eval.sandbox`'s confinement before any of its
+worker that joins a memory cgroup of its own (`create`, joined in `eval.process.sandbox`'s confinement before any of its
 code runs) has all of it counted: `charged_bytes` is its anonymous memory plus its shared memory, and the watchdog
 holds the worker to the larger of that and its Pss.
 
@@ -21,8 +21,8 @@ import sys
 import threading
 from pathlib import Path
 
-from eval import _pids as pids
-from eval._reaper import owner_token
+from eval.process import _pids as pids
+from eval.process._reaper import owner_token
 
 _PROBE_LOCK = threading.Lock()
 # memory.stat's fields that hold what a worker's own memory is: anonymous pages (its heap, CUDA's host allocations)

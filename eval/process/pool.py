@@ -26,9 +26,9 @@ from typing import Callable, Iterator
 
 import torch
 
-from eval import _affinity as affinity
+from eval.process import _affinity as affinity
 from eval._reference_process import CleanClient, ReferenceProcess
-from eval.sandbox import WorkerProcess
+from eval.process.sandbox import WorkerProcess
 from eval._windows import Windows
 
 

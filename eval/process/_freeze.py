@@ -1,7 +1,7 @@
 """Holding a candidate's worker still while the reference is timed (the parent's side).
 
-The timing core (`eval._affinity`) is set aside by affinity masks, which a candidate may change for its own threads,
-and a candidate may leave threads or processes (in sessions of their own) running between its requests. One that
+The timing core (`eval.process._affinity`) is set aside by affinity masks, which a candidate may change for its own
+threads, and a candidate may leave threads or processes (in sessions of their own) running between its requests. One that
 runs while the reference process runs a block shares the timing core or the host with it: that slows a host-bound
 reference, which inflates the candidate's speedup and loosens the wall bound. So while anything of the reference
 side is timed (`held`), every process of the candidate's worker is stopped; it is resumed before the parent sends
@@ -9,8 +9,8 @@ the candidate its next request, so no request's timeout ever runs while its work
 works here (probed once; every result records it as `freeze`):
 
 - "cgroup": the worker joins a cgroup v2 of its own (its pids cgroup where that is v2, else one made for this) when it
-  starts (`eval.sandbox`), and `cgroup.freeze` stops all of it at once. No signal is involved, a child is born in its
-  parent's cgroup, and a frozen task can still be killed.
+  starts (`eval.process.sandbox`), and `cgroup.freeze` stops all of it at once. No signal is involved, a child is born
+  in its parent's cgroup, and a frozen task can still be killed.
 - "signals": SIGSTOP, which cannot be caught or ignored, to every process of the worker (the members of its pids
   cgroup where it has one, and every process descended from its launcher, which in its PID namespace holds every
   orphan too: they are re-parented to the worker itself), repeated until every thread of them shows stopped.
@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from eval import _pids as pids, _proctree as proctree
-from eval._reaper import owner_token
+from eval.process import _pids as pids, _proctree as proctree
+from eval.process._reaper import owner_token
 
 STOP_WAIT_S = 0.5  # a worker not stopped by then is timed beside (an honest one stops in well under a millisecond)
 POLL_S = 0.0001  # between looks at the kernel's state: the tasks to be stopped need the CPU to stop

@@ -17,11 +17,11 @@ a fresh user namespace without a uid mapping, so the worker holds no capability 
 neither remount nor unmount anything. Where no confinement keeps candidate code from the harness's own
 identity, `check_identity` refuses to start (unless `eval.allow_unconfined_workers`). Which plan
 applied is probed once (`sandbox_plan`) and reported per worker; the worker also probes for itself
-(`filesystem_isolated`). The parent watches each worker tree's memory (`eval._watchdog`).
+(`filesystem_isolated`). The parent watches each worker tree's memory (`eval.process._watchdog`).
 
-Every temporary folder the evaluator makes is named `kh-<kind>-<owner pid>.<start time>-...` (`eval._reaper`), so
-that the owner's reaper, or the next start-up's sweep, removes it (and stops the processes in it)
-however the owner ended, `kill -9` included.
+Every temporary folder the evaluator makes is named `kh-<kind>-<owner pid>.<start time>-...`
+(`eval.process._reaper`), so that the owner's reaper, or the next start-up's sweep, removes it (and stops the
+processes in it) however the owner ended, `kill -9` included.
 """
 
 from __future__ import annotations
@@ -43,14 +43,15 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from eval import _freeze as freeze, _memcg as memcg, _pids as pids, protocol
+from eval import protocol
 from eval._bytecode import interpreter_flags
 from eval._kernel_symbols import pin_folder
-from eval._reaper import owned_tempdir, owner_token
-from eval._watchdog import GIB, WATCH
+from eval.process import _freeze as freeze, _memcg as memcg, _pids as pids
+from eval.process._reaper import owned_tempdir, owner_token
+from eval.process._watchdog import GIB, WATCH
 from eval.wire import Channel, ChannelClosed, ChannelTimeout, PayloadTooLarge, ProtocolError, new_region_fd
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 _SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
 _PROVIDER_PREFIXES = ("OPENAI", "ANTHROPIC", "AZURE", "AWS", "GOOGLE", "GEMINI", "HF_", "HUGGING", "COHERE", "MISTRAL",
                       "GROQ", "TOGETHER", "DEEPSEEK", "XAI", "OPENROUTER", "FIREWORKS", "WANDB")
@@ -65,9 +66,9 @@ UNPRIVILEGED_UID = 65534
 # (the interpreter, its packages, the project's packages, prebuilt extensions), the worker's writable folders, a
 # private capped /tmp and /dev/shm; hides SPEC's `hide` folders; pivots into it and lets go of the host's root;
 # remounts all but the writable folders read-only; drops privileges; then execs CMD. Its first act is to join the
-# worker's cgroups (SPEC's `join`: its pids cgroup, `eval._pids`, and its freezer cgroup, `eval._freeze`); without a pids
-# cgroup its last is to set RLIMIT_NPROC (in a user namespace of its own when SPEC's `userns` or without a uid to
-# become): the per-worker process limit.
+# worker's cgroups (SPEC's `join`: its pids cgroup, `eval.process._pids`, and its freezer cgroup,
+# `eval.process._freeze`); without a pids cgroup its last is to set RLIMIT_NPROC (in a user namespace of its own when
+# SPEC's `userns` or without a uid to become): the per-worker process limit.
 _CONFINE = r"""
 import ctypes, json, os, sys
 spec = json.loads(sys.argv[1]); cmd = sys.argv[2:]
@@ -259,8 +260,8 @@ PRIVATE_SHM = "size=1g,nr_inodes=10000"
 # tmpfs too, mounted over the host folder's path: the host folder stays empty, and a candidate that fills it hits
 # these caps, not the host's disk. A build of a torch extension takes a few hundred MB.
 PRIVATE_OWN = "size=4g,nr_inodes=100000"
-# The tasks (processes and threads) one worker may hold (`eval._pids` says how it is kept per worker). A GPU worker
-# holds ~40 threads, a build worker's compilers a few dozen processes; the cap stops a fork bomb.
+# The tasks (processes and threads) one worker may hold (`eval.process._pids` says how it is kept per worker). A GPU
+# worker holds ~40 threads, a build worker's compilers a few dozen processes; the cap stops a fork bomb.
 MAX_PROCESSES = 4096
 # The host's folders a worker sees whole (read-only): the system, never a home, /tmp, /run, /var, /opt or /srv.
 _SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "dev", "sys", "proc")
@@ -278,7 +279,7 @@ def limit_hit(error: str) -> str:
     """The tmpfs limit that a failure's text shows was hit, as a sentence for the verdict (or "")."""
     if "No space left on device" in error or "[Errno 28]" in error:
         return (f"a sandbox limit was hit: the worker's own folder ({PRIVATE_OWN}), /tmp ({PRIVATE_TMP}) and "
-                f"/dev/shm ({PRIVATE_SHM}) are private tmpfs capped in bytes and files (eval/sandbox.py: PRIVATE_OWN, "
+                f"/dev/shm ({PRIVATE_SHM}) are private tmpfs capped in bytes and files (eval/process/sandbox.py: PRIVATE_OWN, "
                 f"PRIVATE_TMP, PRIVATE_SHM)")
     return ""
 
@@ -397,9 +398,9 @@ def sandbox_plan() -> SandboxPlan:
 
 
 def process_limit_plan(plan: SandboxPlan) -> str:
-    """How a worker confined by `plan` is held to its process limit (`eval._pids`): "cgroup", "userns" (RLIMIT_NPROC
-    in a user namespace of its own: always so for a non-root harness), "uid" (RLIMIT_NPROC shared by the uid) or
-    "none" (no confinement, so no limit)."""
+    """How a worker confined by `plan` is held to its process limit (`eval.process._pids`): "cgroup", "userns"
+    (RLIMIT_NPROC in a user namespace of its own: always so for a non-root harness), "uid" (RLIMIT_NPROC shared by the
+    uid) or "none" (no confinement, so no limit)."""
     if not plan.filesystem:
         return "none"
     if pids.cgroup_base() is not None:
@@ -677,8 +678,8 @@ class WorkerProcess:
         self.own_folders = [fd for fd in (pin_folder(self.proc.pid, path) for path in paths) if fd is not None]
 
     def _freeze_group(self, plan: SandboxPlan) -> Path | None:
-        """The cgroup v2 the worker is frozen in (`eval._freeze`): its pids cgroup where that is one, else a cgroup of
-        its own where one can be made; None without confinement (nothing joins it then) or a cgroup v2."""
+        """The cgroup v2 the worker is frozen in (`eval.process._freeze`): its pids cgroup where that is one, else a
+        cgroup of its own where one can be made; None without confinement (nothing joins it then) or a cgroup v2."""
         if freeze.can_freeze(self.pids_group):
             return self.pids_group
         if not plan.filesystem or freeze.cgroup_base() is None:
@@ -689,9 +690,9 @@ class WorkerProcess:
             return None
 
     def _memory_group(self, plan: SandboxPlan) -> Path | None:
-        """The memory cgroup the worker is accounted in (`eval._memcg`): its pids cgroup where that one accounts memory
-        (cgroup v2 with both controllers), else one of its own where one can be made; None without confinement
-        (nothing joins it then) or where none can be made (its Pss alone then holds it to its limit)."""
+        """The memory cgroup the worker is accounted in (`eval.process._memcg`): its pids cgroup where that one
+        accounts memory (cgroup v2 with both controllers), else one of its own where one can be made; None without
+        confinement (nothing joins it then) or where none can be made (its Pss alone then holds it to its limit)."""
         if self.pids_group is not None and (self.pids_group / "memory.stat").exists():
             return self.pids_group
         if not plan.filesystem or memcg.base() is None:
