@@ -1,5 +1,5 @@
 """On a GPU: a degenerate problem's candidate is judged but never timed or scored; a sound one's is, and its worker
-had IPC and UTS namespaces of its own with CUDA working in them (`eval.sandbox`)."""
+had IPC and UTS namespaces of its own with CUDA working in them (`eval.process.sandbox`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """On a GPU (`pytest -m gpu`): a candidate whose thread spins on the timing core through the reference's blocks
-gains nothing: its worker is stopped while the reference is timed (`eval._freeze`), so the
+gains nothing: its worker is stopped while the reference is timed (`eval.process._freeze`), so the
 host-bound reference is timed as it is beside the honest candidate."""
 
 from __future__ import annotations
