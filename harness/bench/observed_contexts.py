@@ -15,7 +15,9 @@ run in the timekeeper's own context, so they pay nothing. Per repetition of a 4M
   minus an empty window's time;
 - `host_done`: the timekeeper's GPU events kept, its stream idle inside the window: it writes go on the GPU as
   today, the worker's stream writes done into host memory, and the timekeeper's CPU, on seeing it, records END;
-  minus an empty window's time.
+  minus an empty window's time;
+- `ipc_alone`: as `alone`, the adds reading and writing memory the timekeeper exported (CUDA IPC), as a candidate's
+  block reads its inputs from the exported buffer (`alone` uses the worker's own allocations).
 If `r_waits` is slower than `alone` and `host_flags` agrees with it, the timekeeper should wait on the CPU.
 """
 
@@ -82,13 +84,18 @@ def worker() -> None:
     a, b = torch.randn(REPS, N, device="cuda"), torch.randn(REPS, N, device="cuda")
     c = torch.empty(REPS, N, device="cuda")
     s = torch.cuda.Stream()
-    dev = None
+    dev, shared = None, None
     for line in sys.stdin:
         cmd = json.loads(line)
         reps = cmd["reps"]
         ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+        x, y, z = a, b, c
+        if cmd["kind"] == "ipc_alone":
+            if shared is None:  # the operands in the timekeeper's exported memory
+                shared = ImportedBuffer(cmd["operands"], 3 * REPS * N * 4)
+            x, y, z = shared.tensor[:3 * REPS * N * 4].view(torch.float32).view(3, REPS, N)
         with torch.cuda.stream(s):
-            if cmd["kind"] == "alone":
+            if cmd["kind"] in ("alone", "ipc_alone"):
                 _spin(3000)
             elif cmd["kind"] in ("dev", "host_done"):
                 if dev is None:  # the flags in the timekeeper's device memory, as observed timing opens them
@@ -99,11 +106,11 @@ def worker() -> None:
                 _wait(s, dptr, cmd["seq"])
             ev[0].record(s)
             for r in range(reps):
-                torch.add(a[r], b[r], out=c[r])
+                torch.add(x[r], y[r], out=z[r])
             ev[1].record(s)
             if cmd["kind"] == "dev":
                 _write(s, dev + 128, cmd["seq"])
-            elif cmd["kind"] != "alone":  # host, host_done
+            elif cmd["kind"] not in ("alone", "ipc_alone"):  # host, host_done
                 _write(s, dptr + 128, cmd["seq"])
         print(json.dumps({"enqueued": True}), flush=True)
         s.synchronize()
@@ -118,12 +125,15 @@ def main(out_path: str | None = None) -> int:
     fd = os.memfd_create("flags")
     os.ftruncate(fd, 4096)
     m, words, dptr = _host_words(fd)
-    w = subprocess.Popen([sys.executable, "-m", "harness.bench.observed_contexts", "worker", str(fd)], pass_fds=(fd,), stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True)
+    w = subprocess.Popen([sys.executable, "-m", "harness.bench.observed_contexts", "worker", str(fd)], pass_fds=(fd,),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     flags = ExportedBuffer(FLAGS_BYTES)
     flags.tensor.zero_()
     torch.cuda.synchronize()
     devmem, hexh = flags.ptr, flags.handle
+    operands = ExportedBuffer(3 * REPS * N * 4)
+    operands.tensor[:3 * REPS * N * 4].view(torch.float32).normal_()
+    torch.cuda.synchronize()
     rs = torch.cuda.Stream()
     seq = [0]
     out = {}
@@ -138,6 +148,10 @@ def main(out_path: str | None = None) -> int:
 
     def alone(reps):
         ask({"kind": "alone", "reps": reps})
+        return own()
+
+    def ipc_alone(reps):
+        ask({"kind": "ipc_alone", "reps": reps, "operands": operands.handle})
         return own()
 
     def r_waits(reps):
@@ -175,9 +189,10 @@ def main(out_path: str | None = None) -> int:
         t1 = time.perf_counter_ns()
         return (t1 - t0) / 1000, own()
 
-    for kind, fn in (("alone", alone), ("r_waits", r_waits)):
+    for kind, fn in (("alone", alone), ("ipc_alone", ipc_alone), ("r_waits", r_waits)):
         fn(REPS)
         out[kind] = statistics.median(fn(REPS) for _ in range(BLOCKS)) / REPS
+
     def host_done(reps):
         seq[0] += 1
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
