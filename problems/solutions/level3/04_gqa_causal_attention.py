@@ -36,6 +36,11 @@ def _flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr,
     dims = tl.arange(0, HEAD_DIM)
     q = tl.load(q_ptr + b * stride_qb + h * stride_qh + rows[:, None] * stride_qs + dims[None, :],
                 mask=rows[:, None] < seq, other=0.0)
+    # the scale folded into q once, so each dot's result is the logit itself and the row max and exp2's argument come
+    # from one rounded value. With `s = dot * qk_scale`, a fused multiply-add can give exp2 the unrounded product: at
+    # logits near 1e34 the max's `s - m_new` is then its rounding error, not 0, and a row's every p may underflow
+    # (every row past the first 64 was NaN under near-limit inputs on an H200, 2026-12-03; the likely cause)
+    q = q * qk_scale
     k_base = k_ptr + b * stride_kb + kv * stride_kh
     v_base = v_ptr + b * stride_vb + kv * stride_vh
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -46,7 +51,7 @@ def _flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr,
         cols = start + tl.arange(0, BLOCK_N)
         k = tl.load(k_base + cols[:, None] * stride_ks + dims[None, :])
         v = tl.load(v_base + cols[:, None] * stride_vs + dims[None, :])
-        s = tl.dot(q, tl.trans(k), input_precision="tf32x3") * qk_scale
+        s = tl.dot(q, tl.trans(k), input_precision="tf32x3")
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
@@ -57,7 +62,7 @@ def _flash_attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr,
         cols = start + tl.arange(0, BLOCK_N)
         k = tl.load(k_base + cols[:, None] * stride_ks + dims[None, :], mask=cols[:, None] < seq, other=0.0)
         v = tl.load(v_base + cols[:, None] * stride_vs + dims[None, :], mask=cols[:, None] < seq, other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision="tf32x3") * qk_scale
+        s = tl.dot(q, tl.trans(k), input_precision="tf32x3")
         s = tl.where(cols[None, :] <= rows[:, None], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.exp2(m_i - m_new)
