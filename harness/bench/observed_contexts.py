@@ -58,9 +58,6 @@ def _check(rc: int, what: str) -> None:
         raise RuntimeError(f"{what}: CUresult {rc}")
 
 
-_write, _wait = write_flag, wait_flag
-
-
 def _host_words(fd: int) -> tuple[mmap.mmap, ctypes.Array, int]:
     """A page of the memfd `fd`, mapped here and registered with CUDA: (the map, its words, its device pointer)."""
     m = mmap.mmap(fd, 4096)
@@ -93,7 +90,7 @@ def worker() -> None:
         if cmd["kind"] == "ipc_alone":
             if shared is None:  # the operands in the timekeeper's exported memory
                 shared = ImportedBuffer(cmd["operands"], 3 * REPS * N * 4)
-            x, y, z = shared.tensor[:3 * REPS * N * 4].view(torch.float32).view(3, REPS, N)
+            x, y, z = shared.tensor.view(torch.float32).view(3, REPS, N)
         with torch.cuda.stream(s):
             if cmd["kind"] in ("alone", "ipc_alone"):
                 _spin(3000)
@@ -101,17 +98,17 @@ def worker() -> None:
                 if dev is None:  # the flags in the timekeeper's device memory, as observed timing opens them
                     opened = ImportedBuffer(cmd["handle"], FLAGS_BYTES)
                     dev = opened.ptr
-                _wait(s, dev, cmd["seq"])
+                wait_flag(s, dev, cmd["seq"])
             else:  # host
-                _wait(s, dptr, cmd["seq"])
+                wait_flag(s, dptr, cmd["seq"])
             ev[0].record(s)
             for r in range(reps):
                 torch.add(x[r], y[r], out=z[r])
             ev[1].record(s)
             if cmd["kind"] == "dev":
-                _write(s, dev + 128, cmd["seq"])
+                write_flag(s, dev + 128, cmd["seq"])
             elif cmd["kind"] not in ("alone", "ipc_alone"):  # host, host_done
-                _write(s, dptr + 128, cmd["seq"])
+                write_flag(s, dptr + 128, cmd["seq"])
         print(json.dumps({"enqueued": True}), flush=True)
         s.synchronize()
         print(json.dumps({"own_us": ev[0].elapsed_time(ev[1]) * 1000}), flush=True)
@@ -132,7 +129,7 @@ def main(out_path: str | None = None) -> int:
     torch.cuda.synchronize()
     devmem, hexh = flags.ptr, flags.handle
     operands = ExportedBuffer(3 * REPS * N * 4)
-    operands.tensor[:3 * REPS * N * 4].view(torch.float32).normal_()
+    operands.tensor.view(torch.float32).normal_()
     torch.cuda.synchronize()
     rs = torch.cuda.Stream()
     seq = [0]
@@ -157,11 +154,11 @@ def main(out_path: str | None = None) -> int:
     def r_waits(reps):
         seq[0] += 1
         with torch.cuda.stream(rs):
-            _wait(rs, devmem + 256, seq[0])
+            wait_flag(rs, devmem + 256, seq[0])
         ask({"kind": "alone", "reps": reps})
         t = own()
         rel = torch.cuda.Stream()
-        _write(rel, devmem + 256, seq[0])
+        write_flag(rel, devmem + 256, seq[0])
         torch.cuda.synchronize()
         return t
 
@@ -171,8 +168,8 @@ def main(out_path: str | None = None) -> int:
         ask({"kind": "dev", "reps": reps, "seq": seq[0], "handle": hexh})
         with torch.cuda.stream(rs):
             e0.record(rs)
-            _write(rs, devmem, seq[0])
-            _wait(rs, devmem + 128, seq[0])
+            write_flag(rs, devmem, seq[0])
+            wait_flag(rs, devmem + 128, seq[0])
             e1.record(rs)
         t = own()
         e1.synchronize()
@@ -199,7 +196,7 @@ def main(out_path: str | None = None) -> int:
         ask({"kind": "host_done", "reps": reps, "seq": seq[0], "handle": hexh})
         with torch.cuda.stream(rs):
             e0.record(rs)
-            _write(rs, devmem, seq[0])
+            write_flag(rs, devmem, seq[0])
         while words[32] != seq[0]:
             pass
         e1.record(rs)
