@@ -290,15 +290,9 @@ class Evaluator:
         key = self._result_key(job)
         if (hit := self._cached(key)) is not None:
             return hit
-        result = self._new_result(job)
         closed = f"the evaluator closed while {job.problem.id} was being evaluated; evaluate it again"
         try:
-            self._judge(job, report, build, result)
-        except Verdict as verdict:
-            result.status, result.reason, result.error = verdict.status, verdict.reason, trim(verdict.error)
-        except ProblemError as exc:  # the reference failed here, in the parent, where no candidate code runs
-            result.status, result.reason = Status.PROBLEM_ERROR, problem_check.broken(job.problem.id, str(exc))
-            result.error = trim(traceback.format_exc())
+            result = self._judge(job, report, build)
         except Exception as exc:  # the closing took the worker or its channel away mid-exchange
             if self._closing:
                 raise EvaluatorClosed(closed) from exc
@@ -331,10 +325,27 @@ class Evaluator:
         return EvalResult(problem_id=job.problem.id, backend=job.backend, device=self.device_name,
                           versions=dict(self.versions), preset=self.config.preset, node=socket.gethostname())
 
-    def _judge(self, job: Job, report: static_checks.SourceReport, build: Claim | None,
-               result: EvalResult) -> None:
-        """The verdict, raised as one; `build` is the caller's claim on the candidate's build, else one is taken here
-        and released when the evaluation ends (the build folder is never removed while it is held)."""
+    def _judge(self, job: Job, report: static_checks.SourceReport, build: Claim | None) -> EvalResult:
+        """The judged result (its last attempt's, when it was evaluated again); `build` is the caller's claim on the
+        candidate's build, else one is taken here and released when the evaluation ends (the build folder is never
+        removed while it is held)."""
+        result = self._new_result(job)
+        if _ended(result, lambda: self._refuse_or_skip(job, report)):
+            return result
+        own = None
+        if build is None and needs_build(report, job.backend, self.config.own_kernel_policy):
+            build = own = self._builder.claim(job.source)
+        try:
+            result = self._judge_built(job, report, build, result)
+            if self._profiler is not None and result.is_correct:  # profile (issue 57): after the verdict, never in it
+                self._profile(job, build, result)
+        finally:
+            if own is not None:
+                own.release()
+        return result
+
+    def _refuse_or_skip(self, job: Job, report: static_checks.SourceReport) -> None:
+        """A verdict, raised, for a candidate refused unbuilt, a faulty problem, or one too big for a CPU worker."""
         refused = static_checks.refusal(report, self.config.own_kernel_policy, job.backend)  # issue 56: backend
         if refused:
             raise Verdict(*refused)
@@ -344,36 +355,24 @@ class Evaluator:
             too_big = _too_big_for_a_worker(job.problem, self.config.problem_scale, self._memory_limit)
             if too_big:
                 raise Verdict(Status.SKIPPED, too_big)
-        own = None
-        if build is None and needs_build(report, job.backend, self.config.own_kernel_policy):
-            build = own = self._builder.claim(job.source)
-        try:
-            self._judge_built(job, report, build, result)
-            if self._profiler is not None and result.is_correct:  # profile (issue 57): after the verdict, never in it
-                self._profile(job, build, result)
-        finally:
-            if own is not None:
-                own.release()
 
     def _judge_built(self, job: Job, report: static_checks.SourceReport, build: Claim | None,
-                     result: EvalResult) -> None:
+                     result: EvalResult) -> EvalResult:
+        """The result of the candidate's evaluation on a worker: `result`, or a retry's own result (each retry
+        turns one thing off, so this ends), with the retries named in its flags."""
         waited = time.perf_counter()
         built = build.result() if build is not None else None
         result.phase_seconds["wait_for_build"] = round(time.perf_counter() - waited, 4)
-        if built is not None and not built.ok:
-            raise Verdict(Status.COMPILE_ERROR, "building the candidate failed", built.error)
-        if self.device.type == "cpu" and (report.cuda_kernels or report.uses_load_inline or job.backend == "cuda"):
-            raise Verdict(Status.SKIPPED, (built.note if built else "") or "CUDA candidates cannot run without a GPU")
-        if self.device.type == "cpu" and (report.gluon_kernels or job.backend in NEEDS_GPU):  # issue 56
-            raise Verdict(Status.SKIPPED, "Gluon kernels cannot run without a GPU: Triton's interpreter does not run "
-                                          "them (gluon.jit never takes TRITON_INTERPRET's path; docs/backends.md)")
+        if _ended(result, lambda: self._refuse_unrunnable(job, report, built)):
+            return result
         notes = [f"build: {built.note}"] if built is not None and built.note else []
         alone, graphs, retried = False, self.config.cuda_graphs == "auto", []
-        while True:  # each retry turns one thing off, so this ends
+        while True:
             attempt = self._new_result(job) if retried else result
             attempt.flags.extend(notes + retried)
+            attempt.phase_seconds.setdefault("wait_for_build", result.phase_seconds["wait_for_build"])
             try:
-                self._run_on_worker(job, report, built, attempt, alone=alone, graphs=graphs)
+                _ended(attempt, lambda: self._run_on_worker(job, report, built, attempt, alone=alone, graphs=graphs))
             except RetryAlone as exc:
                 alone = True
                 retried.append(f"{exc.why}; evaluated again alone, in a new worker")
@@ -383,10 +382,17 @@ class Evaluator:
                 retried.append(f"cuda_graphs: {exc.note}; evaluated again in a new worker, both sides timed as "
                                "eager calls")
                 continue
-            finally:  # the result is the last attempt's, verdict or not, with the retries' flags
-                if attempt is not result:
-                    result.__dict__.update(attempt.__dict__)
-            return
+            return attempt
+
+    def _refuse_unrunnable(self, job: Job, report: static_checks.SourceReport, built: Build | None) -> None:
+        """A verdict, raised, for a failed build or a candidate this device cannot run."""
+        if built is not None and not built.ok:
+            raise Verdict(Status.COMPILE_ERROR, "building the candidate failed", built.error)
+        if self.device.type == "cpu" and (report.cuda_kernels or report.uses_load_inline or job.backend == "cuda"):
+            raise Verdict(Status.SKIPPED, (built.note if built else "") or "CUDA candidates cannot run without a GPU")
+        if self.device.type == "cpu" and (report.gluon_kernels or job.backend in NEEDS_GPU):  # issue 56
+            raise Verdict(Status.SKIPPED, "Gluon kernels cannot run without a GPU: Triton's interpreter does not run "
+                                          "them (gluon.jit never takes TRITON_INTERPRET's path; docs/backends.md)")
 
     def _run_on_worker(self, job: Job, report: static_checks.SourceReport, built: Build | None, result: EvalResult,
                        alone: bool, graphs: bool) -> None:
@@ -592,6 +598,21 @@ def _ceilings(cache_dir: str | None, device: torch.device, device_name: str) -> 
     if cached is not None:
         return cached
     return probe_and_cache(cache_dir, device) if cache_dir else probe(device)
+
+
+def _ended(result: EvalResult, step: Callable[[], None]) -> bool:
+    """Run `step`; a verdict it raises (or a reference that failed in the parent, where no candidate code runs) is
+    recorded on `result`. True when the evaluation ended so."""
+    try:
+        step()
+    except Verdict as verdict:
+        result.status, result.reason, result.error = verdict.status, verdict.reason, trim(verdict.error)
+    except ProblemError as exc:
+        result.status, result.reason = Status.PROBLEM_ERROR, problem_check.broken(result.problem_id, str(exc))
+        result.error = trim(traceback.format_exc())
+    else:
+        return False
+    return True
 
 
 def _too_big_for_a_worker(problem: Problem, scale: str, limit_bytes: int) -> str:
