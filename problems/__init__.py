@@ -29,7 +29,7 @@ _EXPORTS = {
     "DEFAULT_BUDGET_BYTES": "problems.lint",
     "LintReport": "problems.lint",
     "degenerate_outputs": "problems.lint",
-    "lint_entries": "problems.lint",
+    "lint_entries": "problems.lint_driver",
     "Problem": "problems.problem",
     "ProblemError": "problems.problem",
     "load_problem_file": "problems.problem",

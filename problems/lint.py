@@ -1,6 +1,7 @@
 """Suite lint: is each problem sound enough to score candidates against?
 
-Per problem, in a subprocess of its own (so one that hangs or crashes cannot stall the rest):
+The checks of one problem, in this process (`lint_problem_here`); `problems.lint_driver` runs each problem in a
+subprocess of its own (so one that hangs or crashes cannot stall the rest), several at once:
 
 - load:          the source parses, defines Model/get_inputs/get_init_inputs and imports
 - memory:        at full size, what an evaluation needs fits the budget: the reference's traced peak
@@ -23,9 +24,10 @@ Per problem, in a subprocess of its own (so one that hangs or crashes cannot sta
                  work and still passes. The fixed family, over inputs that broadcast to the output:
                  `x`, `-x`, `x * x`, `abs(x)`, `relu(x)`, `sigmoid(x)`, `tanh(x)`, and over pairs of
                  distinct inputs `a + b`, `a - b`, `b - a`, `a * b` (at most MAX_EXPRESSIONS per
-                 output). A match without such FLOPs (a ReLU problem) is the problem's own form: pass.
-                 Fails only when every output is matched: the FLOPs are counted for the whole forward,
-                 so while one output is not, they may all be that output's.
+                 output: `problems._trivial_expressions`). A match without such FLOPs (a ReLU problem)
+                 is the problem's own form: pass. Fails only when every output is matched: the FLOPs
+                 are counted for the whole forward, so while one output is not, they may all be that
+                 output's.
 - extra-inputs:  every `get_extra_inputs()` set runs and gives finite outputs
 - distributions: which of the evaluator's trials off the published distribution (`runtime.DISTRIBUTIONS`) run,
                  and which it skips: where the reference is not finite, or ill-conditioned (its own outputs
@@ -42,17 +44,10 @@ the memory check always uses the full sizes.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -67,10 +62,10 @@ from problems._compare import (
     take_flat,
     tolerance,
 )
+from problems._trivial_expressions import matching_expressions
 from problems.conditioning import ill_conditioned
 from problems.cost import Cost, describe_bytes, describe_flops, estimate_memory, measure_cost, static_bytes
-from problems.kernelbench import Entry, LoadFailure
-from problems.problem import Problem, ProblemError, problem_from_source
+from problems.problem import Problem, ProblemError
 from problems.runtime import (
     DISTRIBUTIONS,
     build_model,
@@ -96,12 +91,9 @@ DETERMINISM_SHARE = 0.01  # reruns may differ (GPU reductions) by at most this s
 # 2*Cin*kh*kw/groups of a conv, elementwise ops 0: above 8, the reference contracts over more than
 # 4 elements per output, work an elementwise expression cannot stand in for.
 TRIVIAL_FLOPS_PER_ELEMENT = 8.0
-MAX_EXPRESSIONS = 64  # per output: 7 unary forms per input, 4 binary per pair (5 inputs fill it)
-EXPRESSION_SAMPLE = 4096  # elements compared first, so a non-matching expression costs almost nothing
 # the constant-output median is taken over at most this many elements: exact below, and sorting a whole
 # multi-GB output would need several copies of it
 _MEDIAN_SAMPLE = 1 << 24
-_PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass
@@ -131,9 +123,6 @@ class LintReport:
     @property
     def failures(self) -> list[Check]:
         return [c for c in self.checks if c.status == "fail"]
-
-
-# ----------------------------------------------------------------------------- checks (worker side)
 
 
 def _tolerance(problem: Problem) -> tuple[float, float]:
@@ -413,62 +402,6 @@ def _made_mismatch(expected: list[torch.Tensor], make: Callable[[int], torch.Ten
     return None
 
 
-@dataclass
-class _Expression:
-    """One candidate shortcut: `fn(*inputs[i] for i in operands)`, shown as `text`."""
-
-    text: str
-    operands: tuple[int, ...]
-    fn: Callable[..., torch.Tensor]
-
-
-_UNARY: tuple[tuple[str, Callable[[torch.Tensor], torch.Tensor]], ...] = (
-    ("{a}", lambda a: a),
-    ("-{a}", torch.neg),
-    ("{a} * {a}", lambda a: a * a),
-    ("abs({a})", torch.abs),
-    ("relu({a})", torch.relu),
-    ("sigmoid({a})", torch.sigmoid),
-    ("tanh({a})", torch.tanh),
-)
-_BINARY: tuple[tuple[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]], ...] = (
-    ("{a} + {b}", torch.add),
-    ("{a} - {b}", torch.sub),
-    ("{b} - {a}", lambda a, b: b - a),
-    ("{a} * {b}", torch.mul),
-)
-
-
-def _broadcasts_to(t: torch.Tensor, shape: torch.Size) -> bool:
-    try:
-        return torch.broadcast_shapes(t.shape, shape) == shape
-    except RuntimeError:
-        return False
-
-
-def _expressions(inputs: list, shape: torch.Size) -> list[_Expression]:
-    """The fixed family over the float inputs that broadcast to `shape`, unary forms first, capped."""
-    usable = [i for i, x in enumerate(inputs)
-              if isinstance(x, torch.Tensor) and x.is_floating_point() and _broadcasts_to(x, shape)]
-    names = {i: f"inputs[{i}]" for i in usable}
-    family = [_Expression(text.format(a=names[i]), (i,), fn) for i in usable for text, fn in _UNARY]
-    family += [_Expression(text.format(a=names[i], b=names[j]), (i, j), fn)
-               for n, i in enumerate(usable) for j in usable[n + 1:] for text, fn in _BINARY]
-    return family[:MAX_EXPRESSIONS]
-
-
-def _expression_matches(expr: _Expression, inputs: list, out: torch.Tensor, atol: float, rtol: float) -> bool:
-    """Does the evaluator's comparison accept `expr` for `out`? A sample of elements decides most cases cheaply."""
-    operands = [inputs[i].broadcast_to(out.shape) for i in expr.operands]
-    if out.numel() > EXPRESSION_SAMPLE:  # a mismatch on a sample is a mismatch on the whole
-        flat = torch.arange(EXPRESSION_SAMPLE, device=out.device) * (out.numel() // EXPRESSION_SAMPLE)
-        where = torch.unravel_index(flat, out.shape)
-        sample = expr.fn(*(x[where] for x in operands)).to(out.dtype)
-        if compare([out[where]], [sample], atol, rtol) is not None:
-            return False
-    return compare([out], [expr.fn(*operands).to(out.dtype)], atol, rtol) is None
-
-
 def _counted_flops(model: torch.nn.Module, inputs: list) -> int:
     """FLOPs of one reference forward, by the counter `problems.cost` uses (elementwise ops count 0)."""
     with FlopCounterMode(display=False) as counter:
@@ -479,17 +412,7 @@ def _counted_flops(model: torch.nn.Module, inputs: list) -> int:
 def _check_trivial_expression(model: torch.nn.Module, inputs: list, outs: list[torch.Tensor],
                               atol: float, rtol: float) -> Check:
     """Could a one-line elementwise expression of the inputs stand in for a reference that does real work?"""
-    matched: dict[int, str] = {}
-    tried = 0
-    with torch.no_grad():
-        for i, out in enumerate(outs):
-            if not out.is_floating_point() or out.numel() == 0:
-                continue
-            for expr in _expressions(inputs, out.shape):
-                tried += 1
-                if _expression_matches(expr, inputs, out, atol, rtol):
-                    matched[i] = expr.text
-                    break
+    matched, tried = matching_expressions(inputs, outs, atol, rtol)
     if not matched:
         return Check("trivial-expression", "pass", f"no output matches any of {tried} tried expressions")
     found = "; ".join(f"output {i} is matched by `{text}`" for i, text in matched.items())
@@ -603,7 +526,7 @@ def _short_exc(exc: BaseException) -> str:
 
 def lint_problem_here(problem: Problem, *, device: str = "cpu", scale: str = "auto",
                       budget: int = DEFAULT_BUDGET_BYTES) -> LintReport:
-    """Lint one problem in this process (the subprocess worker calls this; so can trusted tests)."""
+    """Lint one problem in this process (`problems.lint_driver`'s subprocess calls this; so can trusted tests)."""
     if device == "cuda":
         strict_precision()
         torch.backends.cudnn.benchmark = False
@@ -615,94 +538,3 @@ def lint_problem_here(problem: Problem, *, device: str = "cpu", scale: str = "au
         report.checks.append(Check("lint", "fail", f"lint itself failed: {_short_exc(exc)}"))
     report.seconds = time.perf_counter() - start
     return report
-
-
-# ----------------------------------------------------------------------------- driver (parent side)
-
-
-def _problem_payload(problem: Problem) -> dict:
-    return {"source": problem.source, "id": problem.id, "name": problem.name, "level": problem.level,
-            "path": problem.path}
-
-
-def lint_entry(entry: Entry, *, device: str = "cpu", scale: str = "auto", budget: int = DEFAULT_BUDGET_BYTES,
-               timeout_s: float = 300.0, threads: int | None = None) -> LintReport:
-    """Lint one loaded problem (or report its load failure) in a fresh subprocess with a timeout."""
-    if isinstance(entry, LoadFailure):
-        return LintReport(entry.id, [Check("load", "fail", entry.error)])
-    payload = json.dumps({"problem": _problem_payload(entry), "device": device, "scale": scale, "budget": budget})
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PROJECT_ROOT), env.get("PYTHONPATH", "")) if p)
-    if threads:
-        env["OMP_NUM_THREADS"] = str(threads)
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "problems.lint"], input=payload, capture_output=True, text=True,
-            timeout=timeout_s, env=env, cwd=str(_PROJECT_ROOT),
-        )
-    except subprocess.TimeoutExpired:
-        detail = f"timed out after {timeout_s:.0f} s (hangs, or far too slow here)"
-        return LintReport(entry.id, [Check("run", "fail", detail)], seconds=time.perf_counter() - start)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])[:500]
-        detail = f"lint worker exited with {proc.returncode}: {tail}"
-        return LintReport(entry.id, [Check("run", "fail", detail)], seconds=time.perf_counter() - start)
-    data = json.loads(lines[-1])
-    return LintReport(data["problem_id"], [Check(**c) for c in data["checks"]], data["scale"], data["seconds"],
-                      data.get("needs_bytes"))
-
-
-def lint_entries(entries: list[Entry], *, device: str = "cpu", scale: str = "auto",
-                 budget: int = DEFAULT_BUDGET_BYTES, timeout_s: float = 300.0, jobs: int = 1,
-                 on_report: Callable[[LintReport], None] | None = None) -> list[LintReport]:
-    """Lint many problems, `jobs` subprocesses at a time, each within `budget`; `on_report(report)` is called once
-    per problem, as it finishes.
-
-    With several jobs, a problem whose full-size run needs more than `budget` but fits what the jobs share
-    (`jobs` x `budget`) is linted again at the end, alone, within that; only that report is given. So one command
-    lints a whole checkout, the few large problems one at a time."""
-    threads = max(1, (os.cpu_count() or 1) // jobs) if device == "cpu" else None
-    lock = threading.Lock()
-    alone_budget = jobs * budget
-
-    def report(r: LintReport) -> LintReport:
-        if on_report is not None:
-            with lock:  # reports from parallel jobs print whole, one at a time
-                on_report(r)
-        return r
-
-    def one(entry: Entry) -> LintReport:
-        r = lint_entry(entry, device=device, scale=scale, budget=budget, timeout_s=timeout_s, threads=threads)
-        return r if _later_alone(r, jobs, alone_budget) else report(r)
-
-    if jobs <= 1:
-        return [one(e) for e in entries]
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        reports = list(pool.map(one, entries))
-    alone_threads = os.cpu_count() if device == "cpu" else None
-    return [report(lint_entry(e, device=device, scale=scale, budget=alone_budget, timeout_s=timeout_s,
-                              threads=alone_threads))
-            if _later_alone(r, jobs, alone_budget) else r for e, r in zip(entries, reports)]
-
-
-def _later_alone(report: LintReport, jobs: int, alone_budget: int) -> bool:
-    """Whether the budget alone stopped this problem's full-size run, and the jobs' whole budget would not."""
-    return jobs > 1 and report.needs_bytes is not None and report.needs_bytes <= alone_budget
-
-
-def _worker_main() -> int:
-    """Subprocess entry: read one problem as JSON on stdin, print its report as one JSON line."""
-    data = json.loads(sys.stdin.read())
-    p = data["problem"]
-    problem = problem_from_source(p["source"], name=p["name"], problem_id=p["id"], level=p["level"], path=p["path"])
-    report = lint_problem_here(problem, device=data["device"], scale=data["scale"], budget=int(data["budget"]))
-    result = {"problem_id": report.problem_id, "checks": [asdict(c) for c in report.checks], "scale": report.scale,
-              "seconds": report.seconds, "needs_bytes": report.needs_bytes}
-    sys.stdout.write("\n" + json.dumps(result) + "\n")  # after anything the problem itself printed
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_worker_main())

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from problems.kernelbench import load_kernelbench_dir
-from problems.lint import lint_entries, lint_problem_here
+from problems.lint import lint_problem_here
+from problems.lint_driver import lint_entries
 from problems.problem import load_problem_file, problem_from_source
 from problems.suite import suite_problem
 from tests.paths import KERNELBENCH as FIXTURE
