@@ -35,7 +35,7 @@ from eval._kernel_symbols import built_kernels
 from eval.process._reaper import owned_tempdir
 from eval.process.sandbox import UNPRIVILEGED_UID, WorkerDied, WorkerProcess, WorkerTimeout, can_drop_privileges
 from eval.static_checks import SourceReport, refusal
-from eval.worker.prebuilt import read_record
+from eval._build_record import read_record
 
 
 def lazy_reply_margin_s(timeout_s: float) -> float:

@@ -20,6 +20,9 @@ from eval.wire import ProtocolError
 
 # An input list travels as a JSON spec plus tensors: {"t": i} stands for tensor i, anything else is a literal.
 ArgSpec = list[Any]
+# the environment variable that carries a profile target's request (`eval.worker.profile_target`), set by the parent
+# for the run of it that ncu starts (`eval.profiling.profiler`)
+PROFILE_REQUEST_ENV = "KH_PROFILE_REQUEST"
 
 
 class FailureStage(str, Enum):

@@ -205,15 +205,13 @@ def test_the_worker_reaches_only_the_packages_its_sandbox_shows_it() -> None:
 
 # The crossing: the parent-side modules of `eval` the sandboxed worker's code may import (what both sides speak:
 # the requests and replies, their framing, the timing arithmetic), besides the `eval` door itself and `problems`.
-CROSSING = {"eval", "eval.protocol", "eval.wire", "eval._capture"}
+CROSSING = {"eval", "eval.protocol", "eval.wire", "eval._capture", "eval._build_record"}
 # Imports of the worker's code from outside it, and why; the list may only shrink (but for a benchmark of a worker's
-# own piece). The parent builds and locates the worker's native code (`eval.worker.native`), loads prebuilt extensions as the worker will (`eval.worker.prebuilt`)
-# and starts the profile target by its module; the benchmarks time the worker's own pieces.
+# own piece). The parent builds and locates the worker's native code (`eval.worker.native`);
+# the benchmarks time the worker's own pieces.
 KNOWN_INTO_THE_WORKER = {
     ("eval._stopwatch", "eval.worker.native.build"),
-    ("eval.builds", "eval.worker.prebuilt"),
     ("eval.evaluator", "eval.worker.native"),
-    ("eval.profiling.profiler", "eval.worker.profile_target"),
     ("harness.bench.builds", "eval.worker.light_build"),
     ("harness.bench.bytecode", "eval.worker.native"),
     ("harness.bench.confinement", "eval.worker.native"),

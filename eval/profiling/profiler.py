@@ -33,7 +33,7 @@ from typing import Any, Callable
 from eval.profiling import ncu
 from eval.profiling.record import Profile, SideProfile
 from eval.result import EvalResult
-from eval.worker.profile_target import REQUEST_ENV
+from eval.protocol import PROFILE_REQUEST_ENV
 
 OUTPUT_CAP = 1 << 20  # bytes of a profiling process's output kept (its first and last): ncu's table comes last
 MAX_REQUEST_BYTES = 120_000  # the request travels in the environment, whose strings Linux caps at 128 KiB
@@ -167,7 +167,7 @@ class Profiler:
                                           f"characters, over {MAX_REQUEST_BYTES})")
         for _ in range(2):
             dropped = set(self._dropped)
-            code, output = launch(ncu.command(path, self.level, dropped), {REQUEST_ENV: request}, self.timeout_s)
+            code, output = launch(ncu.command(path, self.level, dropped), {PROFILE_REQUEST_ENV: request}, self.timeout_s)
             again = ncu.retry_without(output, self.level, dropped)
             if again is None:
                 break

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import types
 from pathlib import Path
 from typing import Any, Callable
 
-RECORD = "kh_builds.json"
+from eval._build_record import read_record, write_record
 
 
 class UnfinishedBuild(RuntimeError):
@@ -86,36 +85,14 @@ def loading(load_inline: Callable[..., Any], folder: Path) -> Callable[..., Any]
     return load_or_build
 
 
-def read_record(folder: Path) -> dict[str, dict[str, Any]]:
-    """The build's record in `folder`: fingerprint -> {"name", "library", "failed" or "building"}; empty if none or
-    unreadable."""
-    try:
-        record = json.loads((folder / RECORD).read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(record, dict):
-        return {}
-    return {k: v for k, v in record.items() if isinstance(k, str) and isinstance(v, dict)}
-
-
 def _save(folder: Path, record: dict[str, dict[str, Any]], key: str, entry: dict[str, Any]) -> None:
     record[key] = entry
-    _write(folder, record)
+    write_record(folder, record)
 
 
 def _forget(folder: Path, record: dict[str, dict[str, Any]], key: str) -> None:
     record.pop(key, None)
-    _write(folder, record)
-
-
-def _write(folder: Path, record: dict[str, dict[str, Any]]) -> None:
-    """Replace the record whole (a build worker killed at its deadline, mid-write, leaves the last whole one)."""
-    partial = folder / f"{RECORD}.partial"
-    try:
-        partial.write_text(json.dumps(record, indent=1))
-        partial.replace(folder / RECORD)
-    except OSError:
-        pass  # no record: the evaluating worker builds the call itself (slower, same verdict)
+    write_record(folder, record)
 
 
 def _loads_ops(kwargs: dict[str, Any]) -> bool:

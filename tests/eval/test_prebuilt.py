@@ -19,6 +19,7 @@ from torch.utils import cpp_extension
 from eval import protocol as p
 from eval.builds import Builder
 from eval.process.sandbox import WorkerProcess, sandbox_plan
+from eval import _build_record
 from eval.worker import light_build, prebuilt
 from eval.worker.compile_only import CompileOnlyDone
 from harness.corpus.hostile import PROBLEM
@@ -95,7 +96,7 @@ def test_unrecorded_calls_and_libraries_outside_the_build_folder_are_built_in_th
     record = prebuilt.read_record(build_folder)
     for entry in record.values():
         entry["library"] = str(build_folder / ".." / "elsewhere.py")
-    (build_folder / prebuilt.RECORD).write_text(json.dumps(record))
+    (build_folder / _build_record.RECORD).write_text(json.dumps(record))
     assert prebuilt.loading(own, build_folder)("ext_d", "decl;", "int x;").BUILT_AS == "ext_d"
     assert own.calls == ["ext_d", "ext_d"]
 
