@@ -4,7 +4,7 @@
     messages = env.reset("L1/13_softmax")                     # the loop's first prompt
     messages, reward, done, info = env.step(reply_text)       # extraction, verdict, feedback: the loop's own
 
-The prompts (`harness.app.prompt_builder`, the server's config), the extraction (`harness.loop.extract_candidate`)
+The prompts (`harness.app.prompt_builder`, the server's config), the extraction (`harness.verdict.extract_candidate`)
 and the feedback (`eval.feedback.render_feedback`) all come from the service, in-process or over HTTP, so a
 rollout and a `harness run` trajectory are turn for turn the same conversation. With `reward="kevin"`, `info`
 holds Kevin's discounted per-turn returns once the episode is done.

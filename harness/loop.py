@@ -44,27 +44,20 @@ from agents import (
     AgentError,
     AgentResponse,
     AuthError,
-    ExtractionError,
     Message,
     Pricing,
     PromptBuilder,
     TurnRecord,
     UnavailableError,
     Usage,
-    extract_code,
 )
-from eval import DEFAULT_BACKEND, EvalResult, EvaluatorClosed, Status, backend_error, render_feedback
+from eval import DEFAULT_BACKEND, EvalResult, Status, backend_error, render_feedback
 from harness.progress import Display, RunStats
 from harness.response_cache import ResponseCache, request_key
 from harness.signals import deferred as deferred_signals, stop_reason
 from harness.store import Attempt, Outline, RunStore, StoreWriteError
+from harness.verdict import Evaluates, evaluate_safely, extract_candidate
 from problems import Problem
-
-
-class Evaluates(Protocol):
-    """What the loop needs of an evaluator (`eval.Evaluator`)."""
-
-    def evaluate(self, problem: Problem, source: str, backend: str = DEFAULT_BACKEND) -> EvalResult: ...
 
 
 class Responds(Protocol):
@@ -175,7 +168,8 @@ def unfinished(outline: Sequence[Outline], problem_ids: Sequence[str], settings:
     last: dict[tuple[str, int], Outline] = {}
     for o in outline:  # by problem, sample, turn: the last one of a trajectory wins
         last[(o.problem_id, o.sample)] = o
-    return sum(not finished(last.get((pid, s)), settings) for pid in problem_ids for s in range(1, settings.samples + 1))
+    return sum(not finished(last.get((pid, s)), settings)
+               for pid in problem_ids for s in range(1, settings.samples + 1))
 
 
 class RunLoop:
@@ -427,7 +421,8 @@ class RunLoop:
         return response, False
 
     def _evaluate(self, problem: Problem, code: str) -> tuple[EvalResult, float]:
-        """Evaluate (several trajectories' candidates are in flight at once); an evaluator exception becomes a recorded crash."""
+        """Evaluate (several trajectories' candidates are in flight at once); an evaluator exception becomes a
+        recorded crash."""
         t0 = time.perf_counter()
         result = evaluate_safely(self._evaluator, problem, code, self.settings.backend)
         elapsed = time.perf_counter() - t0
@@ -466,7 +461,7 @@ class RunLoop:
         s = self.settings
         tokens = sum(len(m.content) for m in messages) // CHARS_PER_TOKEN + self._output_reserve
         cost = 0.0 if self._pricing is None else self._pricing.cost(Usage(tokens - self._output_reserve,
-                                                                           self._output_reserve))
+                                                                          self._output_reserve))
         with self._lock:
             if not self._stop.is_set():
                 if s.max_tokens is not None and self._tokens + self._reserved_tokens >= s.max_tokens:
@@ -547,33 +542,6 @@ class RunLoop:
             if not self._stop.is_set():
                 self._stop_reason = reason
                 self._stop.set()
-
-
-def extract_candidate(reply: str, problem_id: str, backend: str) -> tuple[str | None, EvalResult | None]:
-    """The code in an agent's reply, or (None, the `format_error` result an attempt records for it).
-
-    The one place a reply becomes a candidate: `harness run`, `harness serve` and `KernelEnv` all use it."""
-    try:
-        return extract_code(reply), None
-    except ExtractionError as exc:
-        return None, EvalResult(status=Status.FORMAT_ERROR, reason=str(exc), problem_id=problem_id, backend=backend)
-
-
-def evaluate_safely(evaluator: Evaluates, problem: Problem, code: str, backend: str) -> EvalResult:
-    """The evaluator's verdict; an evaluator exception becomes a recorded `crash` (the harness failed, not the
-    candidate), so neither a run nor a served request ends because of one."""
-    try:
-        return evaluator.evaluate(problem, code, backend=backend)
-    except EvaluatorClosed:  # no verdict at all: the attempt is not recorded, and a resume evaluates it again
-        raise
-    except Exception as exc:  # noqa: BLE001 (a harness-side failure must not end the run)
-        return EvalResult(
-            status=Status.CRASH,
-            reason=f"the evaluator raised {type(exc).__name__}: {exc}",
-            problem_id=problem.id,
-            backend=backend,
-            flags=["evaluator_exception: the harness, not the candidate, failed here"],
-        )
 
 
 def _record(a: Attempt) -> TurnRecord:

@@ -1,7 +1,7 @@
 """Where the inspect solver and scorer get prompts and verdicts: this process's evaluator, or `harness serve`.
 
 Both judges give exactly what `harness run` gives for the same reply: its prompts (`harness.app.prompt_builder`),
-its reply extraction and crash-safe evaluation (`harness.loop`), its feedback (`eval.render_feedback`). The
+its reply extraction and crash-safe evaluation (`harness.verdict`), its feedback (`eval.render_feedback`). The
 in-process judge starts its evaluator on the first candidate (a run of format errors starts none), one per
 executor and evaluator settings, kept until the process exits: several evals in one process share its warm workers.
 """
@@ -19,7 +19,7 @@ from eval import EvalConfig, EvalResult, render_feedback
 from harness.app import prompt_builder
 from harness.client import EvalClient
 from harness.executors import make_evaluator
-from harness.loop import evaluate_safely, extract_candidate
+from harness.verdict import evaluate_safely, extract_candidate
 from problems import Problem
 
 

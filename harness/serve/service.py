@@ -3,7 +3,7 @@
 No HTTP here (the routes are `harness.serve.app`), so `KernelEnv` can use a `Service` in-process and see
 exactly what an HTTP client sees. Every part is the one `harness run` uses: the Hydra config
 (`harness.overrides.compose_config`), the problems and prompts (`catalog`), the reply
-extraction and the crash-safe evaluation (`harness.loop`), the feedback (`eval.feedback`), the executors
+extraction and the crash-safe evaluation (`harness.verdict`), the feedback (`eval.feedback`), the executors
 (`harness.executors.make_evaluator`) and the run store (`audit`: `runs/serve-<name>/`).
 
 Identical requests (same problem, code, backend, evaluator settings and device) are coalesced while in flight
@@ -24,7 +24,7 @@ from eval import DEFAULT_BACKEND, EvalConfig, EvalResult, backend_error, cache_k
 from harness import overrides as ov
 from harness.cli import VERSION
 from harness.executors import make_evaluator
-from harness.loop import evaluate_safely, extract_candidate
+from harness.verdict import evaluate_safely, extract_candidate
 from harness.serve import rewards
 from harness.serve.audit import AuditTrail
 from harness.serve.catalog import BadRequest, Catalog, refuse_non_text

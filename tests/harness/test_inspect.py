@@ -21,7 +21,7 @@ from eval import DEFAULT_PS, render_feedback
 from harness.app import prompt_builder
 from harness.cli import main
 from harness.inspect.selfcheck import fixtures
-from harness.loop import extract_candidate
+from harness.verdict import extract_candidate
 from harness.overrides import compose_config
 from problems import Problem, select_problems
 from tests.serve_fixtures import Server, cpu_overrides

@@ -10,7 +10,7 @@ from eval.feedback import render_feedback
 from harness.app import prompt_builder
 from harness.client import EvalClient
 from harness.env import KernelEnv
-from harness.loop import extract_candidate
+from harness.verdict import extract_candidate
 from harness.overrides import compose_config
 from harness.serve.service import Service
 from harness.corpus.hostile import GOOD, PROBLEM
