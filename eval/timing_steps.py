@@ -43,6 +43,13 @@ _BATCH_MS = 20.0
 # observed: a worker whose own times per repetition are below this share of the observed ones is flagged (its reply
 # does not count either way)
 OBSERVED_AGREEMENT = 0.9
+# observed: the timing loop's speedup (the reference's loop is the clean process's, the candidate's is its worker's
+# report) is scored up to this multiple of the speedup the reference process observed, and no further: a worker that
+# rewrites its loop's times gains at most this much over what it was seen to do. The blocks' convention reads honest
+# fused kernels low: back-to-back calls, each output copied behind its call, against calls each behind an L2 flush.
+# On an H200 (2026-12-03) an honest fused add scored 1.51 observed against the loop's 1.92, so 1.74 under this bound;
+# the same forwards back to back without the copies read 1.73 against 1.94 (docs/benchmarks.md).
+OBSERVED_BOUND = 1.15
 
 
 def hidden_work(ctx: Context) -> None:
@@ -296,9 +303,10 @@ def record_mode(ctx: Context, meas: measure.Measurement) -> None:
 
 
 def observed_timing(ctx: Context) -> None:
-    """The speedup from what the clean reference process observed (`eval.observed`): its own windows around the
-    candidate's blocks, every timed output checked in full. The worker's own times stay as a diagnostic; a candidate
-    whose blocks it reports as faster than observed is flagged."""
+    """The speedup checked against what the clean reference process observed (`eval.observed`): its own windows
+    around the candidate's blocks, every timed output checked in full. The timing loop's speedup is scored up to
+    OBSERVED_BOUND times the observed one; the worker's report of its blocks is a diagnostic (flagged when faster
+    than observed)."""
     result = ctx.result
     if (ctx.session is None or ctx.lease.client is None or result.speedup is None or result.candidate_timing is None
             or result.reference_timing is None or ctx.config.timing_rule().method != "adaptive"):
@@ -317,13 +325,17 @@ def observed_timing(ctx: Context) -> None:
         if exc.kind == "candidate":
             raise Verdict(Status.RUNTIME_ERROR, trim(str(exc), 600)) from None
         raise RuntimeError(str(exc)) from None
-    result.observed = {**obs.summary(), "loop_speedup": result.speedup}  # the worker loop's, a diagnostic
-    reported = result.observed["reported_candidate_ms"]
-    if reported < OBSERVED_AGREEMENT * result.observed["candidate_ms"]:
+    seen = result.observed = {**obs.summary(), "loop_speedup": result.speedup}
+    reported = seen["reported_candidate_ms"]
+    if reported < OBSERVED_AGREEMENT * seen["candidate_ms"]:
         result.flags.append(f"observed: the worker reported {reported * 1000:.2f} us per repetition, the reference "
-                            f"process observed {result.observed['candidate_ms'] * 1000:.2f} us; the observed figure "
-                            "is the one scored")
-    result.speedup = result.observed["speedup"]
+                            f"process observed {seen['candidate_ms'] * 1000:.2f} us; its report counts for nothing")
+    bound = OBSERVED_BOUND * seen["speedup"]
+    if result.speedup > bound:
+        result.flags.append(f"observed: the timing loop's speedup {result.speedup:.3f} is more than {OBSERVED_BOUND}x "
+                            f"the {seen['speedup']:.3f} the reference process observed; scored at {bound:.3f}")
+        seen["scored_candidate_ms"] = result.candidate_timing.median_ms * result.speedup / bound
+        result.speedup = bound
 
 
 def speed_of_light(ctx: Context) -> None:
@@ -333,7 +345,7 @@ def speed_of_light(ctx: Context) -> None:
     if ctx.ceilings is None or result.candidate_timing is None:
         return
     flushed = ctx.config.l2_flush and not ctx.small  # the floor holds for full-size inputs fetched from memory
-    candidate_ms = result.observed.get("candidate_ms", result.candidate_timing.median_ms)  # observed, where it ran
+    candidate_ms = result.observed.get("scored_candidate_ms", result.candidate_timing.median_ms)  # as scored
     if candidate_ms <= 0:
         return
     result.sol_fraction, flag, rejection = judge_speed(ctx.problem, ctx.ceilings, candidate_ms / 1000.0,

@@ -7,10 +7,13 @@ process is its to rewrite): the reply, the flag, the work. Run on the device: `p
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 from eval import Status
+from eval.timing_steps import OBSERVED_BOUND
 from harness.corpus import candidates
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -51,13 +54,17 @@ def honest(evaluator, problem):
     return r
 
 
-@pytest.mark.xfail(reason="H200, 2026-12-02 and 12-03: the observed speedup of this memory-bound add was 1.52 and 1.48 "
-                          "against the timing loop's 1.93, though the flags read the worker's own events within 2% "
-                          "(harness bench observed-contexts); open in issue 52", strict=False)
+@pytest.mark.xfail(reason="H200, 2026-12-02 and 12-03: the observed speedup of this memory-bound add was 1.52, 1.48 and "
+                          "1.51 against the timing loop's 1.93 and 1.92 (each output's copy costs more behind the fused "
+                          "kernel than behind the eager reference: docs/benchmarks.md), so the bound caps it; open in "
+                          "issue 52", strict=False)
 def test_the_speedup_is_the_observed_one(honest):
     obs = honest.observed
     assert obs, "observed timing did not run"
-    assert honest.speedup == pytest.approx(obs["speedup"])
+    print("observed:", json.dumps({**obs, "loop_candidate_ms": honest.candidate_timing.median_ms,  # the whole record
+                                   "loop_reference_ms": honest.reference_timing.median_ms}))
+    # the loop's speedup, scored up to OBSERVED_BOUND times the observed one
+    assert honest.speedup == pytest.approx(min(obs["loop_speedup"], OBSERVED_BOUND * obs["speedup"]))
     # for an honest candidate the observed speedup agrees with the worker loop's (blocks back to back, each on cold
     # inputs, against calls each behind an L2 flush: the absolute times differ, both sides alike), and the observed
     # figure stays under the worker's own events around its block (which hold the output copies it leaves out)
@@ -87,6 +94,29 @@ setattr(_member("Attached", "run"), "__" + "code__", _fast.__code__)
     assert r.status is Status.CORRECT, r.reason + r.error[-2000:]
     assert r.speedup < honest.speedup * 1.15, (r.speedup, honest.speedup)
     assert any(f.startswith("observed: the worker reported") for f in r.flags), r.flags
+
+
+def test_rewritten_loop_times_gain_at_most_the_bound(evaluator, problem, honest):
+    """The worker's channel scales every timed block's reply to 0.6 of its times (the `send` of `eval.wire`'s
+    channel given new code that edits the header, so no identity changes): the loop's speedup is scored up to
+    OBSERVED_BOUND times the observed one, so the forgery gains at most that over its honest twin, or is caught."""
+    forged = _honest("loop times forged") + """
+import sys as _s, types as _t
+_wire = _s.modules["eval." + "wire"]
+_send = vars(vars(_wire)["Channel"])["send"]
+vars(_wire)["_kh_sent"] = _t.FunctionType(_send.__code__, vars(_wire), "_kh_sent", _send.__defaults__)
+def _scaled(self, header, tensors=None, in_frame=False):
+    if isinstance(header.get("times_ms"), list):
+        header = {**header, "times_ms": [t * 0.6 for t in header["times_ms"]]}
+    return _kh_sent(self, header, tensors, in_frame)
+setattr(_send, "__" + "code__", _scaled.__code__)
+"""
+    r = evaluator.evaluate(problem, forged)
+    if r.status is Status.CORRECT:
+        assert r.speedup <= OBSERVED_BOUND * r.observed["speedup"] * 1.0001, (r.speedup, r.observed)
+        assert r.speedup < honest.speedup * 1.15, (r.speedup, honest.speedup)
+    else:
+        assert r.status is Status.REJECTED, r.reason + r.error[-2000:]
 
 
 def test_done_before_the_work_shows_a_wrong_output(evaluator, problem):
