@@ -50,7 +50,7 @@ _EXPORTS = {
     "cached_ceilings": "eval.roofline",
     "probe_and_cache": "eval.roofline",
     "WorkerProcess": "eval.process.sandbox",
-    "confine_command": "eval.process.sandbox",
+    "confine_command": "eval.process.confine",
     "is_secret_name": "eval.process.sandbox",
     "process_limit_plan": "eval.process.sandbox",
     "sandbox_plan": "eval.process.sandbox",

@@ -184,10 +184,10 @@ def test_no_modules_import_each_other_in_a_loop() -> None:
 
 
 def test_the_worker_reaches_only_the_packages_its_sandbox_shows_it() -> None:
-    """The trust model: the sandboxed worker sees the project's `eval` and `problems` only (`eval.process.sandbox`),
+    """The trust model: the sandboxed worker sees the project's `eval` and `problems` only (`eval.process.confine`),
     never the harness or the agents. Everything the worker's code imports, and every package above what it imports
     (whose `__init__` runs first), must lie there."""
-    from eval.process.sandbox import _PROJECT_PACKAGES
+    from eval.process.confine import _PROJECT_PACKAGES
 
     reached = {m for m in modules() if _in(m, "eval.worker")}
     todo = list(reached)

@@ -9,7 +9,7 @@ the candidate its next request, so no request's timeout ever runs while its work
 works here (probed once; every result records it as `freeze`):
 
 - "cgroup": the worker joins a cgroup v2 of its own (its pids cgroup where that is v2, else one made for this) when it
-  starts (`eval.process.sandbox`), and `cgroup.freeze` stops all of it at once. No signal is involved, a child is born
+  starts (`eval.process.confine`), and `cgroup.freeze` stops all of it at once. No signal is involved, a child is born
   in its parent's cgroup, and a frozen task can still be killed.
 - "signals": SIGSTOP, which cannot be caught or ignored, to every process of the worker (the members of its pids
   cgroup where it has one, and every process descended from its launcher, which in its PID namespace holds every

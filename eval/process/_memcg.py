@@ -4,7 +4,7 @@ The watchdog (`eval.process._watchdog`) sums the Pss of a worker's processes, wh
 worker holds without mapping them are shared memory of the kernel's: a memfd or System V segment it filled and
 unmapped, files in its private tmpfs (`/tmp`, `/dev/shm`, its own folder). Those escaped the limit (a never-mapped
 memfd of any size passed). The kernel charges every such page to the memory cgroup of the task that made it, so a
-worker that joins a memory cgroup of its own (`create`, joined in `eval.process.sandbox`'s confinement before any of its
+worker that joins a memory cgroup of its own (`create`, joined in `eval.process.confine`'s confinement before any of its
 code runs) has all of it counted: `charged_bytes` is its anonymous memory plus its shared memory, and the watchdog
 holds the worker to the larger of that and its Pss.
 

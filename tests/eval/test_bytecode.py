@@ -13,7 +13,8 @@ import pytest
 from eval import _bytecode
 from eval.process._reaper import owner_token
 from eval import protocol as p
-from eval.process.sandbox import _PROJECT_HIDDEN, _PROJECT_PACKAGES, PROJECT_ROOT, WorkerProcess
+from eval.process.confine import _PROJECT_HIDDEN, _PROJECT_PACKAGES, PROJECT_ROOT
+from eval.process.sandbox import WorkerProcess
 from harness.corpus.hostile import FORWARD, PROBLEM, variant
 from tests.machine import MOUNT_NS
 

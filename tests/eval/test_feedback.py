@@ -8,7 +8,7 @@ def test_the_agent_sees_no_harness_frames_and_no_host_paths():
     whole text in `EvalResult.error`)."""
     from eval import EvalResult, Status
     from eval.feedback import render_feedback
-    from eval.process.sandbox import PROJECT_ROOT
+    from eval.process.confine import PROJECT_ROOT
 
     error = (f'Traceback (most recent call last):\n  File "{PROJECT_ROOT}/eval/worker/serve.py", line 414, in serve\n'
              "    reply, out = handlers[msg.cmd](msg, tensors)\n                 ^^^^^^^^^^^^^^^^^^\n"

@@ -22,8 +22,9 @@ import pytest
 from eval import EvalConfig, Evaluator, Status
 from eval import protocol as p
 from eval.cache import JsonCache
-from eval.process.sandbox import (PROJECT_ROOT, UNPRIVILEGED_UID, SandboxPlan, WorkerProcess, check_identity,
-                          identity_problem, sandbox_plan)
+from eval.process.confine import PROJECT_ROOT, SandboxPlan
+from eval.process.sandbox import (UNPRIVILEGED_UID, WorkerProcess, check_identity, identity_problem,
+                                  sandbox_plan)
 from problems.problem import problem_from_source
 from harness.corpus.hostile import FORWARD, GOOD, PROBLEM, RELU, variant
 from tests.machine import MOUNT_NS
@@ -151,7 +152,7 @@ def test_too_many_files_in_tmp_fail_at_the_cap(evaluator, problem):
 @pytest.mark.skipif(not MOUNT_NS, reason="mount namespaces are not permitted here")
 def test_the_worker_folder_is_private_and_capped(evaluator, problem):
     """The 8 GiB-in-its-folder attack: the worker's own folder (its cwd) is a private tmpfs over the host folder's
-    path, capped in bytes (`sandbox.PRIVATE_OWN`): a file past the cap fails with ENOSPC, the verdict names the limit,
+    path, capped in bytes (`confine.PRIVATE_OWN`): a file past the cap fails with ENOSPC, the verdict names the limit,
     and nothing of it reaches the host's disk (the folder is a tmpfs mount of its own)."""
     r = evaluator.evaluate(problem, variant(FORWARD, """        import os
         st = os.statvfs('.')
@@ -665,7 +666,7 @@ def test_an_import_path_that_is_or_holds_a_shared_area_is_not_bound(monkeypatch)
     start. Such a path is left out; a package folder inside one (say /tmp/site on PYTHONPATH) is still bound."""
     import tempfile
 
-    from eval.process.sandbox import _needed_paths
+    from eval.process.confine import _needed_paths
 
     site = Path(tempfile.mkdtemp(prefix="kh-test-site-"))
     try:
