@@ -52,6 +52,7 @@ class Observation:
     reference_ms: list[float] = field(default_factory=list)
     copies_ms: list[float] = field(default_factory=list)  # of each reference block, its outputs' copies
     reported_ms: list[float] = field(default_factory=list)  # the candidate's own events per block (diagnostic)
+    leads_us: list[float] = field(default_factory=list)  # each candidate window's GPU lead (diagnostic)
 
     @property
     def handover(self) -> float:
@@ -75,7 +76,8 @@ class Observation:
                 "speedup": self.reference_per_rep / max(self.candidate_per_rep, 1e-9),
                 "handover_us": self.handover * 1000, "handover_spread_us": h_spread * 1000,
                 "reps_per_block": float(self.reps), "blocks": float(len(self.windows_ms)),
-                "reported_candidate_ms": reported}
+                "reported_candidate_ms": reported,
+                "lead_us": statistics.median(self.leads_us) if self.leads_us else float("nan")}
 
 
 class ObservedFailure(Exception):
@@ -182,8 +184,10 @@ def observe(reference: Any, subject: str, candidate: Any, client: Any, *, secret
                     if pair:
                         obs.handover_ms.append(window)
                 elif part == "candidate":
+                    lead = session.lead_us
                     window, own = session.window(candidate, reps, seeds, "candidate")
                     if pair:
+                        obs.leads_us.append(lead)
                         obs.windows_ms.append(window)
                         obs.reported_ms.append(own)
                 else:

@@ -11,6 +11,7 @@ across the trust boundary, pageable against pinned regions (`channel.py`); build
 steps: the scaling batch with exclusive steps left out, a diagnostic of what bounds the rate
 (`steps.py`); ref-share: 6 x copies honest Triton candidates of one 67M-element problem, with one reference
 timing shared per window, then with one per candidate (`ref_share.py`; 4 copies make the 24-candidate batch);
+observed-cost: the same batch with observed timing off, then on (`ref_share.py`);
 confinement: a worker's start, confined against plain (`confinement.py`); bytecode: a worker's start with the
 bytecode the evaluator primes for its workers and as installed, and on throughput (`bytecode.py`); requests: one request to a candidate's
 worker, empty against one that reads the tamper snapshot (`requests.py`); stopwatch: a timed block's wall time
@@ -186,6 +187,12 @@ def _ref_share(o: Options) -> dict[str, Any]:
     return ref_share.run(6 * o.copies, o.workers)
 
 
+def _observed_cost(o: Options) -> dict[str, Any]:
+    from harness.bench import ref_share
+
+    return ref_share.run_observed(6 * o.copies)
+
+
 def _loop_overhead(o: Options) -> dict[str, Any]:
     from harness.bench import loop_overhead
 
@@ -225,6 +232,7 @@ PARTS: dict[str, Part] = {
     "build": Part("build", _build, _TIMED),
     "steps": Part("steps", _steps, _TIMED),
     "ref-share": Part("ref_share", _ref_share, _TIMED),
+    "observed-cost": Part("observed_cost", _observed_cost, "observed timing runs only there"),
     "confinement": Part("confinement", _confinement, None),
     "bytecode": Part("bytecode", _bytecode, None),
     "requests": Part("requests", _requests, None),

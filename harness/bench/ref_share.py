@@ -6,6 +6,9 @@ gives the rate, GPU busy share, phase medians, the GPU gate's shares, and how ma
 reference timing served (`reference_shared_with`: size -> results); `on_over_off` is the gain. `--workers 4,8`
 runs both ways at each count of workers per GPU, side by side in one run (the batch is bound by the GPU gate:
 more workers put more trials into each stretch between two timings).
+
+`harness bench eval --part observed-cost`: the same batch with `eval.observed_timing` off, then on (what observed
+timing costs the batch's rate, and whether it rejects or caps any honest candidate).
 """
 
 from __future__ import annotations
@@ -42,3 +45,18 @@ def run(n: int = 24, workers: tuple[int, ...] = (0,)) -> dict[str, Any]:
                   f"{row['reference_shared_with']}, gate {row['load']['gates']}", flush=True)
         ratios[str(rows[-1]["workers"])] = round(rates["shared"] / rates["own"], 2)
     return {"candidates": len(jobs), "problem": jobs[0].problem.id, "rows": rows, "on_over_off": ratios}
+
+
+def run_observed(n: int = 24) -> dict[str, Any]:
+    """The batch with observed timing off, then on: a row each (with its verdicts), and the ratio of their rates."""
+    jobs = batch(n)
+    gpus = [0] if bench_device() == "cuda" else None
+    rows = []
+    for on in (False, True):
+        row = run_pool(jobs, gpus=gpus, observed_timing=on)
+        row["observed_timing"] = on
+        rows.append(row)
+        print(f"observed timing {'on' if on else 'off'}: {row['candidates_per_min']:.1f}/min, "
+              f"unexpected {row['unexpected']}", flush=True)
+    return {"candidates": len(jobs), "problem": jobs[0].problem.id, "rows": rows,
+            "on_over_off": round(rows[1]["candidates_per_min"] / rows[0]["candidates_per_min"], 3)}

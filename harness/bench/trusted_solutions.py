@@ -32,7 +32,20 @@ def _largest_ratio(results: list[EvalResult], figure: str, limit: str) -> float 
     return round(max(ratios), 3) if ratios else None
 
 
-def main(rounds: int = 2, out: str | None = None) -> int:
+def _observed_line(r: EvalResult) -> str:
+    """Observed timing's figures for one solution: the loop's speedup, the observed one, their ratio (the bound caps
+    the score at OBSERVED_BOUND of it), and the blocks' shape."""
+    o = r.observed
+    if not o:
+        return ""
+    return (f"\n    observed: loop {o['loop_speedup']:.3f} observed {o['speedup']:.3f} ratio "
+            f"{o['loop_speedup'] / max(o['speedup'], 1e-9):.3f} (candidate {o['candidate_ms'] * 1000:.1f} us, "
+            f"reference {o['reference_ms'] * 1000:.1f} us, reported {o['reported_candidate_ms'] * 1000:.1f} us; handover "
+            f"{o['handover_us']:.1f} us spread {o['handover_spread_us']:.1f}; {o['reps_per_block']:.0f} reps x "
+            f"{o['blocks']:.0f} blocks)")
+
+
+def main(rounds: int = 2, out: str | None = None, observed: bool = False) -> int:
     if not torch.cuda.is_available():
         print("harness bench trusted needs a CUDA GPU")
         return 2
@@ -42,7 +55,7 @@ def main(rounds: int = 2, out: str | None = None) -> int:
           f"Python {platform.python_version()}", flush=True)
     report: dict[str, Any] = {"rounds": [], "speedups": {}}
     t0 = time.time()
-    with Evaluator(EvalConfig(device="cuda", cache_dir=None)) as ev:
+    with Evaluator(EvalConfig(device="cuda", cache_dir=None, observed_timing=observed)) as ev:
         ev.wait_warm(300)
         print(f"pool warm in {time.time() - t0:.1f} s", flush=True)
         jobs = solution_jobs()
@@ -60,7 +73,7 @@ def main(rounds: int = 2, out: str | None = None) -> int:
                       f"paired gap {w.get('paired_gap_median_us', 0):.1f}; call {w.get('call_us', 0):.1f}; blocks "
                       f"{w.get('blocks', 0)}; loop GPU gap {w.get('loop_gpu_gap_us', 0):.1f} of "
                       f"{w.get('loop_gpu_limit_us', 0):.1f}) SOL {r.sol_fraction or 0:.3f}"
-                      + ("" if r.status is Status.CORRECT else f"  {r.reason[:200]}"), flush=True)
+                      + ("" if r.status is Status.CORRECT else f"  {r.reason[:200]}") + _observed_line(r), flush=True)
 
             t = time.time()
             results = ev.evaluate_many(jobs, on_result=on_result)
@@ -73,6 +86,8 @@ def main(rounds: int = 2, out: str | None = None) -> int:
                    "largest_wall_ratio": _largest_ratio(results, "unexplained_us", "limit_us"),
                    "largest_loop_gpu_ratio": _largest_ratio(results, "loop_gpu_gap_us", "loop_gpu_limit_us")}
             report["rounds"].append(row)
+            report.setdefault("observed", []).extend(
+                {"round": rnd, "problem": job.problem.id, **r.observed} for job, r in zip(jobs, results) if r.observed)
             report.setdefault("wall_bounds", []).extend(
                 {"round": rnd, "problem": job.problem.id, **r.wall_bound} for job, r in zip(jobs, results))
             print(f"round {rnd}: {json.dumps(row)}", flush=True)

@@ -25,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                         "--sessions builds of each; steps (not part of all): one GPU with "
                                         "exclusive steps left out, a diagnostic of what bounds the rate; ref-share (not part of all): "
                                         "6 x --copies honest candidates of one 67M-element problem with the reference's "
-                                        "timing shared per window, then one per candidate; confinement (not part of "
+                                        "timing shared per window, then one per candidate; observed-cost (not part of "
+                                        "all): the same batch with observed timing off, then on; confinement (not part of "
                                         "all): --sessions worker starts confined and plain, alternately, then 6 x "
                                         "--copies honest candidates through the pool, four rounds each way; bytecode (not "
                                         "part of all): the workers' bytecode primed, then --sessions worker starts "
@@ -66,6 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                             "wall bound figures, batch rate and repeatability across rounds (GPU)")
     trusted.add_argument("--rounds", type=int, default=2)
     trusted.add_argument("--out", help="write the JSON report here")
+    trusted.add_argument("--observed", action="store_true",
+                         help="with eval.observed_timing=true: each solution's loop and observed speedups")
     kb = sub.add_parser("kernelbench", help="KernelBench's own evaluator beside eval=kernelbench on the same "
                                            "reference solutions (GPU; needs KernelBench's source)")
     kb.add_argument("problems", nargs="+", help="suite problem ids with a reference solution, e.g. L1/16_rms_norm")
@@ -172,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     if args.bench == "trusted":
         from harness.bench import trusted_solutions
 
-        return trusted_solutions.main(args.rounds, args.out)
+        return trusted_solutions.main(args.rounds, args.out, observed=args.observed)
     if args.bench == "kernelbench":
         from harness.bench import kernelbench_side_by_side
 
