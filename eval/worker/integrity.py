@@ -40,6 +40,7 @@ _WATCHED_MODULE_NAMES = (
     "torch.backends", "torch.backends.cuda", "torch.backends.cudnn", "time", "gc", "threading", "os", "random",
     "eval.worker.serve", "eval.worker.timing", "eval.worker.integrity", "eval.worker.tracing", "eval.wire",
     "eval.protocol", "problems.runtime", "problems._compare", "eval.worker.observed", "eval.worker.cuda_ipc",
+    "eval.worker.observed_commands", "eval.worker.call_inputs", "eval.worker.trial_tools", "eval.worker.isolation",
     "triton.runtime.jit", "triton.runtime.autotuner", "triton.runtime.interpreter", "triton.testing",
 )
 # `torch._C.TensorBase` is immutable from Python, but its dict is reachable (gc.get_referents)
@@ -208,7 +209,7 @@ _SWITCHES: dict[str, Callable[[], Any]] = {
     "nnpack.enabled": lambda: torch._C._get_nnpack_enabled(),
     "opt_einsum.enabled": lambda: torch.backends.opt_einsum.enabled,
     "opt_einsum.strategy": lambda: torch.backends.opt_einsum.strategy,
-    # the worker turns these on around a correctness trial and back off (`serve._poisoned_memory`); the
+    # the worker turns these on around a correctness trial and back off (`trial_tools.poisoned_memory`); the
     # snapshot compares only between calls, where they are off again
     "deterministic_algorithms": torch.are_deterministic_algorithms_enabled,
     "deterministic_algorithms.warn_only": torch.is_deterministic_algorithms_warn_only_enabled,

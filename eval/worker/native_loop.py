@@ -13,7 +13,7 @@ The copies, the flush and the lead are kernels of capture.cu launched to fill ev
 `fills_sms`), so no other kernel's block is resident while they run. The lead alone is 200 us a
 repetition in which a kernel of one thread left the rest of the GPU idle: work a candidate queued on
 another stream ran there for free, outside its events and without adding wall time. Now such work
-waits for SMs and adds to the block's wall time, which the parent bounds (`eval.measure.wall_bound`).
+waits for SMs and adds to the block's wall time, which the parent bounds (`eval.claim_bounds.wall_bound`).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ probe is shown to see a change and to see nothing once the change is undone.
 from __future__ import annotations
 
 import sys
+import types
 from collections import OrderedDict, namedtuple
 from collections.abc import Iterator
 
@@ -16,8 +17,8 @@ from torch.overrides import TorchFunctionMode
 
 from eval import protocol as p
 from eval.wire import ProtocolError
-from eval.worker import integrity
-from eval.worker.serve import _poisoned_memory
+from eval.worker import call_inputs, integrity, observed_commands, serve  # imported before any snapshot, as in a worker
+from eval.worker.trial_tools import poisoned_memory as _poisoned_memory
 from problems import compare_structure
 from problems.runtime import output_structure
 
@@ -185,3 +186,25 @@ def test_a_broken_probe_is_a_violation_not_a_crash(snapshot, monkeypatch):
     monkeypatch.setitem(integrity._STATE, "changed the import system", broken)
     assert snapshot.violations() == ["broke the tamper check itself (RuntimeError: 'patched away')"]
     monkeypatch.undo()
+
+
+def test_the_worker_commands_live_in_watched_modules_and_a_patch_there_is_seen(snapshot):
+    """The worker's command code may be split across modules (`Worker` and the classes it inherits, the helpers its
+    commands call by module): each such module of the worker's own is watched, so rewriting a command or a helper
+    in any of them is reported, whichever module it moved to."""
+    homes = {cls.__module__ for cls in serve.Worker.__mro__ if cls.__module__.startswith("eval.")}
+    helpers = {m.__name__ for m in vars(serve).values()
+               if isinstance(m, types.ModuleType) and m.__name__ in ("eval.worker.call_inputs", "eval.worker.trial_tools",
+                                                                     "eval.worker.isolation")}
+    assert {"eval.worker.serve", "eval.worker.observed_commands"} <= homes
+    assert len(helpers) == 3
+    assert not (homes | helpers) - set(integrity._WATCHED_MODULE_NAMES)
+    original_run, original_rebuild = observed_commands.ObservedTiming.cmd_window_run, call_inputs.rebuild_args
+    observed_commands.ObservedTiming.cmd_window_run = lambda self, msg, tensors: None
+    call_inputs.rebuild_args = lambda spec, tensors: []
+    try:
+        found = snapshot.violations()
+        assert any("ObservedTiming.cmd_window_run" in v for v in found), found
+        assert any("eval.worker.call_inputs.rebuild_args" in v for v in found), found
+    finally:
+        observed_commands.ObservedTiming.cmd_window_run, call_inputs.rebuild_args = original_run, original_rebuild
