@@ -32,7 +32,7 @@ _EXPORTS = {
     "Job": "eval.evaluator",
     "render_feedback": "eval.feedback",
     "share_text": "eval.feedback",
-    "HOST_SHARE_AT": "eval.measure",
+    "HOST_SHARE_AT": "eval.host_share",
     "Hello": "eval.protocol",
     "Integrity": "eval.protocol",
     "Load": "eval.protocol",

@@ -1,24 +1,17 @@
-"""Timing, parent side: the plan, the statistics, the speedup and the bounds on what a worker claims.
+"""Timing, parent side: the plan, the blocks, the statistics and the speedup.
 
 The reference is timed in its own clean process (`eval._reference_process`), never in one that has
 imported candidate code, and the candidate in its own fresh worker. Both run the same native loop
 (`eval.worker.timing`). This module alone decides how: it alternates blocks of repetitions between
 the two processes (A B B A at block level, which cancels drift), gives repetition r the same inputs
-on both sides, computes every statistic from the raw event times, compares every timed output's
-capture with the reference's for the same repetition (`eval._capture`), and bounds each side's
-reported times by the wall time it observed itself:
-
-  wall bound: a block's wall time, observed here, minus the sum of the event times the worker
-  reports, is the time per repetition the worker spent outside its timed intervals. For the clean
-  reference process that is the loop's own overhead (flush, GPU lead, input draw, capture, the
-  round trip). A candidate's blocks must show no more than that, plus `WALL_SHARE` of its own
-  time per call (at least `WALL_FLOOR_MS`): otherwise it either hid work from its events (side
-  streams, threads, work after the end event) or reported times it did not take.
+on both sides, keeps each timed output's capture, and computes every statistic from the raw event times. What
+it measured is judged by `eval.claim_bounds`: the wall bound, the loop's GPU bound, concentration, and each
+timed output's capture against the reference's for the same repetition.
 
 One reference timing may serve several candidates of the same problem (`time_group`): the blocks then run in
 a palindrome, R C1 .. Ck Ck .. C1 R, and each candidate gets the measurement it would have got alone (the
 reference's blocks of its rounds, its own blocks, the reference's captures under its own key), so every bound
-and check below judges it as before. The reference's GPU time is then spent once for k candidates.
+and check judges it as before. The reference's GPU time is then spent once for k candidates.
 
 The caller holds the GPU exclusively while a timing runs (`eval.process.pool.GpuGate`).
 """
@@ -33,7 +26,6 @@ from typing import Any, Callable, TypeVar
 
 import torch
 
-from eval import _capture as capture_math
 from eval import _gpu_idle as gpu_idle
 from eval import protocol as p
 from eval.process import _affinity as affinity
@@ -42,28 +34,6 @@ from problems import derive_seed
 
 BLOCK_MS = 25.0  # a block of repetitions lasts about this long (more repetitions for short calls)
 MAX_BLOCK_REPS = 64
-# The wall bound, per repetition: the candidate's lowest block excess over the reference's lowest block excess must
-# stay under the largest of WALL_FLOOR_MS, WALL_SHARE x the candidate's median call and OVERHEAD_SHARE x the
-# reference's excess. Why: both processes run the same loop (input draws, copies, flush, GPU lead, capture, the
-# round trip), so their excess differs by noise, which only ever adds time to some blocks. On the H100 the loop's
-# GPU part agreed between processes within about 20 us a repetition; the host part (draws, request and reply) did
-# not, by 100-300 us, until both processes ran on one core (`eval.process._affinity`). `harness bench trusted` prints
-# each honest solution's figures against this limit.
-WALL_SHARE = 0.25
-OVERHEAD_SHARE = 0.05
-# A candidate over the bound is timed once more with this many A B B A pairs, and judged on that timing alone: an
-# honest process's lowest block falls with more blocks, a forger's or hider's gap stays in every block.
-SECOND_LOOK_PAIRS = 6
-WALL_FLOOR_MS = 0.03
-# The loop's own GPU work a repetition (lead-in, capture, between: `protocol.OUTSIDE_PARTS`, each block's sum over its
-# repetitions), the candidate's lowest block less the reference's lowest, must stay under the larger of
-# LOOP_GPU_FLOOR_MS and LOOP_GPU_SHARE x the reference's. Why: this part is GPU time, without the host noise that
-# sets the wall bound's allowance, and it runs the same kernels in both processes: the 15 honest solutions on an
-# H200 differed by -4.2 to +4.0 us (2026-11-28), while work queued aside to run beside the loop's kernels (class 9)
-# stretched the lead-in by 99 us at 2**26 elements and hid inside the wall bound's allowance. A candidate can
-# under-report these parts too; the time it moves out of them then stays in its excess, under the wall bound.
-LOOP_GPU_FLOOR_MS = 0.015
-LOOP_GPU_SHARE = 0.05
 PRIMING_REP = -2_000_000  # repetition indices of the block that primes fresh draws (never a timed repetition's)
 T = TypeVar("T")
 
@@ -121,7 +91,7 @@ class Block:
     event_ms: float
     median_ms: float = 0.0  # the block's median event time
     # the GPU time of the loop's own work over the block, as the worker's events measured it (`protocol.OUTSIDE_PARTS`:
-    # lead-in, capture, between); empty off a GPU. A candidate's are its own report: bounded (`LOOP_GPU_FLOOR_MS`),
+    # lead-in, capture, between); empty off a GPU. A candidate's are its own report: bounded (`claim_bounds.LOOP_GPU_FLOOR_MS`),
     # never trusted to explain time
     outside_ms: tuple[float, ...] = ()
 
@@ -501,166 +471,6 @@ class _Window:
         _keep_captures(meas, candidate.name, seen)
 
 
-def wall_bound(meas: Measurement, reference: str = "reference", candidate: str = "candidate"
-               ) -> tuple[str | None, dict[str, float]]:
-    """Why the candidate's reported times are below what its blocks' wall time allows (or None), with the numbers
-    (us per repetition)."""
-    ref_blocks, cand_blocks = meas.blocks.get(reference, []), meas.blocks.get(candidate, [])
-    if not ref_blocks or not cand_blocks:
-        return None, {}
-    cand_excess = [b.excess_ms for b in cand_blocks]
-    ref_excess = [b.excess_ms for b in ref_blocks]
-    lowest = min(cand_excess)
-    overhead = min(ref_excess)  # lowest against lowest: noise only ever adds time, to either side's blocks
-    per_call = statistics.median(meas.samples[candidate])
-    limit = max(WALL_FLOOR_MS, WALL_SHARE * per_call, OVERHEAD_SHARE * overhead)
-    unexplained = lowest - overhead
-    us = lambda ms: round(ms * 1000, 3)  # noqa: E731
-    numbers = {"unexplained_us": us(unexplained), "limit_us": us(limit), "candidate_lowest_us": us(lowest),
-               "candidate_median_us": us(statistics.median(cand_excess)), "reference_overhead_us": us(overhead),
-               "reference_lowest_us": us(min(ref_excess)), "reference_highest_us": us(max(ref_excess)),
-               "call_us": us(per_call), "blocks": len(cand_blocks),
-               # each candidate block against the reference block of the same repetitions, timed next to it: a
-               # steady gap between the two processes shows here, where noise in single blocks does not (recorded
-               # for audits; the verdict stays lowest against lowest)
-               "paired_gap_median_us": us(statistics.median(c.excess_ms - r.excess_ms
-                                                            for r, c in zip(ref_blocks, cand_blocks))),
-               **_outside_gaps(ref_blocks, cand_blocks)}
-    loop_gpu = _loop_gpu_bound(ref_blocks, cand_blocks, numbers)
-    if unexplained <= limit:
-        return loop_gpu, numbers
-    return (f"in every one of {len(cand_blocks)} timed blocks the candidate's process took at least "
-            f"{lowest * 1000:.1f} us per repetition more than the CUDA events it reported (the clean reference "
-            f"process's loop overhead, its lowest block: {overhead * 1000:.1f} us; allowed beyond it: {limit * 1000:.1f} us, for "
-            f"calls of {per_call * 1000:.1f} us): work ran outside its timed intervals, or it reported times it "
-            "did not take"), numbers
-
-
-def _loop_gpu_bound(ref_blocks: list[Block], cand_blocks: list[Block], numbers: dict[str, float]) -> str | None:
-    """Why the loop's own GPU work took longer in the candidate's process than in the reference's (or None); adds
-    the figures to `numbers` (us a repetition). See LOOP_GPU_FLOOR_MS."""
-    refs = [sum(b.outside_ms) / max(b.reps, 1) for b in ref_blocks if b.outside_ms]
-    cands = [sum(b.outside_ms) / max(b.reps, 1) for b in cand_blocks if b.outside_ms]
-    if not refs or not cands:
-        return None
-    reference = min(refs)
-    gap, limit = min(cands) - reference, max(LOOP_GPU_FLOOR_MS, LOOP_GPU_SHARE * reference)
-    numbers.update(loop_gpu_gap_us=round(gap * 1000, 3), loop_gpu_limit_us=round(limit * 1000, 3))
-    if gap <= limit:
-        return None
-    return (f"in every one of {len(cands)} timed blocks the loop's own GPU work (lead-in with its flush, capture, "
-            f"between) took at least {gap * 1000:.1f} us per repetition longer in the candidate's process than in the "
-            f"clean reference process's (its lowest block: {reference * 1000:.1f} us; allowed: {limit * 1000:.1f} us): "
-            "work ran on the GPU beside the loop's kernels, outside the candidate's timed intervals")
-
-
-def _outside_gaps(ref_blocks: list[Block], cand_blocks: list[Block]) -> dict[str, float]:
-    """The loop's own GPU time a repetition, by part (`protocol.OUTSIDE_PARTS`), and the rest of each block's excess
-    (`host`: the time no event accounts for, the draws, the request and the reply), each the candidate's lowest
-    block less the reference's lowest (us). Work queued aside that competes with the loop's kernels shows in the
-    GPU parts at GPU precision, where the wall time also holds host noise; a steady offset between the processes'
-    host work shows in `host_gap_us`. Recorded for audits; their sum is judged by `_loop_gpu_bound`."""
-    refs = [b for b in ref_blocks if b.outside_ms]
-    cands = [b for b in cand_blocks if b.outside_ms]
-    if not refs or not cands:
-        return {}
-
-    def per_rep(b: Block) -> list[float]:
-        parts = [t / max(b.reps, 1) for t in b.outside_ms]
-        return [*parts, b.excess_ms - sum(parts)]
-
-    names = [*p.OUTSIDE_PARTS, "host"]
-    lowest = lambda blocks, k: min(per_rep(b)[k] for b in blocks)  # noqa: E731
-    gaps = {f"{name}_gap_us": round((lowest(cands, k) - lowest(refs, k)) * 1000, 3) for k, name in enumerate(names)}
-    return {**gaps, "reference_lead_in_us": round(lowest(refs, 0) * 1000, 3),
-            "reference_host_us": round(lowest(refs, len(names) - 1) * 1000, 3)}
-
-
-# A block's calls may take at most this many times their median in total, in every block: the speedup is a ratio of
-# medians, so work moved into a few calls of each block (the others returning outputs computed there) would not count.
-# Honest blocks on the H100 sum to 1.0-1.1x their median (a slow call now and then).
-CONCENTRATION_LIMIT = 1.5
-
-
-def concentration(meas: Measurement, candidate: str = "candidate") -> tuple[str | None, float]:
-    """Why the candidate's work sits in a few calls of every block (or None), with the lowest block's ratio of its
-    total event time to reps x its median."""
-    ratios = [b.event_ms / (b.reps * b.median_ms) for b in meas.blocks.get(candidate, []) if b.median_ms > 0]
-    if not ratios:
-        return None, 0.0
-    lowest = min(ratios)
-    if lowest <= CONCENTRATION_LIMIT:
-        return None, lowest
-    return (f"in every one of {len(ratios)} timed blocks the candidate's calls took at least {lowest:.1f}x their "
-            f"median time in total (allowed: {CONCENTRATION_LIMIT:g}x): its work is concentrated in a few calls of "
-            "each block, which the median would not count"), lowest
-
-
-def first_capture_mismatch(meas: Measurement, atol: float, rtol: float, reference: str = "reference",
-                           candidate: str = "candidate") -> str | None:
-    """The first timed repetition whose output disagrees with the reference's for the same inputs, as a reason."""
-    ref_caps, cand_caps = meas.captures.get(reference, {}), meas.captures.get(candidate, {})
-    if meas.leaves.get(reference) != meas.leaves.get(candidate):
-        return (f"timed outputs are shaped {meas.leaves.get(candidate)}, the reference's "
-                f"{meas.leaves.get(reference)}")
-    missing = sorted(set(ref_caps) - set(cand_caps))
-    if missing:
-        return f"timed repetition {missing[0]} returned no capture of its output"
-    for rep in sorted(ref_caps):
-        for leaf, (ref_row, cand_row) in enumerate(zip(ref_caps[rep], cand_caps[rep])):
-            why = capture_mismatch(ref_row, cand_row, atol, rtol)
-            if why:
-                return f"the output of timed repetition {rep} is wrong: output {leaf}: {why}"
-    return None
-
-
-# Projections are compared within PROJECTION_SIGMAS x sqrt(sum of squared elementwise tolerances): for an output
-# within tolerance everywhere, a projection with secret random signs exceeds that with probability at most
-# 2 exp(-PROJECTION_SIGMAS**2 / 2) (Hoeffding), about 1e-14, so an honest kernel is never rejected by it.
-PROJECTION_SIGMAS = 8.0
-
-
-def capture_mismatch(ref: torch.Tensor, cand: torch.Tensor, atol: float, rtol: float) -> str | None:
-    """Why a candidate output's capture disagrees with the reference's for the same inputs and key, or None.
-
-    Sampled elements are compared one by one (NaN must match NaN, infinities exactly); non-finite counts
-    exactly; projections within the Hoeffding bound above, so any error spread over the output shows.
-    """
-    extra = capture_math.CAPTURE_EXTRA
-    samples = ref.numel() - extra
-    r, c = ref[samples:], cand[samples:]
-    if c[capture_math.NUMEL] != r[capture_math.NUMEL]:
-        return f"it has {int(c[capture_math.NUMEL])} elements, the reference's {int(r[capture_math.NUMEL])}"
-    for index, what in ((capture_math.N_NAN, "NaN"), (capture_math.N_POSINF, "+Inf"), (capture_math.N_NEGINF, "-Inf")):
-        if c[index] != r[index]:
-            return f"{int(c[index])} {what} values where the reference has {int(r[index])}"
-    if c[capture_math.NONFINITE_PROJ] != r[capture_math.NONFINITE_PROJ]:
-        return "its NaN/Inf values sit at other positions than the reference's"
-    rs, cs = ref[:samples], cand[:samples]
-    nan_differs = torch.isnan(rs) != torch.isnan(cs)
-    both = ~torch.isnan(rs) & ~torch.isnan(cs)
-    inf_differs = both & (torch.isinf(rs) | torch.isinf(cs)) & (rs != cs)
-    finite = both & torch.isfinite(rs) & torch.isfinite(cs)
-    beyond = finite & ((cs - rs).abs() > atol + rtol * rs.abs())
-    bad = nan_differs | inf_differs | beyond
-    if bool(bad.any()):
-        slot = int(bad.nonzero()[0])
-        return (f"{int(bad.sum())} of the sampled elements differ (e.g. {float(cs[slot])!r} where the reference has "
-                f"{float(rs[slot])!r}; atol {atol:g}, rtol {rtol:g})")
-    finite_n = float(r[capture_math.NUMEL] - r[capture_math.N_NAN] - r[capture_math.N_POSINF] - r[capture_math.N_NEGINF])
-    spread = math.sqrt(max(finite_n * atol * atol + 2 * atol * rtol * float(r[capture_math.SUM_ABS])
-                           + rtol * rtol * float(r[capture_math.SUM_SQ]), 0.0))
-    rounding = 1e-9 * (float(r[capture_math.SUM_ABS]) + float(c[capture_math.SUM_ABS]))
-    limit = PROJECTION_SIGMAS * spread + rounding
-    gaps = (c[capture_math.PROJ:capture_math.PROJ + capture_math.PROJECTIONS]
-            - r[capture_math.PROJ:capture_math.PROJ + capture_math.PROJECTIONS]).abs()
-    if not bool(torch.isfinite(gaps).all()) or float(gaps.max()) > limit:
-        return (f"a secret projection of it differs from the reference's by {float(gaps.max()):.6g}, beyond "
-                f"{limit:.6g} ({PROJECTION_SIGMAS:g} x the tolerance's spread): the output is wrong beyond its "
-                "sampled elements")
-    return None
-
-
 def back_to_back(candidate: Side, reference: Side, calls: int, batches: int, timeout: float,
                  settled: Callable[[list[dict[str, float]]], bool] | None = None
                  ) -> tuple[p.BackToBackReply, list[dict[str, float]], list[dict[str, float]]]:
@@ -686,62 +496,3 @@ def back_to_back(candidate: Side, reference: Side, calls: int, batches: int, tim
                 return first, sides["candidate"], sides["reference"]
     assert first is not None
     return first, sides["candidate"], sides["reference"]
-
-
-# -- the host-bound flag ---------------------------------------------------------------------------
-# A call is host-bound when the host's work to make it (Python in forward, kernel launches, allocator
-# work, any synchronisation) is large next to the GPU work it enqueues: its time then measures the CPU,
-# the driver and the machine's load as much as the GPU, and moves between runs and machines of the same
-# GPU type (an eager LSTM reference measured 41 ms, then 58 ms, on two H100 runs). A side is host-bound
-# when its host time is at least HOST_SHARE_AT of its GPU time and more than HOST_FLOOR_MS. Why a share of
-# the GPU time and not the GPU's busy share: the GPU can stay busy through a call while the host only just
-# keeps ahead of it, and then a host 2x slower starves it (the LSTM and GRU references moved 1.29x and 1.46x
-# between sessions at 60-100 % busy). The floor is the timing's GPU lead (200 us): host work shorter than
-# that is enqueued while the GPU spins, before the start event, so it cannot show in the time. A side under
-# the floor is not profiled (a profile costs tens of ms of exclusive GPU time). The flag changes no verdict:
-# it says which numbers depend on the host; `eval.cuda_graphs=auto` times graph replays instead.
-HOST_SHARE_AT = 0.5
-HOST_FLOOR_MS = 0.2
-BUSY_CALLS = 5  # event-timed and profiled eager calls per side
-_SHARE_CAP = 1000.0  # a side with (almost) no kernel time: its share is "huge", kept finite for JSON
-
-
-@dataclass(frozen=True)
-class HostTime:
-    """One side's busy share of the GPU, host time per call and host share (host time over GPU time), each None
-    where it was not measured; `bound` when the side is host-bound."""
-
-    busy: float | None = None
-    host_ms: float | None = None
-    share: float | None = None
-    bound: bool = False
-
-
-def host_time(values: dict[str, float]) -> HostTime:
-    """A side's `Busy` reply read into a `HostTime`: out-of-range or non-finite values clamped or dropped."""
-    busy, host_ms, kernel_ms = (_finite(values.get(key)) for key in ("busy", "host_ms", "kernel_ms"))
-    busy = None if busy is None else round(min(max(busy, 0.0), 1.0), 4)
-    if host_ms is None:
-        return HostTime(busy)
-    host_ms = max(host_ms, 0.0)
-    if kernel_ms is None:  # not profiled: its host time is under the floor
-        return HostTime(busy, round(host_ms, 4))
-    kernel_ms = max(kernel_ms, 0.0)
-    share = min(host_ms / kernel_ms, _SHARE_CAP) if kernel_ms > 0 else _SHARE_CAP
-    return HostTime(busy, round(host_ms, 4), round(share, 4), host_ms > HOST_FLOOR_MS and share >= HOST_SHARE_AT)
-
-
-def _finite(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
-
-
-def host_bound_flag(host_share: dict[str, float], sides: list[str], timing_mode: str) -> str:
-    """The human-readable note for a host-bound result."""
-    shares = ", ".join(f"{side} {share:.2f}" for side, share in host_share.items())
-    which = " and ".join(sides)
-    text = (f"host-bound: making an eager call of the {which} takes the host at least {HOST_SHARE_AT:.0%} of the "
-            f"call's GPU time (host time over GPU time per call: {shares}); such a time depends on the host "
-            "(Python, kernel launches) and moves between runs and machines")
-    if timing_mode == "cuda_graph":
-        return text + "; these timings are CUDA-graph replays, which take most of that host time out"
-    return text + "; compare its speedup with care (eval.cuda_graphs=auto times CUDA-graph replays instead)"

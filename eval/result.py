@@ -95,7 +95,7 @@ class EvalResult:
     kernels: KernelShare | None = None
     sol_fraction: float | None = None
     hidden_work: dict[str, float] = field(default_factory=dict)  # back-to-back check, us per call
-    wall_bound: dict[str, float] = field(default_factory=dict)  # timed blocks' wall vs events, us per rep (measure.wall_bound)
+    wall_bound: dict[str, float] = field(default_factory=dict)  # timed blocks' wall vs events, us per rep (claim_bounds.wall_bound)
     observed: dict[str, float] = field(default_factory=dict)  # observed timing: what the reference process saw (eval.observed)
     float64_decided: int = 0  # trials whose outputs missed the reference's but met its float64 answer
     flags: list[str] = field(default_factory=list)  # audit notes (implausible speedup, drift, ...)
@@ -122,7 +122,7 @@ class EvalResult:
     cached: bool = False
     preset: str = "default"  # the evaluator preset (`eval.preset`) whose rules produced this verdict
     # launch-bound timings (eval.measure), per side ({"reference": .., "candidate": ..}): the host's time to make an
-    # eager call (ms); for a side whose host time is over eval.measure.HOST_FLOOR_MS (the others are never
+    # eager call (ms); for a side whose host time is over eval.host_share.HOST_FLOOR_MS (the others are never
     # host-bound, so not profiled), the GPU busy share of the call and the host's time over its GPU time; the
     # host-bound sides (eval.timing_steps.host_bound), and how the timed calls ran ("eager" or "cuda_graph")
     host_ms: dict[str, float] = field(default_factory=dict)

@@ -8,7 +8,7 @@ import statistics
 from typing import NoReturn
 
 from eval import protocol as p
-from eval import _gpu_idle as gpu_idle, measure, observed
+from eval import _gpu_idle as gpu_idle, claim_bounds, host_share, measure, observed
 from eval.process import _affinity as affinity, _freeze as freeze
 from eval.config import EvalConfig
 from eval.context import Context, RetryAlone, RetryEager, Verdict, trim
@@ -202,10 +202,10 @@ def _time_and_judge(ctx: Context, rule: measure.TimingRule, fresh: bool) -> None
     result.reference_shared_with = meas.shared_with
     with ctx.lease.gate.hold("exclusive"):
         meas = _judged(ctx, meas)
-        finding, result.wall_bound = measure.wall_bound(meas) if ctx.on_gpu else (None, {})
+        finding, result.wall_bound = claim_bounds.wall_bound(meas) if ctx.on_gpu else (None, {})
         if finding:  # a second, longer look: judged on it alone
-            meas = _judged(ctx, _time_window([ctx], rule, fresh, min_pairs=measure.SECOND_LOOK_PAIRS)[0])
-            finding, result.wall_bound = measure.wall_bound(meas)
+            meas = _judged(ctx, _time_window([ctx], rule, fresh, min_pairs=claim_bounds.SECOND_LOOK_PAIRS)[0])
+            finding, result.wall_bound = claim_bounds.wall_bound(meas)
             result.wall_bound["second_look"] = 1.0
         if finding and config.hidden_work_check and not ctx.alone:
             # Beside other evaluations an honest candidate's blocks can run 50-150 us/rep slower than the reference's
@@ -235,7 +235,7 @@ def _record_timing(ctx: Context, rule: measure.TimingRule, fresh: bool, meas: me
         result.flags.append("timed inputs rotated among the staged sets: the problem's get_inputs() draws other "
                             "shapes each time, so fresh inputs per repetition could not be used")
     if rule.check_outputs:
-        wrong = measure.first_capture_mismatch(meas, *ctx.tolerance())
+        wrong = claim_bounds.first_capture_mismatch(meas, *ctx.tolerance())
         if wrong:
             raise Verdict(Status.INCORRECT, wrong)
     ref, cand = meas.summary("reference"), meas.summary("candidate")
@@ -256,11 +256,11 @@ def _record_timing(ctx: Context, rule: measure.TimingRule, fresh: bool, meas: me
 
 
 def judge_concentration(ctx: Context, meas: measure.Measurement, rule: measure.TimingRule) -> None:
-    """Reject work concentrated in a few calls of every block (`measure.concentration`), judged alone: beside other
+    """Reject work concentrated in a few calls of every block (`claim_bounds.concentration`), judged alone: beside other
     evaluations, an honest candidate's blocks can meet another CUDA context's work (the GPU takes turns between
     contexts), which lengthens a few calls (on the H200, 1 of 480 honest candidates, 8 evaluations at once). A
     candidate that concentrates its work does so alone too."""
-    concentrated, ctx.result.wall_bound["concentration"] = measure.concentration(meas)
+    concentrated, ctx.result.wall_bound["concentration"] = claim_bounds.concentration(meas)
     if not concentrated or rule.statistic != "median":
         return
     if not ctx.config.hidden_work_check:
@@ -273,15 +273,15 @@ def judge_concentration(ctx: Context, meas: measure.Measurement, rule: measure.T
 
 def host_bound(ctx: Context) -> None:
     """Measure both sides' host and GPU time per call, each in its own process; record them and flag the result when
-    a side is host-bound (`measure.HOST_SHARE_AT`). The flag changes no verdict and no speedup."""
+    a side is host-bound (`host_share.HOST_SHARE_AT`). The flag changes no verdict and no speedup."""
     result = ctx.result
     bound = []
     for side in ctx.sides():
-        msg = p.Busy(subject=side.subject, calls=measure.BUSY_CALLS, flush=ctx.config.l2_flush,
-                     profile_above_ms=measure.HOST_FLOOR_MS)
+        msg = p.Busy(subject=side.subject, calls=host_share.BUSY_CALLS, flush=ctx.config.l2_flush,
+                     profile_above_ms=host_share.HOST_FLOOR_MS)
         with freeze.held(side.hold):
             reply, _ = ctx.request(msg, timeout=ctx.config.timing_timeout_s, worker=side.worker)
-        measured = measure.host_time(reply.side)
+        measured = host_share.host_time(reply.side)
         for per_side, value in ((result.gpu_busy, measured.busy), (result.host_ms, measured.host_ms),
                                 (result.host_share, measured.share)):
             if value is not None:
@@ -299,7 +299,7 @@ def record_mode(ctx: Context, meas: measure.Measurement) -> None:
     if ctx.graphs and result.timing_mode != "cuda_graph":
         result.flags.append("cuda_graphs: " + (meas.graph_note[:400] or "graphs were not used"))
     if result.host_bound:
-        result.flags.append(measure.host_bound_flag(result.host_share, result.host_bound, result.timing_mode))
+        result.flags.append(host_share.host_bound_flag(result.host_share, result.host_bound, result.timing_mode))
 
 
 def observed_timing(ctx: Context) -> None:

@@ -176,7 +176,7 @@ def bound_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "second_looks": sum(bool(r.get("second_look")) for r in rows),
             "unexplained_over_limit": _spread(ratios), "paired_gap_median_us": _spread(gaps),
             "reference_overhead_us": _spread([r["reference_overhead_us"] for r in rows if "reference_overhead_us" in r]),
-            # the loop's own GPU time, candidate less reference (`measure._outside_gaps`): host noise or GPU work?
+            # the loop's own GPU time, candidate less reference (`claim_bounds._outside_gaps`): host noise or GPU work?
             **{key: _spread([r[key] for r in rows if key in r])
                for key in (f"{part}_gap_us" for part in (*OUTSIDE_PARTS, "host"))}}
 

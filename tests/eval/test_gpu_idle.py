@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from eval import Evaluator, Status, measure
+from eval import Evaluator, Status, claim_bounds, measure
 from eval import _gpu_idle as gpu_idle
 from eval import protocol as p
 from eval._gpu_idle import Busy, Reading, Watch, busy_us
@@ -180,7 +180,7 @@ def test_each_kept_reference_block_is_probed_right_before_and_after_and_nothing_
     assert len(probes) == 2 * len(kept)  # warm-up and priming blocks are not probed
     assert [m.calibrate for m in probes] == [True] + [False] * (len(probes) - 1)
     assert len(meas.samples["reference"]) == len(meas.samples["candidate"])
-    assert measure.first_capture_mismatch(meas, 1e-5, 1e-5) is None
+    assert claim_bounds.first_capture_mismatch(meas, 1e-5, 1e-5) is None
 
 
 @pytest.mark.slow
@@ -203,7 +203,7 @@ def test_a_block_found_busy_after_is_timed_again_with_the_same_inputs_and_kept_o
     assert len({(m.first_rep, m.reps) for m in kept}) == len(kept) - 1
     assert len(meas.samples["reference"]) == len(meas.samples["candidate"])  # its first run's samples were dropped
     assert [b.first_rep for b in meas.blocks["reference"]] == [b.first_rep for b in meas.blocks["candidate"]]
-    assert measure.first_capture_mismatch(meas, 1e-5, 1e-5) is None
+    assert claim_bounds.first_capture_mismatch(meas, 1e-5, 1e-5) is None
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from eval import measure, timing_steps
+from eval import host_share, measure, timing_steps
 from eval import protocol as p
 from eval.config import EvalConfig
 from eval.feedback import render_feedback
@@ -109,7 +109,7 @@ def test_a_side_under_the_floor_is_not_profiled_and_never_flagged() -> None:
     ctx = _Ctx({"reference": {"event_ms": 0.3, "host_ms": 0.12},
                 "candidate": {"kernel_ms": 0.4, "event_ms": 0.5, "busy": 0.8, "host_ms": 0.35}})
     timing_steps.host_bound(ctx)
-    assert ctx.sent[0][1].profile_above_ms == measure.HOST_FLOOR_MS
+    assert ctx.sent[0][1].profile_above_ms == host_share.HOST_FLOOR_MS
     assert ctx.result.host_ms == {"reference": 0.12, "candidate": 0.35}
     assert ctx.result.gpu_busy == {"candidate": 0.8} and ctx.result.host_share == {"candidate": 0.875}
     assert ctx.result.host_bound == ["candidate"]
@@ -150,7 +150,7 @@ def test_graph_mode_is_recorded_and_a_fallback_is_flagged() -> None:
     off = _Ctx({})
     timing_steps.record_mode(off, measure.Measurement())
     assert off.result.timing_mode == "eager" and off.result.flags == []
-    assert "replays" in measure.host_bound_flag({"reference": 2.0}, ["reference"], "cuda_graph")
+    assert "replays" in host_share.host_bound_flag({"reference": 2.0}, ["reference"], "cuda_graph")
 
 
 # ------------------------------------------------------------------------------ graphs (worker side)
@@ -176,7 +176,7 @@ def _timed_result(**kw) -> EvalResult:
 def test_feedback_shows_busy_shares_and_graph_mode() -> None:
     r = _timed_result(gpu_busy={"reference": 0.31, "candidate": 0.97}, host_share={"reference": 1.5, "candidate": 0.02},
                       host_bound=["reference"],
-                      flags=[measure.host_bound_flag({"reference": 1.5, "candidate": 0.02}, ["reference"], "eager")])
+                      flags=[host_share.host_bound_flag({"reference": 1.5, "candidate": 0.02}, ["reference"], "eager")])
     text = render_feedback(r)
     assert ("GPU busy during an eager call: reference 31%, candidate 97%; host time over GPU time per call: "
             "reference 1.50, candidate 0.02 (host-bound: reference)") in text

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from eval import _capture as capture_math
-from eval import context, measure, timing_steps
+from eval import claim_bounds, context, host_share, measure, timing_steps
 from eval import protocol as p
 from eval.measure import Block, Measurement, Side, TimingRule
 from eval.result import EvalResult, Status
@@ -131,7 +131,7 @@ def test_wall_bound_passes_an_honest_candidate_with_host_noise_in_some_blocks() 
     meas = Measurement(samples={"candidate": [1.0] * 80, "reference": [2.0] * 80},
                        blocks={"reference": _blocks([0.30, 0.31, 0.30, 0.33], 2.0),
                                "candidate": _blocks([0.30, 0.9, 0.31, 2.5], 1.0)})
-    finding, numbers = measure.wall_bound(meas)
+    finding, numbers = claim_bounds.wall_bound(meas)
     assert finding is None and numbers["unexplained_us"] == pytest.approx(0.0, abs=1e-6)
 
 
@@ -139,7 +139,7 @@ def test_wall_bound_rejects_times_a_worker_did_not_take() -> None:
     # the worker reports 1 ms per call, but each of its blocks took 8 ms per repetition of wall time
     meas = Measurement(samples={"candidate": [1.0] * 80, "reference": [8.0] * 80},
                        blocks={"reference": _blocks([0.3] * 4, 8.0), "candidate": _blocks([7.3] * 4, 1.0)})
-    finding, numbers = measure.wall_bound(meas)
+    finding, numbers = claim_bounds.wall_bound(meas)
     assert finding and "reported times it did not take" in finding and numbers["unexplained_us"] == pytest.approx(7000)
 
 
@@ -155,14 +155,14 @@ def test_an_output_within_tolerance_everywhere_always_passes(n: int) -> None:
     for trial in range(30):  # errors at up to the tolerance itself, random signs: the worst honest case
         bound = atol + rtol * ref.abs()
         err = bound * (2 * torch.rand(n, generator=gen) - 1) * 0.999
-        assert measure.capture_mismatch(_captures(ref, trial), _captures(ref + err, trial), atol, rtol) is None
+        assert claim_bounds.capture_mismatch(_captures(ref, trial), _captures(ref + err, trial), atol, rtol) is None
 
 
 def test_one_wrong_sampled_element_is_caught_and_located() -> None:
     ref = torch.linspace(-1, 1, 100)
     bad = ref.clone()
     bad[37] = 5.0
-    why = measure.capture_mismatch(_captures(ref), _captures(bad), 1e-4, 1e-4)
+    why = claim_bounds.capture_mismatch(_captures(ref), _captures(bad), 1e-4, 1e-4)
     assert why and "1 of the sampled elements differ (e.g. 5.0" in why
 
 
@@ -172,17 +172,17 @@ def test_an_output_wrong_everywhere_but_at_the_samples_is_caught_by_the_projecti
     cand = torch.zeros(n)
     positions = capture_math.positions(KEY, 0, 0, n, SAMPLES)
     cand[positions] = ref[positions]  # right exactly where it is sampled (as if it knew the key), wrong elsewhere
-    why = measure.capture_mismatch(_captures(ref), _captures(cand), 1e-4, 1e-4)
+    why = claim_bounds.capture_mismatch(_captures(ref), _captures(cand), 1e-4, 1e-4)
     assert why and "secret projection" in why
 
 
 def test_nan_and_inf_must_match_in_number_and_place() -> None:
     ref = torch.tensor([1.0, float("nan"), float("inf"), 2.0])
     moved = torch.tensor([float("nan"), 1.0, float("inf"), 2.0])
-    assert "sampled elements differ" in measure.capture_mismatch(_captures(ref), _captures(moved), 1e-3, 1e-3)
+    assert "sampled elements differ" in claim_bounds.capture_mismatch(_captures(ref), _captures(moved), 1e-3, 1e-3)
     fewer = torch.tensor([1.0, 0.0, float("inf"), 2.0])
-    assert "NaN values" in measure.capture_mismatch(_captures(ref), _captures(fewer), 1e-3, 1e-3)
-    assert measure.capture_mismatch(_captures(ref), _captures(ref.clone()), 1e-3, 1e-3) is None
+    assert "NaN values" in claim_bounds.capture_mismatch(_captures(ref), _captures(fewer), 1e-3, 1e-3)
+    assert claim_bounds.capture_mismatch(_captures(ref), _captures(ref.clone()), 1e-3, 1e-3) is None
 
 
 def test_first_capture_mismatch_names_the_repetition_and_refuses_missing_captures() -> None:
@@ -192,11 +192,11 @@ def test_first_capture_mismatch_names_the_repetition_and_refuses_missing_capture
     wrong[2] = torch.stack([_captures(ref + 1, 2)])
     meas = Measurement(captures={"reference": caps, "candidate": wrong},
                        leaves={"reference": [["float32", [10]]], "candidate": [["float32", [10]]]})
-    assert measure.first_capture_mismatch(meas, 1e-4, 1e-4).startswith("the output of timed repetition 2 is wrong")
+    assert claim_bounds.first_capture_mismatch(meas, 1e-4, 1e-4).startswith("the output of timed repetition 2 is wrong")
     meas.captures["candidate"] = {0: caps[0]}
-    assert "repetition 1 returned no capture" in measure.first_capture_mismatch(meas, 1e-4, 1e-4)
+    assert "repetition 1 returned no capture" in claim_bounds.first_capture_mismatch(meas, 1e-4, 1e-4)
     meas.leaves["candidate"] = [["float16", [10]]]
-    assert "timed outputs are shaped" in measure.first_capture_mismatch(meas, 1e-4, 1e-4)
+    assert "timed outputs are shaped" in claim_bounds.first_capture_mismatch(meas, 1e-4, 1e-4)
 
 
 def test_wall_bound_allows_noise_proportional_to_the_loops_overhead() -> None:
@@ -208,11 +208,11 @@ def test_wall_bound_allows_noise_proportional_to_the_loops_overhead() -> None:
                          blocks={"reference": ref, "candidate": _blocks([1.98, 2.6], 0.1)})
     hider = Measurement(samples={"candidate": [0.1] * 80, "reference": [0.3] * 80},
                         blocks={"reference": ref, "candidate": _blocks([2.05, 2.6], 0.1)})
-    finding, numbers = measure.wall_bound(honest)
+    finding, numbers = claim_bounds.wall_bound(honest)
     assert finding is None
     assert numbers["paired_gap_median_us"] == pytest.approx(1000 * ((1.98 - 2.0) + (2.6 - 2.1)) / 2)  # block k with k
-    finding, numbers = measure.wall_bound(hider)
-    assert finding and numbers["limit_us"] == pytest.approx(measure.OVERHEAD_SHARE * 1900)
+    finding, numbers = claim_bounds.wall_bound(hider)
+    assert finding and numbers["limit_us"] == pytest.approx(claim_bounds.OVERHEAD_SHARE * 1900)
 
 
 def _timed_blocks(per_block: list[list[float]]) -> list[Block]:
@@ -223,13 +223,13 @@ def test_work_concentrated_in_one_call_of_every_block_is_found() -> None:
     # each block's first call does all 20 repetitions' work (20 ms), the other 19 return what it computed (0.01 ms)
     front = [[20.0] + [0.01] * 19 for _ in range(3)]
     meas = Measurement(blocks={"candidate": _timed_blocks(front)})
-    finding, ratio = measure.concentration(meas)
+    finding, ratio = claim_bounds.concentration(meas)
     assert finding and "concentrated in a few calls" in finding and ratio > 50
 
 
 def test_an_honest_slow_call_now_and_then_is_not_concentration() -> None:
     blocks = [[1.0] * 20, [1.0] * 18 + [3.0, 9.0], [1.0] * 20]  # one block with two slow calls
-    finding, ratio = measure.concentration(Measurement(blocks={"candidate": _timed_blocks(blocks)}))
+    finding, ratio = claim_bounds.concentration(Measurement(blocks={"candidate": _timed_blocks(blocks)}))
     assert finding is None and ratio == pytest.approx(1.0)
 
 
@@ -256,14 +256,14 @@ def test_concentration_beside_others_is_judged_again_alone_and_rejected_there() 
 
 
 def test_a_busy_reply_is_read_into_host_time_with_bad_values_dropped():
-    floor, at = measure.HOST_FLOOR_MS, measure.HOST_SHARE_AT
-    bound = measure.host_time({"busy": 1.7, "host_ms": 2 * floor, "kernel_ms": 2 * floor / (at * 2)})
+    floor, at = host_share.HOST_FLOOR_MS, host_share.HOST_SHARE_AT
+    bound = host_share.host_time({"busy": 1.7, "host_ms": 2 * floor, "kernel_ms": 2 * floor / (at * 2)})
     assert bound.busy == 1.0 and bound.share == round(2 * at, 4) and bound.bound
-    unprofiled = measure.host_time({"busy": float("nan"), "host_ms": floor / 2})
-    assert unprofiled == measure.HostTime(None, round(floor / 2, 4), None, False)
-    fast_host = measure.host_time({"host_ms": floor / 2, "kernel_ms": floor / 100})  # a high share under the floor
+    unprofiled = host_share.host_time({"busy": float("nan"), "host_ms": floor / 2})
+    assert unprofiled == host_share.HostTime(None, round(floor / 2, 4), None, False)
+    fast_host = host_share.host_time({"host_ms": floor / 2, "kernel_ms": floor / 100})  # a high share under the floor
     assert fast_host.share is not None and fast_host.share >= at and not fast_host.bound
-    assert measure.host_time({"busy": 0.5}) == measure.HostTime(0.5)
+    assert host_share.host_time({"busy": 0.5}) == host_share.HostTime(0.5)
 
 
 # -- a window of several candidates (`measure.time_group`) ------------------------------------------------------
@@ -338,7 +338,7 @@ def test_a_window_times_the_reference_once_per_round_in_a_palindrome_for_every_c
     for meas in metas:  # each candidate's measurement is whole: the shared reference's samples, its own captures
         assert len(meas.samples["reference"]) == len(meas.samples["candidate"]) >= 20
         assert sorted(meas.captures["reference"]) == sorted(meas.captures["candidate"])
-        assert measure.first_capture_mismatch(meas, 1e-5, 1e-5) is None
+        assert claim_bounds.first_capture_mismatch(meas, 1e-5, 1e-5) is None
     # while one side runs, every candidate but itself stands still
     for i, (_, cand) in enumerate(pairs):
         assert all(still == {f"cand{j}" for j in range(3)} - {f"cand{i}"} for still in cand.worker.still)
@@ -378,7 +378,7 @@ def test_a_candidate_that_fails_in_a_window_leaves_it_and_the_others_carry_on(mo
     for i in (0, 3):  # timed to the end, as alone
         assert metas[i].failure is None and not metas[i].violations
         assert len(metas[i].samples["candidate"]) == len(metas[i].samples["reference"]) == 40
-        assert measure.first_capture_mismatch(metas[i], 1e-5, 1e-5) is None
+        assert claim_bounds.first_capture_mismatch(metas[i], 1e-5, 1e-5) is None
     last_rep = {n: max(m.first_rep for n2, m in log if n2 == n and isinstance(m, p.TimeBlock) and m.capture)
                 for n in ("cand1", "cand2", "ref1", "ref2", "cand3", "ref0")}
     assert last_rep["cand2"] == 0 and last_rep["ref2"] == 0  # dropped at its first timed block
@@ -418,11 +418,11 @@ def test_the_loops_own_gpu_time_is_recorded_by_part_and_bounded_in_sum() -> None
     cand = with_outside(_blocks([0.52] * 3, 0.1), [0.33, 0.325, 0.34], 0.15)  # 25 us more in the lead-in, at best
     meas = Measurement(samples={"candidate": [0.1] * 60, "reference": [0.3] * 60},
                        blocks={"reference": ref, "candidate": cand})
-    finding, numbers = measure.wall_bound(meas)
+    finding, numbers = claim_bounds.wall_bound(meas)
     assert numbers["unexplained_us"] == pytest.approx(20.0) and numbers["limit_us"] == pytest.approx(30.0)
     assert finding and "the loop's own GPU work" in finding and "outside the candidate's timed intervals" in finding
     assert numbers["loop_gpu_gap_us"] == pytest.approx(25.0)
-    assert numbers["loop_gpu_limit_us"] == pytest.approx(measure.LOOP_GPU_SHARE * 459.5)
+    assert numbers["loop_gpu_limit_us"] == pytest.approx(claim_bounds.LOOP_GPU_SHARE * 459.5)
     assert numbers["lead_in_gap_us"] == pytest.approx(25.0)
     assert numbers["capture_gap_us"] == pytest.approx(0.0, abs=1e-6)
     assert numbers["reference_lead_in_us"] == pytest.approx(300.0)
@@ -430,10 +430,10 @@ def test_the_loops_own_gpu_time_is_recorded_by_part_and_bounded_in_sum() -> None
     assert numbers["reference_host_us"] == pytest.approx(500 - 320 - 150 - 9.5)
     assert numbers["host_gap_us"] == pytest.approx((520 - 340 - 150 - 9.5) - (500 - 320 - 150 - 9.5))
     meas.blocks["candidate"] = with_outside(_blocks([0.52] * 3, 0.1), [0.31, 0.33, 0.34], 0.15)  # 10 us more
-    finding, numbers = measure.wall_bound(meas)
+    finding, numbers = claim_bounds.wall_bound(meas)
     assert finding is None and numbers["loop_gpu_gap_us"] == pytest.approx(10.0)
     meas.blocks["candidate"] = _blocks([0.52] * 3, 0.1)
-    assert "lead_in_gap_us" not in measure.wall_bound(meas)[1] and measure.wall_bound(meas)[0] is None
+    assert "lead_in_gap_us" not in claim_bounds.wall_bound(meas)[1] and claim_bounds.wall_bound(meas)[0] is None
 
 
 def test_a_retry_alone_names_the_bound_it_was_over() -> None:

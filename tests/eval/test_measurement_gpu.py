@@ -9,7 +9,7 @@ The design under test (`eval.measure`, `eval.timing_steps.time_candidate`, `eval
 - timed repetitions run in a native C loop; every timed output is captured (sampled elements plus secret
   projections over all elements) and compared in the parent with the reference process's capture for the
   same repetition's inputs, so a candidate that is wrong only while it is timed is caught;
-- the parent bounds the times a worker reports by the wall time it observed itself (`measure.wall_bound`),
+- the parent bounds the times a worker reports by the wall time it observed itself (`claim_bounds.wall_bound`),
   so forged times are caught.
 
 Each hostile candidate is the honest one (`HONEST`, a one-kernel Triton elementwise op) with one named change
@@ -711,7 +711,7 @@ def test_forged_block_times_are_rejected(evaluator, problem, honest_speedup):
     """Class 7, forged times: at import the candidate finds the worker's timing loop through the garbage collector
     (disguised from the static check; an object whose type is named NativeLoop, or the Worker's `loop`) and
     wraps its `block` so every reported time is divided by 8. Defence: the parent's wall bound
-    (`measure.wall_bound`): each block's wall time observed in the parent, less the reported times, leaves ~7/8
+    (`claim_bounds.wall_bound`): each block's wall time observed in the parent, less the reported times, leaves ~7/8
     of every call unexplained beyond the clean reference process's loop overhead; or the tamper snapshot.
     Rejected, naming integrity ("reported times" / "outside its timed intervals" from the wall bound). A wall-bound
     finding is judged again alone, in a new worker (honest candidates beside other evaluations can exceed the bound):
@@ -732,7 +732,7 @@ def test_forged_block_times_are_rejected(evaluator, problem, honest_speedup):
 def test_work_concentrated_in_one_call_per_block_is_rejected(evaluator, problem, honest_speedup):
     """Class 8, concentration: the first call of each block computes every repetition's output of that block (it
     finds their inputs through the garbage collector), the other calls return them. Every output is right and the
-    events are honest, but the median call is nearly free. Defence: `measure.concentration` (a block's calls may
+    events are honest, but the median call is nearly free. Defence: `claim_bounds.concentration` (a block's calls may
     take at most 1.5x their median in total, in every block): rejected, naming it, on the evaluation again alone
     that the first finding asks for (`timing_steps.judge_concentration`)."""
     r = evaluator.evaluate(problem, FRONT_LOADER)
