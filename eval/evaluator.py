@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from eval import _bytecode, checks, context, measure, problem_check, staging, static_checks
+from eval import _bytecode, checks, compile_baseline, context, problem_check, staging, static_checks
 from eval import _stopwatch as stopwatch
 from eval import protocol as p
 from eval.backends import DEFAULT_BACKEND, NEEDS_GPU, check_backend  # issue 56: NEEDS_GPU
@@ -35,13 +35,13 @@ from eval.context import Context, RetryAlone, RetryEager, Verdict, trim
 from eval.config import EvalConfig
 from eval.process import _reaper as reaper
 from eval.process.pool import WorkerPool
-from eval._reference import Reference, encode_args, traced_cost, use_small_sizes
+from eval._reference import traced_cost, use_small_sizes
 from eval.result import EvalResult, EvaluatorClosed, Status, Timing
 from eval.roofline import Ceilings, cached_ceilings, probe, probe_and_cache
 from eval.process.sandbox import (WorkerDied, WorkerProcess, WorkerTimeout, check_identity, protect_parent,
                                   visible_device_entry)
 from eval.process._watchdog import GIB, default_limit_bytes
-from problems import Problem, ProblemError, derive_seed, estimate_memory, strict_precision
+from problems import Problem, ProblemError, estimate_memory, strict_precision
 
 # How timings are taken; a cached result or baseline measured another way is not reused.
 MEASUREMENT = "two-process-native-v1"
@@ -268,7 +268,8 @@ class Evaluator:
                 raise RuntimeError("baselines need a CUDA GPU")
             if fault := self._problem_fault(problem):
                 raise ProblemError(fault.fault)
-            value = self._measure_baseline(problem)
+            value = {**compile_baseline.timings(self._pool, self.config, problem), "device": self.device_name,
+                     "versions": self.versions}
             if self._baselines is not None:
                 self._baselines.put(key, value)
             return value
@@ -451,39 +452,6 @@ class Evaluator:
                 and not alone)
 
     # -- baselines ---------------------------------------------------------------------------
-    def _measure_baseline(self, problem: Problem) -> dict[str, Any]:
-        """Eager against torch.compile, both in one clean worker that never sees a candidate, blocks alternating."""
-        secret = secrets.randbits(62)
-        lease = self._pool.acquire()
-        try:
-            weight_seed, input_seed = derive_seed(secret, "weights"), derive_seed(secret, "pool0")
-            with lease.gate.hold("shared"):
-                spec, tensors = encode_args(Reference(problem, weight_seed, lease.device).inputs(input_seed))
-                for subject, compiled in (("eager", False), ("compiled", True)):
-                    load, _ = lease.worker.request(
-                        p.Load(problem_source=problem.source, problem_label=problem.path or problem.id,
-                               weight_seed=weight_seed, subject=subject, compiled=compiled),
-                        timeout=self.config.import_timeout_s)
-                    if not load.ok:
-                        raise RuntimeError(f"baseline load failed: {load.error}")
-                    staged, _ = lease.worker.request(
-                        p.Stage(subject=subject, args=spec, n_inputs=len(tensors), sets=1), tensors,
-                        timeout=self.config.call_timeout_s)
-                    if not staged.ok:
-                        raise RuntimeError(f"baseline staging failed: {staged.error}")
-            rule = dataclasses.replace(self.config.timing_rule(), check_outputs=False, warmup_ms=max(
-                self.config.warmup_ms, 200.0))
-            with lease.gate.hold("exclusive"):
-                meas = measure.time_pair(measure.Side("eager", lease.worker, "eager"),
-                                         measure.Side("compiled", lease.worker, "compiled"), rule, nonce=0,
-                                         graphs=False, timeout=self.config.timing_timeout_s + 600)
-        except measure.BlockFailed as exc:
-            raise RuntimeError(f"baseline timing failed: {trim(exc.reply.error)}") from None
-        finally:
-            self._pool.release(lease)
-        return {"eager": meas.summary("eager"), "compiled": meas.summary("compiled"), "device": self.device_name,
-                "versions": self.versions}
-
     def compile_speedup(self, problem: Problem, result: EvalResult) -> None:
         """Add the speedup over torch.compile to a correct, timed result (`eval.compile_baseline`)."""
         if result.candidate_timing is None or result.reference_timing is None:
