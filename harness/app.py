@@ -124,6 +124,31 @@ def run_job(cfg: DictConfig) -> int:
         return EXIT_STOPPED
 
 
+def _close_and_report(store: RunStore, outcome: Any, run_dir: Path, quiet: bool, problems: list[Any], turns: int
+                      ) -> int:
+    """The session closed (a full disk leaves it open, with a warning) and the summary printed: the exit code."""
+    try:
+        with deferred_signals():  # a signal now is raised once the session is closed, not in the middle
+            store.end_session(outcome.stop_reason)
+    except StoreError as exc:  # a full disk: the session stays open (reports say the run did not finish)
+        if not outcome.stop_reason.startswith(f"{DISK}:"):  # else the stop line says it already
+            _say(f"warning: the session could not be closed: {exc}")
+    except KeyboardInterrupt:  # held through the close: the session is closed, nothing is in flight to wait on
+        _quit_now(None, "")
+    try:
+        if quiet:
+            print(run_dir)
+        else:
+            print_summary(
+                Console(), run_dir=str(run_dir), outcome=outcome, store=store,
+                problem_ids=[p.id for p in problems], turns=turns,
+            )  # fmt: skip
+        code = _exit_code(outcome)
+    except KeyboardInterrupt:  # the session is closed: only the summary is cut short
+        _quit_now(None, "")
+    return code
+
+
 def _run(cfg: DictConfig) -> int:
     name = _job_name(cfg)
     try:
@@ -193,25 +218,7 @@ def _run(cfg: DictConfig) -> int:
             outcome = loop.run()
         except KeyboardInterrupt as exc:  # before the loop was waiting on attempts: none is in flight
             _quit_now(store, stop_reason(exc))
-        try:
-            with deferred_signals():  # a signal now is raised once the session is closed, not in the middle
-                store.end_session(outcome.stop_reason)
-        except StoreError as exc:  # a full disk: the session stays open (reports say the run did not finish)
-            if not outcome.stop_reason.startswith(f"{DISK}:"):  # else the stop line says it already
-                _say(f"warning: the session could not be closed: {exc}")
-        except KeyboardInterrupt:  # held through the close: the session is closed, nothing is in flight to wait on
-            _quit_now(None, "")
-        try:
-            if quiet:
-                print(run_dir)
-            else:
-                print_summary(
-                    Console(), run_dir=str(run_dir), outcome=outcome, store=store,
-                    problem_ids=[p.id for p in problems], turns=settings.turns,
-                )  # fmt: skip
-            code = _exit_code(outcome)
-        except KeyboardInterrupt:  # the session is closed: only the summary is cut short
-            _quit_now(None, "")
+        code = _close_and_report(store, outcome, run_dir, quiet, problems, settings.turns)
         if outcome.abandoned:  # their threads may still wait on the agent or the evaluator: they must not hold the exit
             _say(f"{outcome.abandoned} attempt(s) still in flight were abandoned (nothing of them is recorded; "
                  "a resume runs them again)")

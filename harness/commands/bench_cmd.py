@@ -8,12 +8,27 @@ through `run_presets`), so benchmarks depend on the product and never the revers
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from harness.bench import eval_bench
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bench", required=True)
+    _eval(sub)
+    _suite(sub)
+    _trusted(sub)
+    _kernelbench(sub)
+    _corpus(sub)
+    _serve(sub)
+    _trusted_events(sub)
+    _observed_contexts(sub)
+    _mutants(sub)
+    _loop(sub)
+    _store(sub)
+
+
+def _eval(sub: Any) -> None:
     ev = sub.add_parser("eval", help="evaluator throughput (pool / single worker / process per candidate), "
                                      "multi-GPU scaling and repeatability (GPU; throughput also runs on CPU)")
     ev.add_argument("--part", choices=("all", *eval_bench.PARTS), default="all", help="launch-bound (not part of all): launch-bound references' eager and "
@@ -57,24 +72,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ev.add_argument("--workers", default="0", help="ref-share: workers per GPU, comma-separated; both ways at each "
                                                    "count, in this order (0: the evaluator's default, 4 on a GPU)")
     ev.add_argument("--out", help="write the full JSON report here")
+
+
+def _suite(sub: Any) -> None:
     suite = sub.add_parser("suite", help="baselines, roofline floors and reference solutions per level (GPU)")
     suite.add_argument("selection", nargs="?", default="all", help="problem selection (all, level1, L1/*softmax*, ...)")
     suite.add_argument("--no-solutions", action="store_true", help="baselines and floors only")
     suite.add_argument("--no-baselines", action="store_true",
                        help="reference solutions only (verdicts, speedups, host-bound flags), no eager/compile baselines")
     suite.add_argument("--out", help="write the rows as JSON here")
+
+
+def _trusted(sub: Any) -> None:
     trusted = sub.add_parser("trusted", help="the reference solutions through the two-process measurement: verdicts, "
                                             "wall bound figures, batch rate and repeatability across rounds (GPU)")
     trusted.add_argument("--rounds", type=int, default=2)
     trusted.add_argument("--out", help="write the JSON report here")
     trusted.add_argument("--observed", action="store_true",
                          help="with eval.observed_timing=true: each solution's loop and observed speedups")
+
+
+def _kernelbench(sub: Any) -> None:
     kb = sub.add_parser("kernelbench", help="KernelBench's own evaluator beside eval=kernelbench on the same "
                                            "reference solutions (GPU; needs KernelBench's source)")
     kb.add_argument("problems", nargs="+", help="suite problem ids with a reference solution, e.g. L1/16_rms_norm")
     kb.add_argument("--kernelbench-src", default=".kb/src", help="KernelBench's src/ folder (holds kernelbench/)")
     kb.add_argument("--repeat", type=int, default=2)
     kb.add_argument("--out", help="write the JSON report here")
+
+
+def _corpus(sub: Any) -> None:
     corpus = sub.add_parser("corpus", help="false-reject audit of a published corpus (CUDA-L1's KernelBench kernels): "
                                            "KernelBench's verdict beside ours on every entry, resumable (GPU)")
     corpus.add_argument("--corpus", required=True, help="the corpus JSON: {\"1\": [{task_id, ref_code, custom_code}, "
@@ -91,6 +118,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     corpus.add_argument("--table", action="store_true", help="print the markdown summary of --out and run nothing")
     corpus.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="our side's device (cpu: a test)")
     corpus.add_argument("--backend", choices=("cuda", "triton"), default="cuda", help="our side's backend label")
+
+
+def _serve(sub: Any) -> None:
     serve = sub.add_parser("serve", help="evaluations per GPU-hour and p50/p99 latency through harness serve beside "
                                          "the in-process evaluator (GPU: 16M elements; CPU: a small smoke test)")
     serve.add_argument("--candidates", type=int, default=None, help="distinct honest Triton candidates per side "
@@ -100,6 +130,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                              "overhead is the median of the rounds' ratios")
     serve.add_argument("--out", help="write the JSON report here")
     serve.add_argument("overrides", nargs="*", help="Hydra overrides for both sides (eval.workers_per_gpu=6)")
+
+
+def _trusted_events(sub: Any) -> None:
     events = sub.add_parser("trusted-events", help="a worker's GPU work timed by a trusted process's own events "
                                                    "through interprocess events, beside events in one process (GPU)")
     events.add_argument("--reps", type=int, default=200, help="repetitions per work kind (default 200)")
@@ -108,9 +141,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     events.add_argument("--ways", default="unconfined,sandboxed",
                         help="how the worker runs, comma-separated: unconfined, sandboxed, or one namespace or identity "
                              "change alone (ipc, pid, mount, network or uts namespace; uid 65534)")
+
+
+def _observed_contexts(sub: Any) -> None:
     contexts = sub.add_parser("observed-contexts", help="whether a trusted stream waiting on the GPU slows the "
                                                         "candidate it times, and a wait on the CPU instead (GPU)")
     contexts.add_argument("--out", help="write the figures as JSON here")
+
+
+def _mutants(sub: Any) -> None:
     # bench-mutants: the mutation benchmark (issue 53 item 3)
     mut = sub.add_parser("mutants", help="seeded real bugs in correct kernels: equivalent ones found by a float64 "
                                          "oracle, the rest judged by our evaluator and KernelBench's; kill rate by "
@@ -134,8 +173,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mut.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                      help="start no oracle problem or judging chunk after this many seconds")
     mut.add_argument("--table", action="store_true", help="print the table of --out's records, run nothing")
+
+
+def _loop(sub: Any) -> None:
     loop = sub.add_parser("loop", help="per-attempt overhead of the run loop")
     loop.add_argument("--attempts", type=int, default=200)
+
+
+def _store(sub: Any) -> None:
     store = sub.add_parser("store", help="a large synthetic run through the store: resume, report and the page's load "
                                          "in headless Chromium timed, with peak memory (CPU)")
     store.add_argument("--attempts", type=int, default=50000, help="about this many attempts (default 50000)")
