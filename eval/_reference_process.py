@@ -68,7 +68,7 @@ class ReferenceProcess:
         reply, _ = self.request(load, timeout=timeout, generation=generation)
         if not reply.ok:
             raise RuntimeError(f"the reference failed to load in the reference process: {reply.error}")
-        return Session(self, label, generation)
+        return Session(self, label, generation, load)
 
     def start(self) -> None:
         """Start the process ahead of the first evaluation (the pool calls this in the background)."""
@@ -108,10 +108,11 @@ class ReferenceProcess:
 
 
 class Session:
-    """One evaluation's reference in the reference process: its subject label, usable like a worker by `measure`."""
+    """One evaluation's reference in the reference process: its subject label, usable like a worker by `measure`, and
+    the request that loaded it (observed timing loads the same reference into the clean client)."""
 
-    def __init__(self, process: ReferenceProcess, label: str, generation: int):
-        self.process, self.label, self.generation = process, label, generation
+    def __init__(self, process: ReferenceProcess, label: str, generation: int, load: p.Load):
+        self.process, self.label, self.generation, self.load = process, label, generation, load
 
     def request(self, message: p.Request, tensors: list[torch.Tensor] | None = None, timeout: float | None = None,
                 device: torch.device | None = None) -> tuple[Any, list[torch.Tensor]]:

@@ -102,6 +102,9 @@ class Context:
     worker_draws: bool = True  # the worker draws inputs from seeds (false once its draw did not match ours)
     output_bytes: int = 0  # the largest reference output of this evaluation (bytes per forward), once trials start
     input_bytes: int = 0  # one timing input set's bytes, once staged
+    # once staged: the request that stages the reference's first timing set in another process (observed timing's
+    # clean client runs the reference's windows on it)
+    reference_stage: p.Stage | None = None
     unscored: str = ""  # why no speedup is scored (a degenerate problem); the steps that only score are left out
 
     @property

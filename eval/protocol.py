@@ -389,11 +389,13 @@ class WindowOpen(Request):
 @dataclass
 class WindowRunReply(Reply):
     own_ms: float = 0.0  # the worker's own events around its block: a diagnostic, never a figure
+    enqueue_us: float = 0.0  # its host's time to enqueue the block: the next window's lead covers it, nothing else
 
 
 @dataclass
 class WindowRun(Request):
-    """Candidate's worker: behind go, `reps` forwards on the buffer's input regions into its output regions, done."""
+    """Candidate's worker, or the clean client with the reference: behind go, `reps` forwards of `subject` on the
+    buffer's input regions into its output regions, done."""
 
     cmd: ClassVar[str] = "window_run"
     reply: ClassVar[type[Reply]] = WindowRunReply
@@ -401,6 +403,7 @@ class WindowRun(Request):
     seq: int = 1
     reps: int = 0
     grad: bool = False
+    subject: str = "candidate"
 
 
 @dataclass
@@ -429,12 +432,13 @@ class WindowClose(Request):
 @dataclass
 class OwnBlockReply(Reply):
     block_ms: float = 0.0  # from the inputs' release to END
-    copies_ms: float = 0.0  # of which copying outputs into their regions (the candidate's block copies the same)
+    copies_ms: float = 0.0  # of which copying outputs into their regions (every window's block copies the same)
 
 
 @dataclass
 class OwnBlock(Request):
-    """Reference process: the reference's block, the same sequence as a candidate's window, in this process."""
+    """Reference process: the reference's block, the same sequence as a window, in this process (its output copies are
+    what the windows' figures leave out)."""
 
     cmd: ClassVar[str] = "own_block"
     reply: ClassVar[type[Reply]] = OwnBlockReply

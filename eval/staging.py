@@ -50,6 +50,8 @@ def _stage(ctx: Context) -> None:
     spec, tensors = encode_args(first)
     n_tensors = len(tensors)
     reference, candidate = ctx.sides()
+    ctx.reference_stage = p.Stage(subject=reference.subject, args=spec, n_inputs=n_tensors, sets=1, seeds=[first_seed],
+                                  on_cpu=kb)
     timeout = ctx.config.call_timeout_s
     if ctx.worker_draws:
         fingerprints = [input_fingerprint(first)]

@@ -308,14 +308,15 @@ def observed_timing(ctx: Context) -> None:
     OBSERVED_BOUND times the observed one; the worker's report of its blocks is a diagnostic (flagged when faster
     than observed)."""
     result = ctx.result
-    if (ctx.session is None or ctx.lease.client is None or result.speedup is None or result.candidate_timing is None
-            or result.reference_timing is None or ctx.config.timing_rule().method != "adaptive"):
+    if (ctx.session is None or ctx.lease.client is None or ctx.reference_stage is None or result.speedup is None
+            or result.candidate_timing is None or result.reference_timing is None
+            or ctx.config.timing_rule().method != "adaptive"):
         return
     reps = observed.reps_per_block(result.candidate_timing.median_ms, result.reference_timing.median_ms,
                                    ctx.input_bytes + 2 * ctx.output_bytes)  # the outputs, and their copy at END
     try:
         obs = observed.observe(ctx.session, ctx.session.label, ctx.lease.worker, ctx.lease.client,
-                               secret=derive_seed(ctx.secret, "observed"), reps=reps,
+                               stage=ctx.reference_stage, secret=derive_seed(ctx.secret, "observed"), reps=reps,
                                timeout_s=ctx.config.timing_timeout_s, tolerance=ctx.tolerance())
     except observed.ObservedFailure as exc:
         if exc.kind == "incorrect":

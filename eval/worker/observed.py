@@ -319,9 +319,12 @@ class Attached:
         self.go, self.done = self.buffer.ptr, self.buffer.ptr + 128
         self.stream = torch.cuda.Stream()
 
-    def run(self, seq: int, reps: int, forward: Callable[[list[torch.Tensor]], list[torch.Tensor]]) -> float:
-        """One block behind go; done said at its end, whatever happened. Returns its own event time (a diagnostic)."""
+    def run(self, seq: int, reps: int, forward: Callable[[list[torch.Tensor]], list[torch.Tensor]]
+            ) -> tuple[float, float]:
+        """One block behind go; done said at its end, whatever happened. Returns its own event time (a diagnostic)
+        and the µs its host took to enqueue the block (what the next window's lead must cover)."""
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter()
         with torch.cuda.stream(self.stream):
             cuda_ipc.wait_flag(self.stream, self.go, seq)
             start.record(self.stream)
@@ -330,8 +333,9 @@ class Attached:
             finally:
                 end.record(self.stream)
                 cuda_ipc.write_flag(self.stream, self.done, seq)
+        enqueue_us = (time.perf_counter() - t0) * 1e6
         self.stream.synchronize()
-        return start.elapsed_time(end)
+        return start.elapsed_time(end), enqueue_us
 
     def close(self) -> None:
         self.buffer.close()

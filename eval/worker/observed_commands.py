@@ -68,8 +68,12 @@ class ObservedTiming:
         if self.attached is None:
             return p.WindowRunReply(ok=False, stage=p.FailureStage.STAGE,
                                     error="no observed-timing buffer is attached"), []
-        forward = self._forward_leaves(self.subjects["candidate"], msg.grad) if msg.reps else lambda t: []
-        return p.WindowRunReply(own_ms=self.attached.run(msg.seq, msg.reps, forward)), []
+        subject = self.subjects.get(msg.subject)
+        if msg.reps and subject is None:
+            return p.WindowRunReply(ok=False, stage=p.FailureStage.STAGE, error=f"no subject {msg.subject!r}"), []
+        forward = self._forward_leaves(subject, msg.grad) if msg.reps else lambda t: []
+        own_ms, enqueue_us = self.attached.run(msg.seq, msg.reps, forward)
+        return p.WindowRunReply(own_ms=own_ms, enqueue_us=enqueue_us), []
 
     def cmd_window_close(self, msg: p.WindowClose, tensors: list[torch.Tensor]) -> Handled:
         subject = self.subjects[msg.subject]

@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from eval import checks
-from eval.observed import BLOCK_MS, BUFFER_BUDGET_BYTES, MAX_REPS, Observation, reps_per_block
+from eval import protocol as p
+from eval.observed import (BLOCK_MS, BUFFER_BUDGET_BYTES, MAX_REPS, PAIRS, Observation, ObservedFailure, _Session,
+                           observe, reps_per_block)
 from eval.worker import cuda_ipc
 from eval.worker.observed import FLAG_BYTES, POISON, Layout, compare_block, run_into_slots
 
@@ -69,15 +71,79 @@ def test_outputs_the_regions_cannot_take_stay_poisoned():
 
 def test_the_figures_are_the_windows_less_handover_and_copies():
     obs = Observation(reps=4, handover_ms=[0.30, 0.31, 0.29], windows_ms=[0.71, 0.70, 0.75],
-                      reference_ms=[0.90, 0.92, 0.88], copies_ms=[0.01, 0.02, 0.0], reported_ms=[0.01, 0.01, 0.01])
+                      reference_ms=[0.90, 0.92, 0.88], copies_ms=[0.01, 0.02, 0.0], own_ms=[0.5, 0.5, 0.5],
+                      reported_ms=[0.01, 0.01, 0.01])
     assert obs.handover == pytest.approx(0.30)
     assert obs.candidate_per_rep == pytest.approx((0.71 - 0.30 - 0.01) / 4)
-    assert obs.reference_per_rep == pytest.approx((0.90 - 0.01) / 4)
+    # the reference's figure is its windows' (timed as the candidate's are), not its own blocks'
+    assert obs.reference_per_rep == pytest.approx((0.90 - 0.30 - 0.01) / 4)
     summary = obs.summary()
     assert summary["speedup"] == pytest.approx(obs.reference_per_rep / obs.candidate_per_rep)
-    # what the worker reported is carried as a diagnostic and changes no figure
+    assert summary["reference_own_context_ms"] == pytest.approx((0.5 - 0.01) / 4)
+    # what the worker reported, and the own blocks, are carried as diagnostics and change no figure
     assert summary["reported_candidate_ms"] == pytest.approx(0.0025)
     assert Observation(**{**obs.__dict__, "reported_ms": [9.0] * 3}).candidate_per_rep == obs.candidate_per_rep
+    changed = Observation(**{**obs.__dict__, "own_ms": [9.0] * 3}).summary()
+    assert changed["speedup"] == summary["speedup"]
+
+
+class _Side:
+    """A side of observed timing that answers each request with a scripted reply and records what it was asked."""
+
+    def __init__(self, name: str, log: list, replies: dict | None = None):
+        self.name, self.log, self.replies = name, log, replies or {}
+        self.load = p.Load(problem_source="x", subject="ref7")
+
+    def request(self, message, tensors=None, timeout=None, device=None):
+        self.log.append((self.name, message))
+        make = self.replies.get(message.cmd)
+        return (make(message) if make else message.reply()), []
+
+
+def _sides(close=None):
+    log: list = []
+
+    def by_kind(m):  # a handover window (no inputs released) is shorter than a block's
+        opened = next(o for who, o in reversed(log) if isinstance(o, p.WindowOpen) and o.seq == m.seq)
+        return p.WindowCloseReply(window_ms=0.9 if opened.seeds else 0.3)
+    close = close or by_kind
+    reference = _Side("reference", log, {
+        "window_setup": lambda m: p.WindowSetupReply(handle="h", layout={}),
+        "window_close": close,
+        "own_block": lambda m: p.OwnBlockReply(block_ms=0.8, copies_ms=0.05)})
+    return log, reference, _Side("candidate", log), _Side("client", log)
+
+
+def test_the_reference_is_timed_in_windows_of_the_clean_client_as_the_candidate_is():
+    log, reference, candidate, client = _sides()
+    stage = p.Stage(subject="ref7", args=[], n_inputs=1, sets=1, seeds=[3])
+    obs = observe(reference, "ref7", candidate, client, stage=stage, secret=1, reps=4, timeout_s=5.0,
+                  tolerance=(1e-5, 1e-5))
+    asked = [(who, m) for who, m in log]
+    # the clean client loads the evaluation's own reference before anything else, and drops it at the end
+    to_client = [m for who, m in asked if who == "client"]
+    assert to_client[0] is reference.load and to_client[1] is stage
+    assert isinstance(asked[-1][1], p.Unload) and asked[-1] == ("client", p.Unload(subject="ref7"))
+    runs = [(who, m) for who, m in asked if isinstance(m, p.WindowRun)]
+    reference_runs = [m for who, m in runs if who == "client" and m.reps]
+    candidate_runs = [m for who, m in runs if who == "candidate"]
+    # the same number of windows of the same size, and the same seeds in each pair's windows
+    assert len(reference_runs) == len(candidate_runs) == PAIRS + 1
+    assert all(m.subject == "ref7" and m.reps == 4 for m in reference_runs)
+    assert all(m.subject == "candidate" for m in candidate_runs)
+    opens = [m for who, m in asked if isinstance(m, p.WindowOpen) and m.seeds]
+    assert len(opens) == 2 * (PAIRS + 1) and all(a.seeds == b.seeds for a, b in zip(opens[::2], opens[1::2]))
+    assert len(obs.reference_ms) == len(obs.windows_ms) == len(obs.own_ms) == PAIRS
+
+
+@pytest.mark.parametrize("side", ["reference", "candidate"])
+def test_a_failing_window_is_the_candidates_verdict_only_on_the_candidates_side(side):
+    log, reference, candidate, client = _sides(lambda m: p.WindowCloseReply(window_ms=0.9, mismatched=1, detail="x"))
+    session = _Session(reference, "ref7", candidate, client, 5.0, (1e-5, 1e-5), False)
+    worker = candidate if side == "candidate" else client
+    with pytest.raises(ObservedFailure) as failed:
+        session.window(worker, 4, [1, 2, 3, 4], side, subject="candidate" if side == "candidate" else "ref7")
+    assert failed.value.kind == ("incorrect" if side == "candidate" else "reference")
 
 
 def test_reps_per_block_stay_within_time_and_memory():
