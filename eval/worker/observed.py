@@ -19,8 +19,9 @@ the parent measures with a clean process that never loaded candidate code (`eval
 What the candidate's process could do: start before go (its inputs are not there yet), say done before its work
 ends (END then comes before its outputs, which are poisoned until written), do its work on another stream or
 after done (the same), or lie in its reply (its reply carries only a diagnostic). Each leaves an output wrong or
-a window long. The reference's own blocks run the same sequence in its own process, without the handover, and
-time the copies of its outputs into their regions apart (the candidate's block makes the same copies).
+a window long. The reference's blocks are timed the same way, run by the clean client (trusted, like this process)
+behind go; the reference process's own blocks of the reference time the copies of its outputs into their regions
+apart (every block makes the same copies), which both figures leave out.
 """
 
 from __future__ import annotations

@@ -54,11 +54,6 @@ def honest(evaluator, problem):
     return r
 
 
-@pytest.mark.xfail(reason="H200, 2026-12-02 to 12-03: the observed speedup of this memory-bound add was 1.48-1.52 "
-                          "against the timing loop's 1.87-1.93. Work in the candidate's window runs slower than the same "
-                          "work in the reference process's own blocks: the reference's own code, as the candidate, read "
-                          "0.83-0.93 observed against 1.00 in the loop (docs/benchmarks.md); open in issue 52",
-                   strict=False)
 def test_the_speedup_is_the_observed_one(honest):
     obs = honest.observed
     assert obs, "observed timing did not run"
@@ -66,14 +61,28 @@ def test_the_speedup_is_the_observed_one(honest):
                                    "loop_reference_ms": honest.reference_timing.median_ms}))
     # the loop's speedup, scored up to OBSERVED_BOUND times the observed one
     assert honest.speedup == pytest.approx(min(obs["loop_speedup"], OBSERVED_BOUND * obs["speedup"]))
-    # for an honest candidate the observed speedup agrees with the worker loop's (blocks back to back, each on cold
-    # inputs, against calls each behind an L2 flush: the absolute times differ, both sides alike), and the observed
+    # for an honest candidate the observed speedup agrees with the worker loop's within the bound's reach (both sides
+    # timed alike in windows: blocks back to back on exported memory, against calls each behind an L2 flush on the
+    # worker's own; H200, 2026-12-04: 1.73-1.74 observed against 1.90-1.92 in the loop), and the observed
     # figure stays under the worker's own events around its block (which hold the output copies it leaves out)
     assert obs["speedup"] == pytest.approx(obs["loop_speedup"], rel=0.2), obs
     assert obs["candidate_ms"] <= obs["reported_candidate_ms"] * 1.02, obs
     assert not any(f.startswith("observed:") for f in honest.flags), honest.flags
     assert obs["handover_spread_us"] < 50, obs  # the handover is steady enough to subtract
     assert 1.5 < honest.speedup < 4.5, honest.speedup  # three eager memory-bound kernels against one fused
+
+
+def test_the_references_own_code_as_the_candidate_reads_even(problem, tmp_path):
+    """Both sides are timed alike: the reference's blocks in the clean client's windows, the candidate's in its
+    worker's. The reference's own code as the candidate (`ModelNew = Model`) then reads 1.0 observed, as in the loop;
+    when the reference was timed in the reference process's own context, it read 0.83-0.93 (H200, 2026-12-03)."""
+    from eval import EvalConfig, Evaluator
+    source = candidates.problem_source(1 << 22) + "\nModelNew = Model\n"
+    settings = {**EVALUATOR, "own_kernel_policy": "report", "cache_dir": str(tmp_path)}
+    with Evaluator(EvalConfig(**settings)) as ev:
+        r = ev.evaluate(problem, source)
+    assert r.status is Status.CORRECT, r.reason + r.error
+    assert 0.92 < r.observed["speedup"] < 1.08, r.observed
 
 
 def test_a_forged_report_changes_nothing(evaluator, problem, honest):
