@@ -217,6 +217,7 @@ KNOWN_INTO_THE_WORKER = {
     ("harness.bench.confinement", "eval.worker.native"),
     ("harness.bench.loop_overhead", "eval.worker.native.kernels"),
     ("harness.bench.observed_contexts", "eval.worker.cuda_ipc"),  # measures observed timing's own flags
+    ("harness.bench.imported_memory", "eval.worker.cuda_ipc"),  # measures kernels on observed timing's memory
     ("harness.bench.loop_overhead", "eval.worker.native_loop"),
     ("harness.bench.requests", "eval.worker.native"),
 }

@@ -23,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _serve(sub)
     _trusted_events(sub)
     _observed_contexts(sub)
+    _imported_memory(sub)
     _mutants(sub)
     _loop(sub)
     _store(sub)
@@ -149,6 +150,12 @@ def _observed_contexts(sub: Any) -> None:
     contexts.add_argument("--out", help="write the figures as JSON here")
 
 
+def _imported_memory(sub: Any) -> None:
+    memory = sub.add_parser("imported-memory", help="a kernel's time per call on its own memory, on memory another "
+                                                    "process exported by CUDA IPC and by the VMM API (GPU)")
+    memory.add_argument("--out", help="write the figures as JSON here")
+
+
 def _mutants(sub: Any) -> None:
     # bench-mutants: the mutation benchmark (issue 53 item 3)
     mut = sub.add_parser("mutants", help="seeded real bugs in correct kernels: equivalent ones found by a float64 "
@@ -250,6 +257,10 @@ def run(args: argparse.Namespace) -> int:
         from harness.bench import observed_contexts
 
         return observed_contexts.main(args.out)
+    if args.bench == "imported-memory":
+        from harness.bench import imported_memory
+
+        return imported_memory.main(args.out)
     if args.bench == "mutants":  # bench-mutants
         from harness.bench.mutants import bench as mutants_bench  # bench-mutants
 
