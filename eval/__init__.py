@@ -65,8 +65,10 @@ _EXPORTS = {
     "Channel": "eval.wire",
     "new_region_fd": "eval.wire",
     "lightened": "eval.worker.light_build",
-    "compile_cubin": "eval.worker.native.kernels",
-    "prepare_native": "eval.worker.native",
+    "CAPTURE_KERNELS": "eval._native_build",
+    "CAPTURE_SOURCE": "eval._native_build",
+    "compile_cubin": "eval._native_build",
+    "prepare_native": "eval._native_build",
     "NativeLoop": "eval.worker.native_loop",
     "ExportedBuffer": "eval.worker.cuda_ipc",  # observed timing's flags, for `harness bench observed-contexts`
     "ImportedBuffer": "eval.worker.cuda_ipc",

@@ -49,8 +49,8 @@ def library() -> ctypes.CDLL:
     global _lib
     with _lock:
         if _lib is None:
-            from eval.worker.native import build  # the one builder of the project's native code
-            lib = ctypes.CDLL(str(build.ensure_built(_SOURCE, "kh_stopwatch", extension=False)))
+            from eval._native_build import ensure_built  # the one builder of the project's native code
+            lib = ctypes.CDLL(str(ensure_built(_SOURCE, "kh_stopwatch", extension=False)))
             lib.kh_exchange.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_int,
                                         ctypes.POINTER(Frame), ctypes.c_int64, ctypes.c_uint64, ctypes.c_uint64]
             lib.kh_exchange.restype = ctypes.c_int

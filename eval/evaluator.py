@@ -154,7 +154,7 @@ class Evaluator:
                                 kept_bytes=int(self.config.kept_builds_gib * GIB), memory_limit_bytes=self._memory_limit,
                                 bytecode=self._bytecode)
         if use_cuda:  # built here, where the project is writable; workers load them read-only
-            from eval.worker.native import prepare_native
+            from eval._native_build import prepare_native
 
             prepare_native(cap)
             stopwatch.library()  # the parent's own, for timed blocks (elsewhere built on first use)

@@ -204,22 +204,16 @@ def test_the_worker_reaches_only_the_packages_its_sandbox_shows_it() -> None:
 
 
 # The crossing: the parent-side modules of `eval` the sandboxed worker's code may import (what both sides speak:
-# the requests and replies, their framing, the timing arithmetic), besides the `eval` door itself and `problems`.
-CROSSING = {"eval", "eval.protocol", "eval.wire", "eval._capture", "eval._build_record"}
+# the requests and replies, their framing, the timing arithmetic, the builder of the native code the parent builds
+# and the worker loads), besides the `eval` door itself and `problems`.
+CROSSING = {"eval", "eval.protocol", "eval.wire", "eval._capture", "eval._build_record", "eval._native_build"}
 # Imports of the worker's code from outside it, and why; the list may only shrink (but for a benchmark of a worker's
-# own piece). The parent builds and locates the worker's native code (`eval.worker.native`);
-# the benchmarks time the worker's own pieces.
+# own piece): the benchmarks time the worker's own pieces.
 KNOWN_INTO_THE_WORKER = {
-    ("eval._stopwatch", "eval.worker.native.build"),
-    ("eval.evaluator", "eval.worker.native"),
     ("harness.bench.builds", "eval.worker.light_build"),
-    ("harness.bench.bytecode", "eval.worker.native"),
-    ("harness.bench.confinement", "eval.worker.native"),
-    ("harness.bench.loop_overhead", "eval.worker.native.kernels"),
     ("harness.bench.observed_contexts", "eval.worker.cuda_ipc"),  # measures observed timing's own flags
     ("harness.bench.imported_memory", "eval.worker.cuda_ipc"),  # measures kernels on observed timing's memory
     ("harness.bench.loop_overhead", "eval.worker.native_loop"),
-    ("harness.bench.requests", "eval.worker.native"),
 }
 
 

@@ -25,7 +25,7 @@ import array
 import torch
 
 from eval._capture import CAPTURE_EXTRA, SUPPORTED_DTYPES
-from eval.worker.native import build, kernels
+from eval import _native_build as build
 from eval.worker.timing import CAPTURE_SAMPLES, BlockResult, Copies, check_copies, span_bytes
 
 
@@ -51,7 +51,7 @@ class NativeLoop:
         base = torch._C.TensorBase
         self.samples = samples
         self._loop = module.Loop(
-            cubin=cubin or kernels.cached_cubin(f"sm_{props.major}{props.minor}"),
+            cubin=cubin or build.cached_cubin(f"sm_{props.major}{props.minor}"),
             key=key, samples=samples, flush_bytes=max(2 * l2, 8 << 20), device_index=index, device=device,
             get_stream=torch._C._cuda_getCurrentRawStream, tensor_type=torch.Tensor,
             data_ptr=base.data_ptr, size=base.size, stride=base.stride,

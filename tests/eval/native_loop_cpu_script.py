@@ -7,7 +7,7 @@ import sys
 import torch
 
 from eval._capture import SUPPORTED_DTYPES
-from eval.worker.native import build
+from eval import _native_build as build
 
 fake = ctypes.CDLL("libcuda.so.1")
 module = build.load(build.ensure_built())

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import torch
 
-from eval.worker.native import kernels
+from eval import CAPTURE_KERNELS, CAPTURE_SOURCE
 from harness.bench import loop_overhead
 
 NVCC = shutil.which("nvcc")
@@ -41,8 +41,8 @@ def test_each_part_of_a_repetition_costs_its_share(capsys):
 def test_the_capture_kernels_compile(tmp_path, defines):
     out = tmp_path / "capture.ptx"
     flags = [f"-D{name}={value}" for name, value in defines.items()]
-    done = subprocess.run([NVCC, "-arch=sm_90", "-ptx", *flags, "-o", str(out), str(kernels.SOURCE)],
+    done = subprocess.run([NVCC, "-arch=sm_90", "-ptx", *flags, "-o", str(out), str(CAPTURE_SOURCE)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     ptx = out.read_text()
-    assert all(f".entry {name}" in ptx for name in kernels.KERNELS)
+    assert all(f".entry {name}" in ptx for name in CAPTURE_KERNELS)

@@ -1,12 +1,2 @@
-"""The native timing loop: its C extension and the capture kernels it launches."""
-
-from __future__ import annotations
-
-
-def prepare_native(capability: tuple[int, int]) -> None:
-    """Build the loop's extension and compile its capture kernels for `capability`, where the project is writable
-    (the trusted parent, before any worker starts): confined workers see the project read-only and only load them."""
-    from eval.worker.native import build, kernels
-
-    build.ensure_built()
-    kernels.cached_cubin(f"sm_{capability[0]}{capability[1]}")
+"""The worker's native sources: the timed loop (timed_loop.c) and its capture kernels (capture.cu), built and loaded
+through `eval._native_build`."""
