@@ -38,8 +38,8 @@ from eval.process.pool import WorkerPool
 from eval._reference import traced_cost, use_small_sizes
 from eval.result import EvalResult, EvaluatorClosed, Status, Timing
 from eval.roofline import Ceilings, cached_ceilings, probe, probe_and_cache
-from eval.process.sandbox import (WorkerDied, WorkerProcess, WorkerTimeout, check_identity, protect_parent,
-                                  visible_device_entry)
+from eval.process.sandbox import WorkerDied, WorkerProcess, WorkerTimeout, check_identity, protect_parent
+from eval.process._worker_env import visible_device_entry
 from eval.process._watchdog import GIB, default_limit_bytes
 from problems import Problem, ProblemError, estimate_memory, strict_precision
 

@@ -40,25 +40,18 @@ from eval.process import _freeze as freeze, _memcg as memcg, _pids as pids
 from eval.process._capped_output import CappedOutput
 from eval.process._reaper import owned_tempdir
 from eval.process._watchdog import GIB, WATCH
+from eval.process._worker_env import scrubbed_env, worker_env_entries
 from eval.process.confine import (
     MAX_PROCESSES,
     PRIVATE_OWN,
     PRIVATE_SHM,
     PRIVATE_TMP,
-    PROJECT_ROOT,
     SandboxPlan,
     confine_command,
     network_isolation_prefix,
 )
 from eval.wire import Channel, ChannelClosed, ChannelTimeout, PayloadTooLarge, ProtocolError, new_region_fd
 
-_SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH")
-_PROVIDER_PREFIXES = ("OPENAI", "ANTHROPIC", "AZURE", "AWS", "GOOGLE", "GEMINI", "HF_", "HUGGING", "COHERE", "MISTRAL",
-                      "GROQ", "TOGETHER", "DEEPSEEK", "XAI", "OPENROUTER", "FIREWORKS", "WANDB")
-_ALLOWED = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES",
-            "CUDA_LAUNCH_BLOCKING", "TRITON_INTERPRET", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "CC", "CXX",
-            "TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
-            "PYTHONPATH", "VIRTUAL_ENV", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 UNPRIVILEGED_UID = 65534
 
 
@@ -78,40 +71,6 @@ class WorkerTimeout(RuntimeError):
         super().__init__(detail)
         self.detail = detail
         self.output = output
-
-
-def visible_device_entry(gpu_index: int, visible: str | None = None) -> str:
-    """The CUDA_VISIBLE_DEVICES value that shows a child exactly this process's GPU `gpu_index`.
-
-    Indices are this process's own: under CUDA_VISIBLE_DEVICES="2,3" (a Ray actor, or a user's
-    restriction) its GPU 0 is the machine's GPU 2, so a worker for it must get "2", not "0", or it
-    would run (and be timed) on another GPU than its parent's reference and gate. Entries pass
-    through as written (indices, GPU-UUIDs, MIG names). `visible` defaults to this process's setting.
-    """
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
-    if visible is None:
-        return str(gpu_index)
-    entries = [e.strip() for e in visible.split(",") if e.strip()]
-    if not 0 <= gpu_index < len(entries):
-        raise RuntimeError(f"GPU {gpu_index} is not among CUDA_VISIBLE_DEVICES={visible!r}")
-    return entries[gpu_index]
-
-
-def is_secret_name(name: str) -> bool:
-    """Environment variable names that may hold credentials never reach a worker."""
-    upper = name.upper()
-    return any(m in upper for m in _SECRET_MARKERS) or upper.startswith(_PROVIDER_PREFIXES)
-
-
-def scrubbed_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """An allow-listed environment with no secrets (extra entries are filtered the same way)."""
-    env = {k: v for k, v in os.environ.items() if k in _ALLOWED}
-    env.update(extra or {})
-    paths = [str(PROJECT_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    env["PYTHONUNBUFFERED"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return {k: v for k, v in env.items() if not is_secret_name(k)}
 
 
 def limit_hit(error: str) -> str:
@@ -280,6 +239,68 @@ def protect_parent() -> None:
             pass
 
 
+def _worker_plan(isolate_filesystem: bool, host_pids: bool) -> SandboxPlan:
+    """The confinement one worker gets: the probed plan (none when filesystem isolation is off), without the PID
+    namespace for the one process that must keep the host's (`host_pids`, see `_PID_NAMESPACE`)."""
+    plan = sandbox_plan() if isolate_filesystem else SandboxPlan()
+    if host_pids:  # observed: the reference process exports CUDA IPC memory, named by the pid it sees itself
+        plan = dataclasses.replace(plan, prefix=tuple(a for a in plan.prefix if a not in _PID_NAMESPACE))
+    return plan
+
+
+def _launch_prefix(plan: SandboxPlan, isolate_network: bool, kind: str) -> tuple[str, ...]:
+    """What the worker's command starts with outside its confinement: `unshare -n` where no mount namespace already
+    cuts the network, and a lower CPU priority for a build, so that it never slows a timing on the same host."""
+    prefix = network_isolation_prefix() if isolate_network and not plan.filesystem else ()
+    if kind == "build" and shutil.which("nice"):
+        prefix = (shutil.which("nice"), "-n", "10", *prefix)
+    return prefix
+
+
+@dataclasses.dataclass(frozen=True)
+class _WorkerFds:
+    """The file descriptors between the parent and one worker: the channel's two pipes, the shared-memory regions
+    that carry its tensors (where the OS makes them) and the pipe of its output. The child's ends are passed to it
+    (`child_ends`) and closed here once it is started, or failed to start: a copy left open here would keep a pipe
+    from closing when the worker dies."""
+
+    p2c_r: int
+    p2c_w: int
+    c2p_r: int
+    c2p_w: int
+    out_r: int
+    out_w: int
+    regions: tuple[int, ...]  # (to_child, to_parent), or none
+    child_fds: list[int]  # the child's copies of the regions
+
+    @classmethod
+    def open(cls) -> _WorkerFds:
+        """Make the pipes, then the regions (none unless both can be made) and the child's copies of them."""
+        p2c_r, p2c_w = os.pipe()
+        c2p_r, c2p_w = os.pipe()
+        out_r, out_w = os.pipe()
+        to_child, to_parent = new_region_fd(), new_region_fd()
+        regions = (to_child, to_parent) if to_child is not None and to_parent is not None else ()
+        child_fds = [os.dup(fd) for fd in regions]  # the child's copies; inheritable for pass_fds
+        return cls(p2c_r, p2c_w, c2p_r, c2p_w, out_r, out_w, regions, child_fds)
+
+    def worker_args(self) -> list[str]:
+        """The worker's arguments that name its ends of the channel."""
+        args = [str(self.p2c_r), str(self.c2p_w)]
+        if self.child_fds:
+            args += [str(self.child_fds[1]), str(self.child_fds[0])]  # the child sends in to_parent, reads to_child
+        return args
+
+    def child_ends(self) -> tuple[int, ...]:
+        """The descriptors the worker inherits (its output goes to `out_w`, given as its stdout and stderr)."""
+        return (self.p2c_r, self.c2p_w, *self.child_fds)
+
+    def close_child_ends(self) -> None:
+        """Close this process's copies of the worker's ends, its output pipe's included."""
+        for fd in (self.p2c_r, self.c2p_w, self.out_w, *self.child_fds):
+            os.close(fd)
+
+
 class WorkerProcess:
     """One sandboxed `eval.worker` process and the channel to it.
 
@@ -298,21 +319,33 @@ class WorkerProcess:
         same sandbox, its loopback up for the profiler."""
         self.workdir = owned_tempdir(kind)
         self.gpu_index = gpu_index
-        env_extra = dict(extra_env or {})
-        env_extra.update(HOME=str(self.workdir), TMPDIR=str(self.workdir),
-                         TRITON_CACHE_DIR=str(self.workdir / "triton-cache"))
-        # issue 56: Helion's generated code and its caches live in torch's code cache, here the worker's own; its
-        # autotuner (minutes of trial compiles, in subprocesses) is off: a kernel without a config fails, saying so
-        env_extra.update(TORCHINDUCTOR_CACHE_DIR=str(self.workdir / "inductor-cache"), HELION_DISALLOW_AUTOTUNING="1")
-        env_extra.setdefault("TORCH_EXTENSIONS_DIR", str(self.workdir / "torch-extensions"))
-        if device == "cpu":
-            env_extra["TRITON_INTERPRET"] = "1"
-            env_extra["CUDA_VISIBLE_DEVICES"] = ""
-        elif gpu_index is not None:
-            env_extra["CUDA_VISIBLE_DEVICES"] = visible_device_entry(gpu_index)
-        plan = sandbox_plan() if isolate_filesystem else SandboxPlan()
-        if host_pids:  # observed: the reference process exports CUDA IPC memory, named by the pid it sees itself
-            plan = dataclasses.replace(plan, prefix=tuple(a for a in plan.prefix if a not in _PID_NAMESPACE))
+        env_extra = worker_env_entries(self.workdir, extra_env, device, gpu_index)
+        plan = _worker_plan(isolate_filesystem, host_pids)
+        self._set_identity(plan, env_extra)
+        env = scrubbed_env(env_extra)
+        prefix = _launch_prefix(plan, isolate_network, kind)
+        fds = _WorkerFds.open()
+        cmd = [*wrapper, sys.executable, *interpreter_flags(bytecode), "-m", module, *fds.worker_args()]
+        self._make_groups(plan, kind, max_processes, memory_limit_bytes)
+        if plan.filesystem:
+            cmd = confine_command(plan, self._writable(env_extra), cmd, network=isolate_network,
+                                  max_processes=max_processes, pids_group=self.pids_group,
+                                  freeze_group=self.freeze_group, userns=self.process_limit == "userns",
+                                  memory_group=self.memory_group, extra_binds=extra_binds,
+                                  loopback=bool(wrapper))  # profile (issue 57)
+        self._spawn([*prefix, *cmd], env, fds)
+        self._watch(plan, memory_limit_bytes)
+        self.channel = Channel(fds.c2p_r, fds.p2c_w, send_fd=fds.regions[0] if fds.regions else None,
+                               recv_fd=fds.regions[1] if fds.regions else None, max_payload_bytes=max_reply_bytes)
+        self.output = CappedOutput(fds.out_r, log_cap_bytes)
+        self.info: dict[str, Any] = {}
+        self.capture_key = 0  # keys the captures of its timed outputs (set by the evaluator when it says hello)
+        self.own_folders: list[int] = []  # where it may write, as its mount namespace shows them (`pin_own_folders`)
+        self._private_tmp = plan.filesystem  # its /tmp and /dev/shm are tmpfs of its own, not the host's
+
+    def _set_identity(self, plan: SandboxPlan, env_extra: dict[str, str]) -> None:
+        """Record what isolates the worker (every result says so) and, where it runs as uid 65534, give it its own
+        folder; without a sandbox that changes the uid, the worker drops to it itself (`KH_DROP_UID`)."""
         self.filesystem_isolated_requested = plan.filesystem
         self.unprivileged = plan.uid is not None if plan.filesystem else os.geteuid() == 0 and _runs_as_nobody()
         self.ipc_isolated = plan.ipc
@@ -320,19 +353,11 @@ class WorkerProcess:
             if not plan.filesystem:
                 env_extra["KH_DROP_UID"] = str(UNPRIVILEGED_UID)
             os.chown(self.workdir, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
-        env = scrubbed_env(env_extra)
-        prefix = network_isolation_prefix() if isolate_network and not plan.filesystem else ()
-        if kind == "build" and shutil.which("nice"):
-            prefix = (shutil.which("nice"), "-n", "10", *prefix)
-        p2c_r, p2c_w = os.pipe()
-        c2p_r, c2p_w = os.pipe()
-        out_r, out_w = os.pipe()
-        to_child, to_parent = new_region_fd(), new_region_fd()
-        regions = (to_child, to_parent) if to_child is not None and to_parent is not None else ()
-        child_fds = [os.dup(fd) for fd in regions]  # the child's copies; inheritable for pass_fds
-        cmd = [*wrapper, sys.executable, *interpreter_flags(bytecode), "-m", module, str(p2c_r), str(c2p_w)]
-        if child_fds:
-            cmd += [str(child_fds[1]), str(child_fds[0])]  # the child sends in to_parent, reads to_child
+
+    def _make_groups(self, plan: SandboxPlan, kind: str, max_processes: int, memory_limit_bytes: int | None) -> None:
+        """The worker's cgroups, made before it starts so that its confinement can put it in them: the one that
+        holds it to its process limit (else the limit's fallback, recorded in every result), the one it is frozen
+        in and the one its memory is accounted in."""
         self.max_processes = max_processes
         self.process_limit = process_limit_plan(plan)  # recorded in every result
         self.pids_group: Path | None = None
@@ -344,21 +369,21 @@ class WorkerProcess:
         self.freeze_group = self._freeze_group(plan) if kind == "worker" else None  # a build is never frozen
         self.memory_group = self._memory_group(plan) if memory_limit_bytes else None
         self.memory_accounting = "cgroup" if self.memory_group else "pss"  # recorded in every result
-        if plan.filesystem:
-            cmd = confine_command(plan, self._writable(env_extra), cmd, network=isolate_network,
-                                  max_processes=max_processes, pids_group=self.pids_group,
-                                  freeze_group=self.freeze_group, userns=self.process_limit == "userns",
-                                  memory_group=self.memory_group, extra_binds=extra_binds,
-                                  loopback=bool(wrapper))  # profile (issue 57)
-        cmd = [*prefix, *cmd]
+
+    def _spawn(self, cmd: list[str], env: dict[str, str], fds: _WorkerFds) -> None:
+        """Start the worker in a session of its own (so that its whole group can be killed), in its own folder, with
+        the channel's ends alone inherited; this process's copies of them are closed whether or not it started."""
         try:
             self.proc = subprocess.Popen(
-                cmd, pass_fds=(p2c_r, c2p_w, *child_fds), stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
+                cmd, pass_fds=fds.child_ends(), stdin=subprocess.DEVNULL, stdout=fds.out_w, stderr=fds.out_w,
                 env=env, cwd=self.workdir, start_new_session=True, close_fds=True,
             )
         finally:
-            for fd in (p2c_r, c2p_w, out_w, *child_fds):
-                os.close(fd)
+            fds.close_child_ends()
+
+    def _watch(self, plan: SandboxPlan, memory_limit_bytes: int | None) -> None:
+        """What holds the started worker: its freezer, and the watchdog that kills it over its memory limit (after
+        `killed_for` is reset: the watchdog may fire at once, and sets it)."""
         # stops all of it while the reference is timed; `freezer.mechanism` is recorded in every result
         self.freezer = freeze.Freezer(self.proc.pid, group=self.freeze_group, members=self.pids_group,
                                       pid_namespace=plan.processes)
@@ -368,13 +393,6 @@ class WorkerProcess:
             charged = functools.partial(memcg.charged_bytes, self.memory_group) if self.memory_group else None
             WATCH.watch(self.proc.pid, memory_limit_bytes, functools.partial(self._over_memory, memory_limit_bytes),
                         charged)
-        self.channel = Channel(c2p_r, p2c_w, send_fd=regions[0] if regions else None,
-                               recv_fd=regions[1] if regions else None, max_payload_bytes=max_reply_bytes)
-        self.output = CappedOutput(out_r, log_cap_bytes)
-        self.info: dict[str, Any] = {}
-        self.capture_key = 0  # keys the captures of its timed outputs (set by the evaluator when it says hello)
-        self.own_folders: list[int] = []  # where it may write, as its mount namespace shows them (`pin_own_folders`)
-        self._private_tmp = plan.filesystem  # its /tmp and /dev/shm are tmpfs of its own, not the host's
 
     def pin_own_folders(self) -> None:
         """Hold a handle on each folder the worker may write, as its mount namespace shows it: its own folder and,

@@ -32,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 import torch
 
@@ -114,97 +115,119 @@ def worker() -> None:
         print(json.dumps({"own_us": ev[0].elapsed_time(ev[1]) * 1000}), flush=True)
 
 
-def main(out_path: str | None = None) -> int:
-    if not torch.cuda.is_available():
-        print("harness bench observed-contexts needs a CUDA GPU")
-        return 2
-    torch.zeros(1, device="cuda")
-    fd = os.memfd_create("flags")
-    os.ftruncate(fd, 4096)
-    m, words, dptr = _host_words(fd)
-    w = subprocess.Popen([sys.executable, "-m", "harness.bench.observed_contexts", "worker", str(fd)], pass_fds=(fd,),
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    flags = ExportedBuffer(FLAGS_BYTES)
-    flags.tensor.zero_()
-    torch.cuda.synchronize()
-    devmem, hexh = flags.ptr, flags.handle
-    operands = ExportedBuffer(3 * REPS * N * 4)
-    operands.tensor.view(torch.float32).normal_()
-    torch.cuda.synchronize()
-    rs = torch.cuda.Stream()
-    seq = [0]
-    out = {}
+class _Timekeeper:
+    """The timekeeper's side of the experiment, one object so that each way of timing a block is a method: the
+    worker it started, the flags it shares with it (host words of a memfd, and device memory it exported), the
+    operands it exported, its own stream, and the sequence number of the last window (each window's flags carry a
+    fresh one, so that no flag left from an earlier window releases the next)."""
 
-    def ask(cmd):
-        w.stdin.write(json.dumps(cmd) + "\n")
-        w.stdin.flush()
-        json.loads(w.stdout.readline())
+    def __init__(self) -> None:
+        fd = os.memfd_create("flags")
+        os.ftruncate(fd, 4096)
+        self.host_map, self.words, _ = _host_words(fd)  # the map kept: the words live in it
+        self.w = subprocess.Popen([sys.executable, "-m", "harness.bench.observed_contexts", "worker", str(fd)],
+                                  pass_fds=(fd,), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.flags = ExportedBuffer(FLAGS_BYTES)  # kept while the worker runs: its device flags live in it
+        self.flags.tensor.zero_()
+        torch.cuda.synchronize()
+        self.devmem, self.hexh = self.flags.ptr, self.flags.handle
+        self.operands = ExportedBuffer(3 * REPS * N * 4)
+        self.operands.tensor.view(torch.float32).normal_()
+        torch.cuda.synchronize()
+        self.rs = torch.cuda.Stream()
+        self.seq = 0
 
-    def own():
-        return json.loads(w.stdout.readline())["own_us"]
+    def ask(self, cmd: dict[str, Any]) -> None:
+        """Send the worker a block, and read its reply that the block is enqueued (it runs once its start comes)."""
+        self.w.stdin.write(json.dumps(cmd) + "\n")
+        self.w.stdin.flush()
+        json.loads(self.w.stdout.readline())
 
-    def alone(reps):
-        ask({"kind": "alone", "reps": reps})
-        return own()
+    def own(self) -> float:
+        """The block's time in µs by the worker's own events, once it has run."""
+        return json.loads(self.w.stdout.readline())["own_us"]
 
-    def ipc_alone(reps):
-        ask({"kind": "ipc_alone", "reps": reps, "operands": operands.handle})
-        return own()
+    def alone(self, reps: int) -> float:
+        """A block by the worker's own events, the timekeeper's context idle."""
+        self.ask({"kind": "alone", "reps": reps})
+        return self.own()
 
-    def r_waits(reps):
-        seq[0] += 1
-        with torch.cuda.stream(rs):
-            wait_flag(rs, devmem + 256, seq[0])
-        ask({"kind": "alone", "reps": reps})
-        t = own()
+    def ipc_alone(self, reps: int) -> float:
+        """As `alone`, on the operands the timekeeper exported (as a candidate's block reads its inputs)."""
+        self.ask({"kind": "ipc_alone", "reps": reps, "operands": self.operands.handle})
+        return self.own()
+
+    def r_waits(self, reps: int) -> float:
+        """As `alone`, while the timekeeper's stream is blocked on a flag of its own (released once the block ran)."""
+        self.seq += 1
+        with torch.cuda.stream(self.rs):
+            wait_flag(self.rs, self.devmem + 256, self.seq)
+        self.ask({"kind": "alone", "reps": reps})
+        t = self.own()
         rel = torch.cuda.Stream()
-        write_flag(rel, devmem + 256, seq[0])
+        write_flag(rel, self.devmem + 256, self.seq)
         torch.cuda.synchronize()
         return t
 
-    def dev_flags(reps):
-        seq[0] += 1
+    def dev_flags(self, reps: int) -> tuple[float, float]:
+        """Today's design: the timekeeper's events around go ... wait done, both flags in device memory; (its
+        window, the worker's own events) in µs."""
+        self.seq += 1
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        ask({"kind": "dev", "reps": reps, "seq": seq[0], "handle": hexh})
-        with torch.cuda.stream(rs):
-            e0.record(rs)
-            write_flag(rs, devmem, seq[0])
-            wait_flag(rs, devmem + 128, seq[0])
-            e1.record(rs)
-        t = own()
+        self.ask({"kind": "dev", "reps": reps, "seq": self.seq, "handle": self.hexh})
+        with torch.cuda.stream(self.rs):
+            e0.record(self.rs)
+            write_flag(self.rs, self.devmem, self.seq)
+            wait_flag(self.rs, self.devmem + 128, self.seq)
+            e1.record(self.rs)
+        t = self.own()
         e1.synchronize()
         return e0.elapsed_time(e1) * 1000, t
 
-    def host_flags(reps):
-        seq[0] += 1
-        ask({"kind": "host", "reps": reps, "seq": seq[0]})
+    def host_flags(self, reps: int) -> tuple[float, float]:
+        """The alternative: go and done in host memory, the window timed by the timekeeper's CPU clock, its GPU
+        context idle throughout; (its window, the worker's own events) in µs."""
+        self.seq += 1
+        self.ask({"kind": "host", "reps": reps, "seq": self.seq})
         time.sleep(0.005)  # W's enqueue done and its stream parked on GO
         t0 = time.perf_counter_ns()
-        words[0] = seq[0]
-        while words[32] != seq[0]:
+        self.words[0] = self.seq
+        while self.words[32] != self.seq:
             pass
         t1 = time.perf_counter_ns()
-        return (t1 - t0) / 1000, own()
+        return (t1 - t0) / 1000, self.own()
 
-    for kind, fn in (("alone", alone), ("ipc_alone", ipc_alone), ("r_waits", r_waits)):
-        fn(REPS)
-        out[kind] = statistics.median(fn(REPS) for _ in range(BLOCKS)) / REPS
-
-    def host_done(reps):
-        seq[0] += 1
+    def host_done(self, reps: int) -> tuple[float, float]:
+        """The timekeeper's events kept, its stream idle inside the window: go written on the GPU, done read from
+        host memory by its CPU, which then records END; (its window, the worker's own events) in µs."""
+        self.seq += 1
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        ask({"kind": "host_done", "reps": reps, "seq": seq[0], "handle": hexh})
-        with torch.cuda.stream(rs):
-            e0.record(rs)
-            write_flag(rs, devmem, seq[0])
-        while words[32] != seq[0]:
+        self.ask({"kind": "host_done", "reps": reps, "seq": self.seq, "handle": self.hexh})
+        with torch.cuda.stream(self.rs):
+            e0.record(self.rs)
+            write_flag(self.rs, self.devmem, self.seq)
+        while self.words[32] != self.seq:
             pass
-        e1.record(rs)
-        t = own()
+        e1.record(self.rs)
+        t = self.own()
         e1.synchronize()
         return e0.elapsed_time(e1) * 1000, t
 
-    for kind, fn in (("dev_flags", dev_flags), ("host_flags", host_flags), ("host_done", host_done)):
+
+def _own_events(tk: _Timekeeper) -> dict[str, float]:
+    """Per repetition, by the worker's own events: the median over blocks, after a block that warms it up."""
+    out = {}
+    for kind, fn in (("alone", tk.alone), ("ipc_alone", tk.ipc_alone), ("r_waits", tk.r_waits)):
+        fn(REPS)
+        out[kind] = statistics.median(fn(REPS) for _ in range(BLOCKS)) / REPS
+    return out
+
+
+def _windows(tk: _Timekeeper) -> dict[str, dict[str, float]]:
+    """Per repetition, by the timekeeper's windows: a full window's median minus an empty one's (the handover
+    itself, reported beside it with its spread), after a full and an empty window that warm them up."""
+    out = {}
+    for kind, fn in (("dev_flags", tk.dev_flags), ("host_flags", tk.host_flags), ("host_done", tk.host_done)):
         fn(REPS)
         fn(0)
         empties = [fn(0)[0] for _ in range(BLOCKS)]
@@ -213,14 +236,25 @@ def main(out_path: str | None = None) -> int:
                      "handover_us": statistics.median(empties),
                      "handover_spread_us": max(empties) - min(empties),
                      "own_events_per_rep_us": statistics.median(f[1] for f in fulls) / REPS}
+    return out
+
+
+def main(out_path: str | None = None) -> int:
+    """Print the figures (and write them to `out_path` as JSON); 2 without a CUDA GPU."""
+    if not torch.cuda.is_available():
+        print("harness bench observed-contexts needs a CUDA GPU")
+        return 2
+    torch.zeros(1, device="cuda")
+    tk = _Timekeeper()
+    out: dict[str, Any] = {**_own_events(tk), **_windows(tk)}
     out.update(device=torch.cuda.get_device_name(), torch=torch.__version__, reps=REPS, blocks=BLOCKS,
                elements=N)
     print(json.dumps(out, indent=1))
     if out_path:
         with open(out_path, "w") as f:
             json.dump(out, f, indent=1)
-    w.stdin.close()
-    w.wait()
+    tk.w.stdin.close()
+    tk.w.wait()
     return 0
 
 

@@ -150,32 +150,31 @@ def _asset(name: str) -> str:
     return resources.files("harness.report").joinpath("static", name).read_text(encoding="utf-8")
 
 
-def render_page(
-    runs: Sequence[RunData],
-    metrics: Sequence[RunMetrics],
-    comparison: Comparison,
-    leaderboard_json: dict[str, Any],
-    sweep: Sequence[dict[str, str]] | None = None,
-) -> str:
-    """The whole HTML document (with a sweep's table when the runs are a `harness run -m` sweep's)."""
-    script = _asset("report.js")
+def _csp(script: str) -> str:
+    """The page's Content-Security-Policy: no network, and no script but the page's own (by its hash) and the
+    transcript files beside it, so that no reply or prompt shown on the page can run."""
     script_hash = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()
-    csp = (f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
-           f"script-src 'sha256-{script_hash}' 'self'")  # 'self': the transcript files beside the page
-    n_boot, seed = leaderboard_json["bootstrap"]["n_boot"], leaderboard_json["bootstrap"]["seed"]
+    return (f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+            f"script-src 'sha256-{script_hash}' 'self'")  # 'self': the transcript files beside the page
+
+
+def _notes_html(metrics: Sequence[RunMetrics], comparison: Comparison) -> str:
+    """The leaderboard's notes as a list (a note indented by two spaces nests under the one before), or "" without
+    any, so that a leaderboard without notes shows no empty box."""
     note_items = "".join(
         f"<li>{escape(n.strip())}</li>" if not n.startswith("  ") else f"<ul><li>{escape(n.strip())}</li></ul>"
         for n in notes(metrics, comparison)
     )
-    samples_headers, samples_rows = samples_table(metrics)
-    sweep_section = [] if sweep is None else [
-        f'<section id="sweep"><h2>Sweep</h2>{_table(*sweep_table(metrics, sweep), "sweep-table")}'
-        '<p class="explain">One row per run of the sweep: its swept values, correct share, fast_p, attempts, and '
-        "attempts that were not correct.</p></section>"]
+    return f'<div class="notes"><ul>{note_items}</ul></div>' if note_items else ""
+
+
+def _leaderboard_section(metrics: Sequence[RunMetrics], comparison: Comparison, n_boot: int, seed: int) -> list[str]:
+    """The leaderboard, split in two tables keyed by the run's name (too many columns for one window): the scores,
+    then how each run was made and what it cost."""
     board_headers, board_rows = leaderboard_table(metrics, comparison)
     scores = [i for i, h in enumerate(board_headers) if h not in _RUN_COLUMNS]
     made = [i for i, h in enumerate(board_headers) if h == "run" or h in _RUN_COLUMNS]
-    sections = [
+    return [
         '<section id="leaderboard"><h2>Leaderboard</h2>',
         _table(*_columns(board_headers, board_rows, scores), "leaderboard-table"),
         f'<p class="explain">fast_p: share of all problems in the selection solved correctly with a measured speedup '
@@ -183,23 +182,44 @@ def render_page(
         f"failures. Brackets: 95% bootstrap interval over problems ({n_boot} resamples, seed {seed}). compile / "
         f"correct: share of problems with an attempt that compiled / was correct. rejected: attempts that failed an "
         f"integrity check. SOL: median fraction of the roofline speed of light over correct results.</p>",
-        f'<div class="notes"><ul>{note_items}</ul></div>' if note_items else "",
+        _notes_html(metrics, comparison),
         '<h3>The runs: how each was made, and its cost</h3>',
         _table(*_columns(board_headers, board_rows, made), "runs-table"),
         "</section>",
-        *sweep_section,
     ]
-    if samples_rows:
-        sections += [
-            '<section id="samples"><h2>Several samples per problem: pass@k and fast_p@k</h2>',
-            _table(samples_headers, samples_rows, "samples-table"),
-            '<p class="explain">Unbiased estimator (Chen et al., 2021): 1 − C(n−c, k)/C(n, k) per problem, averaged '
-            "over problems; missing samples count as failures.</p></section>",
-        ]
-    sections += [
+
+
+def _sweep_section(metrics: Sequence[RunMetrics], sweep: Sequence[dict[str, str]] | None) -> list[str]:
+    """A sweep's table (one row per run, with its swept values), none when the runs are not a sweep's."""
+    if sweep is None:
+        return []
+    return [f'<section id="sweep"><h2>Sweep</h2>{_table(*sweep_table(metrics, sweep), "sweep-table")}'
+            '<p class="explain">One row per run of the sweep: its swept values, correct share, fast_p, attempts, and '
+            "attempts that were not correct.</p></section>"]
+
+
+def _samples_section(metrics: Sequence[RunMetrics]) -> list[str]:
+    """pass@k and fast_p@k, none when no run drew several samples per problem (the table would have no rows)."""
+    samples_headers, samples_rows = samples_table(metrics)
+    if not samples_rows:
+        return []
+    return [
+        '<section id="samples"><h2>Several samples per problem: pass@k and fast_p@k</h2>',
+        _table(samples_headers, samples_rows, "samples-table"),
+        '<p class="explain">Unbiased estimator (Chen et al., 2021): 1 − C(n−c, k)/C(n, k) per problem, averaged '
+        "over problems; missing samples count as failures.</p></section>",
+    ]
+
+
+def _detail_sections(runs: Sequence[RunData], metrics: Sequence[RunMetrics]) -> list[str]:
+    """What follows the headline tables: the plots, the roofline (with profiles), the breakdowns by backend, level
+    and turn, and the transcript viewer, whose controls the page's script fills from the embedded index."""
+    # issue 56: the breakdown by backend
+    backends = f'<section id="backends"><h2>By backend</h2>{_table(*backend_table(metrics), "backend-table")}</section>'
+    return [
         f'<section id="plots"><h2>Plots</h2>{_plots_html(metrics)}</section>',
         *_roofline_section(runs),  # profile (issue 57)
-        f'<section id="backends"><h2>By backend</h2>{_table(*backend_table(metrics), "backend-table")}</section>',  # issue 56
+        backends,
         f'<section id="levels"><h2>By level</h2>{_table(*level_table(metrics), "level-table")}</section>',
         f'<section id="turns"><h2>By turn (best so far)</h2>{_table(*turn_table(metrics), "turn-table")}</section>',
         '<section id="transcripts"><h2>Transcripts</h2><div class="controls">'
@@ -207,7 +227,11 @@ def render_page(
         '<label>Problem <select id="tx-problem"></select></label>'
         '<label>Sample <select id="tx-sample"></select></label></div><div id="tx-view"></div></section>',
     ]
-    nav = "".join(
+
+
+def _nav() -> str:
+    """The links at the top of the page to its main sections."""
+    return "".join(
         f'<a href="#{i}">{t}</a>'
         for i, t in (
             ("leaderboard", "Leaderboard"),
@@ -217,6 +241,24 @@ def render_page(
             ("transcripts", "Transcripts"),
         )
     )
+
+
+def render_page(
+    runs: Sequence[RunData],
+    metrics: Sequence[RunMetrics],
+    comparison: Comparison,
+    leaderboard_json: dict[str, Any],
+    sweep: Sequence[dict[str, str]] | None = None,
+) -> str:
+    """The whole HTML document (with a sweep's table when the runs are a `harness run -m` sweep's)."""
+    script = _asset("report.js")
+    n_boot, seed = leaderboard_json["bootstrap"]["n_boot"], leaderboard_json["bootstrap"]["seed"]
+    sections = [
+        *_leaderboard_section(metrics, comparison, n_boot, seed),
+        *_sweep_section(metrics, sweep),
+        *_samples_section(metrics),
+        *_detail_sections(runs, metrics),
+    ]
     run_names = ", ".join(m.name for m in metrics)
     generated = leaderboard_json["generated_at"]
     return f"""<!doctype html>
@@ -224,7 +266,7 @@ def render_page(
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="{csp}">
+<meta http-equiv="Content-Security-Policy" content="{_csp(script)}">
 <title>Leaderboard · {escape(run_names)}</title>
 <style>
 {_asset("report.css")}
@@ -234,7 +276,7 @@ def render_page(
 <body>
 <header class="top"><h1>Leaderboard</h1>
 <p class="meta">{len(metrics)} run(s): {escape(run_names)} · generated {escape(generated)}</p></header>
-<nav>{nav}</nav>
+<nav>{_nav()}</nav>
 <main>
 {"".join(sections)}
 </main>

@@ -12,7 +12,7 @@ import torch
 from eval import EvalConfig, EvalResult, Evaluator, Status
 from problems import compare
 from eval.scoring import fast_p, geomean_speedup, score
-from eval.process.sandbox import is_secret_name, scrubbed_env
+from eval.process._worker_env import is_secret_name, scrubbed_env
 from eval.static_checks import analyze
 from eval.wire import PREFIX, Channel, ChannelClosed, ProtocolError
 from problems.problem import ProblemError, problem_from_source
@@ -288,7 +288,7 @@ class ModelNew(torch.nn.Module):
 
 
 def test_a_worker_sees_its_parents_gpu_under_cuda_visible_devices():
-    from eval.process.sandbox import visible_device_entry
+    from eval.process._worker_env import visible_device_entry
 
     assert visible_device_entry(1, None) == "1"  # no restriction: indices are the machine's
     assert visible_device_entry(0, "2,3") == "2"  # a Ray actor for GPU 2, or a user's restriction
