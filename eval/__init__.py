@@ -15,9 +15,9 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "bytecode_left_out": "eval._bytecode",
-    "installed_without_bytecode": "eval._bytecode",
-    "primed_folder": "eval._bytecode",
+    "bytecode_left_out": "eval.process._bytecode",
+    "installed_without_bytecode": "eval.process._bytecode",
+    "primed_folder": "eval.process._bytecode",
     "BACKENDS": "eval.backends",
     "backend_error": "eval.backends",
     "DEFAULT_BACKEND": "eval.backends",

@@ -198,7 +198,7 @@ class Builder:
                  isolate_network: bool, extra_env: dict[str, str], versions: dict[str, str], kept_bytes: int,
                  memory_limit_bytes: int | None = None, bytecode: Path | None = None):
         self._arch, self._gpu, self._timeout, self._memory = arch, gpu_available, timeout_s, memory_limit_bytes
-        self._bytecode = bytecode  # `eval._bytecode`: what its build workers' imports read
+        self._bytecode = bytecode  # `eval.process._bytecode`: what its build workers' imports read
         self._log_cap, self._isolate, self._extra_env, self._versions = log_cap_bytes, isolate_network, extra_env, versions
         self._kept_bytes = kept_bytes
         self.root = owned_tempdir("extensions")

@@ -17,7 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from eval.profiling.record import LEVELS as PROFILE_LEVELS  # profile (issue 57)
+from eval.profile_record import LEVELS as PROFILE_LEVELS  # profile (issue 57)
 from problems import tolerance
 
 if TYPE_CHECKING:  # the timing module loads torch, which reading or checking a config must not

@@ -16,7 +16,7 @@ from eval.config import EvalConfig
 from eval.process.pool import Lease
 from eval.problem_check import broken
 from eval._reference import Reference
-from eval._reference_process import Session
+from eval.process._reference_process import Session
 from eval.result import EvalResult, Status
 from eval.roofline import Ceilings
 from eval._windows import Seat

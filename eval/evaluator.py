@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from eval import _bytecode, checks, compile_baseline, context, problem_check, staging, static_checks
+from eval import checks, compile_baseline, context, problem_check, staging, static_checks
 from eval import _stopwatch as stopwatch
 from eval import protocol as p
 from eval.backends import DEFAULT_BACKEND, NEEDS_GPU, check_backend  # issue 56: NEEDS_GPU
@@ -33,7 +33,7 @@ from eval.builds import Build, Builder, Claim, needs_build
 from eval.cache import JsonCache, cache_key
 from eval.context import Context, RetryAlone, RetryEager, Verdict, trim
 from eval.config import EvalConfig
-from eval.process import _reaper as reaper
+from eval.process import _bytecode, _reaper as reaper
 from eval.process.pool import WorkerPool
 from eval._reference import traced_cost, use_small_sizes
 from eval.result import EvalResult, EvaluatorClosed, Status, Timing
@@ -521,7 +521,7 @@ class Evaluator:
         from functools import partial
 
         from eval.profiling.profiler import attach
-        from eval.profiling.record import Profile
+        from eval.profile_record import Profile
 
         def make() -> Profile:
             host = result.gpu_index  # the host's index: this process's own is its place in host_gpu_ids, if given

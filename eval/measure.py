@@ -1,6 +1,6 @@
 """Timing, parent side: the plan, the blocks, the statistics and the speedup.
 
-The reference is timed in its own clean process (`eval._reference_process`), never in one that has
+The reference is timed in its own clean process (`eval.process._reference_process`), never in one that has
 imported candidate code, and the candidate in its own fresh worker. Both run the same native loop
 (`eval.worker.timing`). This module alone decides how: it alternates blocks of repetitions between
 the two processes (A B B A at block level, which cancels drift), gives repetition r the same inputs

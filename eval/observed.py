@@ -10,7 +10,7 @@ candidate that starts early, says done early, or works on another stream shows w
 reply changes nothing that is counted.
 
 Both sides are timed the same way. The candidate's blocks run in its worker; the reference's blocks run in the
-clean client (`eval._reference_process.CleanClient`, a process that never loads candidate code), which loads the
+clean client (`eval.process._reference_process.CleanClient`, a process that never loads candidate code), which loads the
 same reference for the evaluation. So each side's block runs in a CUDA context of its own, on memory the reference
 process exported, right after a switch between two contexts, and whatever that costs (an H200 ran the same eager
 kernels 7-20 % slower there than in the reference process's own context, and a fused Triton kernel more) is paid by

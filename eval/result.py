@@ -11,7 +11,7 @@ from enum import Enum
 from typing import Any
 
 from eval.backends import DEFAULT_BACKEND
-from eval.profiling.record import Profile  # profile (issue 57)
+from eval.profile_record import Profile  # profile (issue 57)
 from problems import Mismatch
 
 

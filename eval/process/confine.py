@@ -199,7 +199,7 @@ def _under(path: str, folders: list[str]) -> bool:
 
 def _needed_paths() -> list[str]:
     """What the worker must read beyond the system folders: the interpreter, its libraries, the CUDA toolkit, the
-    project's packages, this harness's prebuilt extensions and its workers' bytecode (`eval._bytecode`). Never a
+    project's packages, this harness's prebuilt extensions and its workers' bytecode (`eval.process._bytecode`). Never a
     folder that holds the whole project."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
     # an import path is bound whole, unless it is a shared area itself or holds one (a script run from /tmp puts

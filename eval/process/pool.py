@@ -5,7 +5,7 @@ context, the profiler and the native timing loop initialised. An evaluation leas
 worker (so work spreads over all GPUs), and a replacement starts at once in the background,
 never on a candidate's path. A worker serves one candidate and is killed when it is given
 back: nothing of one candidate (modules, patches, modes, threads, files, CUDA state) can reach
-the next. Each GPU also has its clean reference process (`eval._reference_process`), where the
+the next. Each GPU also has its clean reference process (`eval.process._reference_process`), where the
 references are timed.
 
 Several evaluations run on one GPU at once (imports, JIT, correctness trials), but timing
@@ -27,14 +27,14 @@ from typing import Callable, Iterator
 import torch
 
 from eval.process import _affinity as affinity
-from eval._reference_process import CleanClient, ReferenceProcess
+from eval.process._reference_process import CleanClient, ReferenceProcess
 from eval.process.sandbox import WorkerProcess
 from eval._windows import Windows
 
 
 # Workers started per evaluation in flight: a worker serves one candidate, so while `size` evaluate, their
 # replacements start, and the next candidates still find a warm one. A start takes seconds (on the H200, 2.4 s from
-# spawn to `Hello` alone, more beside a busy pool; 4.3 s where it compiles its imports from source: `eval._bytecode`),
+# spawn to `Hello` alone, more beside a busy pool; 4.3 s where it compiles its imports from source: `eval.process._bytecode`),
 # so at R evaluations a second about S x R start at once: past (WARM_PER_SLOT - 1) x size of them, the next evaluation
 # waits for a start. Three per slot measured no faster than two on the 24-candidate batch (H200, 2026-11-29).
 WARM_PER_SLOT = 2

@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from eval import protocol
-from eval._bytecode import interpreter_flags
+from eval.process._bytecode import interpreter_flags
 from eval._kernel_symbols import pin_folder
 from eval.process import _freeze as freeze, _memcg as memcg, _pids as pids
 from eval.process._capped_output import CappedOutput

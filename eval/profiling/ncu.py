@@ -18,7 +18,7 @@ import io
 import re
 from typing import Any, Iterable
 
-from eval.profiling.record import KernelProfile
+from eval.profile_record import KernelProfile
 
 # every level: time, throughput against the peaks, occupancy, launch resources, DRAM bytes, spills, FLOP counts
 _FLOP_OPS = ("fadd", "fmul", "ffma", "dadd", "dmul", "dfma", "hadd", "hmul", "hfma")

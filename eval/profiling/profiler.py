@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from eval.profiling import ncu
-from eval.profiling.record import Profile, SideProfile
+from eval.profile_record import Profile, SideProfile
 from eval.result import EvalResult
 from eval.protocol import PROFILE_REQUEST_ENV
 

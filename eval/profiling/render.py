@@ -6,7 +6,7 @@ The stored feedback holds the block whole (at most `MAX_CHARS`); the next turn's
 
 from __future__ import annotations
 
-from eval.profiling.record import KernelProfile, Profile, SideProfile
+from eval.profile_record import KernelProfile, Profile, SideProfile
 
 HEADER = "Profile (Nsight Compute"
 MAX_CHARS = 4000  # of the block in the stored feedback

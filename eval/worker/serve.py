@@ -569,7 +569,7 @@ def _no_flush() -> None:
 
 def prime(device: str) -> None:
     """What a worker's start imports and warms up, run by the parent's trusted child that writes the workers'
-    bytecode (`eval._bytecode`): this module's imports, and `_warm_up`'s (Triton's compiler, the profiler's)."""
+    bytecode (`eval.process._bytecode`): this module's imports, and `_warm_up`'s (Triton's compiler, the profiler's)."""
     _warm_up(torch.device(device))
 
 

@@ -1,7 +1,7 @@
 """`harness bench eval --part bytecode`: what the workers' primed bytecode saves at a start, and on throughput.
 
 Every candidate gets a fresh worker. Where the installation holds no bytecode, each start compiles the ~900 modules
-it imports from source unless the evaluator gives its workers the folder it primed (`eval/_bytecode.py`). This part
+it imports from source unless the evaluator gives its workers the folder it primed (`eval/process/_bytecode.py`). This part
 primes the folder (timed: once per process), starts workers confined as the evaluator does, with the folder and as
 installed, alternately, and times each from spawn to its `Hello` reply; then, where the installation lacks
 bytecode, the 6 x copies honest Triton candidates of one problem (the 24-candidate batch at 4 copies) go through the

@@ -1,4 +1,4 @@
-"""The workers' bytecode (`eval._bytecode`): primed by a trusted child, read by workers, never written by them."""
+"""The workers' bytecode (`eval.process._bytecode`): primed by a trusted child, read by workers, never written by them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from eval import _bytecode
+from eval.process import _bytecode
 from eval.process._reaper import owner_token
 from eval import protocol as p
 from eval.process.confine import _PROJECT_HIDDEN, _PROJECT_PACKAGES, PROJECT_ROOT

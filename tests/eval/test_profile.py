@@ -15,7 +15,7 @@ from agents.prompting import PromptBuilder, TurnRecord
 from eval import EvalConfig, EvalResult, Status, render_feedback
 from eval.profiling import ncu
 from eval.profiling.profiler import Profiler, Subject, attach, read_side
-from eval.profiling.record import Profile
+from eval.profile_record import Profile
 from eval.profiling.render import HEADER, MAX_CHARS, cap_profile, render_profile, short_name
 from harness.corpus.candidates import EXAMPLE_TRITON
 from harness.corpus.hostile import PROBLEM

@@ -11,7 +11,7 @@ import pytest
 
 from eval import Evaluator, EvalConfig, Job, Status
 from eval import protocol as p
-from eval._reference_process import ReferenceProcess
+from eval.process._reference_process import ReferenceProcess
 from harness.corpus.hostile import GOOD, in_forward
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # real sandboxed workers

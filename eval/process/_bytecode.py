@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 from eval.process._reaper import owned_tempdir
+from eval.process.confine import PROJECT_ROOT
 
 PRIME_TIMEOUT_S = 300.0
 
@@ -49,7 +50,7 @@ def primed_folder(visible_gpu: str | None, force: bool = False) -> Path | None:
         return None
     folder = owned_tempdir("bytecode")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(PROJECT_ROOT)
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
     env["CUDA_VISIBLE_DEVICES"] = visible_gpu or ""
     device = "cpu" if visible_gpu is None else "cuda:0"
