@@ -70,6 +70,7 @@ _EXPORTS = {
     "compile_cubin": "eval._native_build",
     "prepare_native": "eval._native_build",
     "NativeLoop": "eval.worker.native_loop",
+    "cycles_per_us": "eval.worker.observed",  # observed timing's lead clock, for `harness bench imported-memory`
     "ExportedBuffer": "eval.worker.cuda_ipc",  # observed timing's flags, for `harness bench observed-contexts`
     "ImportedBuffer": "eval.worker.cuda_ipc",
     "wait_flag": "eval.worker.cuda_ipc",

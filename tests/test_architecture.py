@@ -213,6 +213,7 @@ KNOWN_INTO_THE_WORKER = {
     ("harness.bench.builds", "eval.worker.light_build"),
     ("harness.bench.observed_contexts", "eval.worker.cuda_ipc"),  # measures observed timing's own flags
     ("harness.bench.imported_memory", "eval.worker.cuda_ipc"),  # measures kernels on observed timing's memory
+    ("harness.bench.imported_memory", "eval.worker.observed"),  # with observed timing's lead clock
     ("harness.bench.loop_overhead", "eval.worker.native_loop"),
 }
 

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import torch
 
-from eval import ExportedBuffer, ImportedBuffer
+from eval import ExportedBuffer, ImportedBuffer, cycles_per_us
 from harness.corpus import candidates
 
 N = 1 << 22  # float32 elements an input
@@ -154,16 +154,6 @@ def _per_call_us(model: Callable[..., Any], memory: torch.Tensor, distinct: bool
     return statistics.median(a.elapsed_time(b) * 1000 for a, b in marks[SLOTS:])
 
 
-def _lead_cycles() -> int:
-    torch.cuda._sleep(1_000_000)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(10_000_000)
-    end.record()
-    end.synchronize()
-    return int(LEAD_US * 10_000_000 / (start.elapsed_time(end) * 1000))
-
-
 def worker(handle: str, fd: int) -> None:
     """The worker's side: every (kernel, memory, slots) timed per call, ROUNDS rounds; one JSON line out."""
     torch.zeros(1, device="cuda")
@@ -175,7 +165,7 @@ def worker(handle: str, fd: int) -> None:
         models = {"triton": _module(folder, candidates.triton_candidate(1024, 4), "bench_candidate").ModelNew(1.5),
                   "eager": _module(folder, candidates.problem_source(N), "bench_reference").Model(1.5)}
         flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size, dtype=torch.uint8, device="cuda")
-        cycles = _lead_cycles()
+        cycles = int(LEAD_US * cycles_per_us())
         rounds: dict[str, list[float]] = {}
         for _ in range(ROUNDS):
             for kernel, model in models.items():
