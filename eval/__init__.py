@@ -73,6 +73,7 @@ _EXPORTS = {
     "cycles_per_us": "eval.worker.observed",  # observed timing's lead clock, for `harness bench imported-memory`
     "ExportedBuffer": "eval.worker.cuda_ipc",  # observed timing's flags, for `harness bench observed-contexts`
     "ImportedBuffer": "eval.worker.cuda_ipc",
+    "bytes_at": "eval.worker.cuda_ipc",
     "wait_flag": "eval.worker.cuda_ipc",
     "write_flag": "eval.worker.cuda_ipc",
 }

@@ -133,6 +133,9 @@ class _Session:
         """One window around `worker`'s block of `subject`: (window ms, the worker's own ms). A window whose outputs'
         copy did not follow its END at once is taken again; one that never does is the candidate's doing. A trusted
         side's window that fails is the harness's failure (`kind` its side), never a verdict on the candidate."""
+        def kind(failure: str) -> str:
+            return failure if side == "candidate" else side
+
         copies = []
         for _ in range(SWITCH_RETRIES):
             close, own_ms = self._once(worker, reps, seeds, side, subject)
@@ -140,15 +143,14 @@ class _Session:
                 copies.append(f"{close.snap_ms * 1000:.0f}")
                 continue
             if close.window_ms < 0:
-                raise ObservedFailure("no_done" if side == "candidate" else side,
-                                      f"the {side}'s block never signalled done within {self.timeout_s:g} s of its "
-                                      "window")
+                raise ObservedFailure(kind("no_done"), f"the {side}'s block never signalled done within "
+                                                       f"{self.timeout_s:g} s of its window")
             if close.mismatched:
-                raise ObservedFailure("incorrect" if side == "candidate" else side,
+                raise ObservedFailure(kind("incorrect"),
                                       f"a timed output of the {side}, read by the reference process after the window, "
                                       f"differs from the reference's for the same inputs: {close.detail}")
             return close.window_ms, own_ms
-        raise ObservedFailure("switched" if side == "candidate" else side,
+        raise ObservedFailure(kind("switched"),
                               f"in {SWITCH_RETRIES} windows in a row the GPU ran other work between the "
                               f"end of the {side}'s window and the copy of its outputs: work after its "
                               f"done signal (the copy took {', '.join(copies)} us; alone it takes at "
@@ -234,5 +236,6 @@ def observe(reference: Any, subject: str, candidate: Any, client: Any, *, stage:
                 pass
     if obs.candidate_per_rep <= 0:
         raise ObservedFailure("no_time", "the candidate's windows took no longer than the handover and the output "
-                                         f"copies ({obs.summary()['handover_us']:.1f} us): its work was not inside them")
+                                         f"copies ({obs.summary()['handover_us']:.1f} us): its work was not inside "
+                                         "them")
     return obs

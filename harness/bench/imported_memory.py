@@ -22,6 +22,7 @@ medians.
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import json
 import os
@@ -33,7 +34,7 @@ from typing import Any, Callable
 
 import torch
 
-from eval import ExportedBuffer, ImportedBuffer, cycles_per_us
+from eval import ExportedBuffer, ImportedBuffer, bytes_at, cycles_per_us
 from harness.corpus import candidates
 
 N = 1 << 22  # float32 elements an input
@@ -65,6 +66,7 @@ class _AccessDesc(ctypes.Structure):
 _PINNED, _POSIX_FD, _ON_DEVICE, _READ_WRITE, _RECOMMENDED = 1, 1, 1, 3, 1
 
 
+@functools.cache
 def _driver() -> ctypes.CDLL:
     return ctypes.CDLL("libcuda.so.1")
 
@@ -120,12 +122,6 @@ def _import_vmm(fd: int, nbytes: int) -> int:
     return _map(handle, _vmm_size(nbytes))
 
 
-def _bytes_at(ptr: int, nbytes: int) -> torch.Tensor:
-    class _Array:
-        __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3}
-    return torch.as_tensor(_Array(), device="cuda")
-
-
 def _module(folder: str, source: str, name: str) -> Any:
     """`source` imported as a module from a file (Triton reads a kernel's source from its file)."""
     path = os.path.join(folder, f"{name}.py")
@@ -160,7 +156,7 @@ def worker(handle: str, fd: int) -> None:
     shape = (2, SLOTS, N)
     memories = {"own": torch.randn(*shape, device="cuda"),
                 "ipc": ImportedBuffer(handle, NBYTES).tensor.view(torch.float32).view(*shape),
-                "vmm": _bytes_at(_import_vmm(fd, NBYTES), NBYTES).view(torch.float32).view(*shape)}
+                "vmm": bytes_at(_import_vmm(fd, NBYTES), NBYTES).view(torch.float32).view(*shape)}
     with tempfile.TemporaryDirectory() as folder:
         models = {"triton": _module(folder, candidates.triton_candidate(1024, 4), "bench_candidate").ModelNew(1.5),
                   "eager": _module(folder, candidates.problem_source(N), "bench_reference").Model(1.5)}
@@ -183,7 +179,7 @@ def main(out_path: str | None = None) -> int:
     legacy = ExportedBuffer(NBYTES)
     legacy.tensor.view(torch.float32).normal_()
     ptr, fd = _export_vmm(NBYTES)
-    _bytes_at(ptr, NBYTES).view(torch.float32).normal_()
+    bytes_at(ptr, NBYTES).view(torch.float32).normal_()
     torch.cuda.synchronize()
     run = subprocess.run([sys.executable, "-m", "harness.bench.imported_memory", "worker", legacy.handle, str(fd)],
                          pass_fds=(fd,), capture_output=True, text=True)
