@@ -109,11 +109,18 @@ def test_large_and_odd_outputs(loop: Any) -> None:
     odd = torch.randn(2, 1, 3, 1, 5, 4, 1, 2, device=DEV).permute(7, 3, 5, 0, 2, 6, 1, 4)
     scalar = torch.tensor(3.5, device=DEV)
     empty = torch.empty(0, 4, device=DEV)
-    expanded = torch.randn(5, 1, device=DEV).expand(5, 300)
-    outs = [big, odd, scalar, empty, expanded]
+    outs = [big, odd, scalar, empty]
     res = loop.block(lambda: tuple(outs), [], 2, first_rep=-3)
     assert res.violations == []
     assert_captures(res, [outs, outs], -3)
+
+
+def test_a_self_overlapping_output_is_a_violation(loop: Any) -> None:
+    """A stride-0 view (one value shown 300 times) is not a dense output: the loop names it, as the trials do."""
+    dense = torch.randn(7, device=DEV)
+    expanded = torch.randn(5, 1, device=DEV).expand(5, 300)
+    res = loop.block(lambda: (dense, expanded), [], 2, first_rep=0)
+    assert res.violations == ["output tensor 1 overlaps itself (a stride-0 or overlapping view)"]
 
 
 def test_capture_off_and_sync_each(loop: Any) -> None:
