@@ -10,7 +10,7 @@ and its evaluating worker's own folder, read while that worker lives (the other 
 `forward`, a `build_directory` beside the candidate). Both
 were the candidate's to write, so a planted ELF file can name kernels too, which gives it nothing it could not
 have by building kernels of those names (a never-launched kernel under a library's name is dealt with by
-`eval.kernel_evidence.own_kernels`).
+`eval.steps.kernel_evidence.own_kernels`).
 
 The worker's own folder is a tmpfs of the worker's mount namespace: the host's folder of that path stays empty.
 The parent reaches it through `/proc/PID/root` and pins it (`pin_folder`) once the worker has started and before

@@ -29,13 +29,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
-from eval import protocol
+from eval.crossing import protocol
 from eval.cache import cache_key
 from eval._kernel_symbols import built_kernels
 from eval.process._reaper import owned_tempdir
 from eval.process.sandbox import UNPRIVILEGED_UID, WorkerDied, WorkerProcess, WorkerTimeout, can_drop_privileges
 from eval.static_checks import SourceReport, refusal
-from eval._build_record import read_record
+from eval.crossing._build_record import read_record
 
 
 def lazy_reply_margin_s(timeout_s: float) -> float:

@@ -21,7 +21,7 @@ from eval.profile_record import LEVELS as PROFILE_LEVELS  # profile (issue 57)
 from problems import tolerance
 
 if TYPE_CHECKING:  # the timing module loads torch, which reading or checking a config must not
-    from eval.measure import TimingRule
+    from eval.timing.measure import TimingRule
 
 _UNSET: Any = object()
 SAME: Any = object()  # `unkeyed_at=SAME`: the field's own default
@@ -75,7 +75,7 @@ class EvalConfig:
     cpu_timing: without a GPU, still run the staging and timing steps (reference process, blocks,
       captures) with host-clock times that mean nothing: it exercises the whole pipeline in CI.
     share_reference_timing: under the adaptive method, candidates of the same problem that reach timing together
-      on one GPU (up to `eval._windows.CAP`) are timed against one timing of the reference, in one window
+      on one GPU (up to `eval.process._windows.CAP`) are timed against one timing of the reference, in one window
       (`measure.time_group`); each result says how many shared it (`reference_shared_with`). Off: each
       candidate is timed against a reference timing of its own. Off by default: under concurrent load on the H100
       (2026-11-26) it raised the wall bound's false rejects of honest candidates from 3 in 96 to 24 in 192.
@@ -95,7 +95,7 @@ class EvalConfig:
       on them (`problems.conditioning`).
     hidden_work_check: reject work left running after forward returns (side streams, threads).
     timed_output_checks: capture every timed output and check it against the reference's output for the
-      same inputs (`eval._capture`).
+      same inputs (`eval.crossing._capture`).
     timing_method: "adaptive" (blocks alternating between the two processes, until the relative standard error is under
       `target_rel_stderr`) or "fixed" (KernelBench's timer: the candidate, then the reference, each
       `fixed_warmup_calls` warm-up calls, one dropped call, then `fixed_reps` calls, each bracketed by CUDA
@@ -170,7 +170,7 @@ class EvalConfig:
     distribution_trials: bool = setting(True, unkeyed_at=False)  # the same: on (the default) it changes verdicts
     hidden_work_check: bool = setting(True, unkeyed_at=SAME)
     timed_output_checks: bool = setting(True, unkeyed_at=SAME)
-    # observed: score the speedup from the reference process's own windows (`eval.observed`); off by default until its
+    # observed: score the speedup from the reference process's own windows (`eval.timing.observed`); off by default until its
     # figure agrees with the timing loop's for honest memory-bound kernels (docs/evaluator.md, "Observed timing")
     observed_timing: bool = setting(False, unkeyed_at=False)
     timing_method: str = setting("adaptive", choices=("adaptive", "fixed"), unkeyed_at=SAME)
@@ -226,7 +226,7 @@ class EvalConfig:
 
     def timing_rule(self) -> TimingRule:
         """The timing rule these settings give: what the parent plans with and what each timed block carries."""
-        from eval.measure import TimingRule
+        from eval.timing.measure import TimingRule
 
         return TimingRule(method=self.timing_method, min_reps=self.min_reps, max_reps=self.max_reps,
                           target_rel_stderr=self.target_rel_stderr, budget_s=self.time_budget_s,

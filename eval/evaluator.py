@@ -2,7 +2,7 @@
 
 It is thin on purpose. Static checks and the result cache are answered here; CUDA/C++
 candidates are built ahead on the CPU cores (`eval.builds`); everything else is the check
-pipeline (`eval.checks`) run on a worker leased from the warm pool (`eval.process.pool`), which
+pipeline (`eval.pipeline.checks`) run on a worker leased from the warm pool (`eval.process.pool`), which
 spans every GPU in `eval.gpus`. `evaluate` is thread-safe, so callers may keep several
 candidates in flight (the run loop does); `evaluate_many` does that for a batch. The parent
 never imports candidate code.
@@ -25,19 +25,20 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from eval import checks, compile_baseline, context, problem_check, staging, static_checks
-from eval import _stopwatch as stopwatch
-from eval import protocol as p
+from eval import problem_check, static_checks
+from eval.pipeline import checks
+from eval.steps import compile_baseline, context, staging
+from eval.crossing import _stopwatch as stopwatch, protocol as p
 from eval.backends import DEFAULT_BACKEND, NEEDS_GPU, check_backend  # issue 56: NEEDS_GPU
 from eval.builds import Build, Builder, Claim, needs_build
 from eval.cache import JsonCache, cache_key
-from eval.context import Context, RetryAlone, RetryEager, Verdict, trim
+from eval.steps.context import Context, RetryAlone, RetryEager, Verdict, trim
 from eval.config import EvalConfig
 from eval.process import _bytecode, _reaper as reaper
 from eval.process.pool import WorkerPool
 from eval._reference import traced_cost, use_small_sizes
 from eval.result import EvalResult, EvaluatorClosed, Status, Timing
-from eval.roofline import Ceilings, cached_ceilings, probe, probe_and_cache
+from eval.timing.roofline import Ceilings, cached_ceilings, probe, probe_and_cache
 from eval.process.sandbox import WorkerDied, WorkerProcess, WorkerTimeout, check_identity, protect_parent
 from eval.process._worker_env import visible_device_entry
 from eval.process._watchdog import GIB, default_limit_bytes
@@ -154,7 +155,7 @@ class Evaluator:
                                 kept_bytes=int(self.config.kept_builds_gib * GIB), memory_limit_bytes=self._memory_limit,
                                 bytecode=self._bytecode)
         if use_cuda:  # built here, where the project is writable; workers load them read-only
-            from eval._native_build import prepare_native
+            from eval.crossing._native_build import prepare_native
 
             prepare_native(cap)
             stopwatch.library()  # the parent's own, for timed blocks (elsewhere built on first use)
@@ -445,7 +446,7 @@ class Evaluator:
                 torch.cuda.empty_cache()
 
     def _shares_timing(self, lease: Any, alone: bool) -> bool:
-        """Whether an evaluation takes a seat in a timing window (`eval._windows`): under the adaptive method with
+        """Whether an evaluation takes a seat in a timing window (`eval.process._windows`): under the adaptive method with
         `eval.share_reference_timing` on, where timings are taken, unless it holds its GPU alone throughout."""
         timed = lease.device.type == "cuda" or self.config.cpu_timing
         return (self.config.share_reference_timing and self.config.timing_method == "adaptive" and timed

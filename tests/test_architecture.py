@@ -203,10 +203,10 @@ def test_the_worker_reaches_only_the_packages_its_sandbox_shows_it() -> None:
     assert packages <= set(_PROJECT_PACKAGES), (packages, _PROJECT_PACKAGES)
 
 
-# The crossing: the parent-side modules of `eval` the sandboxed worker's code may import (what both sides speak:
-# the requests and replies, their framing, the timing arithmetic, the builder of the native code the parent builds
-# and the worker loads), besides the `eval` door itself and `problems`.
-CROSSING = {"eval", "eval.protocol", "eval.wire", "eval._capture", "eval._build_record", "eval._native_build"}
+# The crossing (`eval.crossing`): the one room of the parent's code the sandboxed worker's code may import (what both
+# sides speak: the requests and replies, their framing, the outputs' captures, the build record, the builder of the
+# native code the parent builds and the worker loads), besides the `eval` door itself and `problems`.
+CROSSING = "eval.crossing"
 # Imports of the worker's code from outside it, and why; the list may only shrink (but for a benchmark of a worker's
 # own piece): the benchmarks time the worker's own pieces.
 KNOWN_INTO_THE_WORKER = {
@@ -218,20 +218,41 @@ KNOWN_INTO_THE_WORKER = {
 }
 
 
+def _out_of_the_crossing(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(worker module, parent module) for each import of the worker's code that reaches `eval` outside the worker,
+    the crossing and the door."""
+    return sorted((m, t) for m, targets in graph.items() if _in(m, "eval.worker") for t in targets
+                  if _in(t, "eval") and not _in(t, "eval.worker") and not _in(t, CROSSING) and t != "eval")
+
+
+def _into_the_worker(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """(importer, worker module) for each import of the worker's code from outside it, tests aside."""
+    return {(m, t) for m, targets in graph.items() if not _in(m, "eval.worker") and not _in(m, "tests")
+            for t in targets if _in(t, "eval.worker")}
+
+
 def test_the_worker_imports_only_the_crossing_of_the_parents_modules() -> None:
     """Module by module: the worker's code imports, of `eval` outside `eval.worker`, only the crossing; a parent
     module it reached would run inside the sandbox, where the candidate can patch it."""
-    wrong = sorted((m, t) for m, targets in imports().items() if _in(m, "eval.worker") for t in targets
-                   if _in(t, "eval") and not _in(t, "eval.worker") and t not in CROSSING)
+    wrong = _out_of_the_crossing(imports())
     assert not wrong, wrong
 
 
 def test_code_outside_the_worker_imports_it_only_where_known() -> None:
     """The other direction: the parent and the benchmarks import the worker's modules only where listed (tests
     aside, which test the worker's code directly)."""
-    found = {(m, t) for m, targets in imports().items() if not _in(m, "eval.worker") and not _in(m, "tests")
-             for t in targets if _in(t, "eval.worker")}
+    found = _into_the_worker(imports())
     assert found <= KNOWN_INTO_THE_WORKER, sorted(found - KNOWN_INTO_THE_WORKER)
+
+
+def test_both_crossing_rules_fail_on_a_deliberate_crossing_import() -> None:
+    """The real graph with one import added each way: the worker's serve loop importing the parent's timing, and
+    the parent's front importing the worker's serve loop. Each rule names exactly the import added."""
+    graph = {m: set(t) for m, t in imports().items()}
+    graph["eval.worker.serve"].add("eval.timing.measure")
+    graph["eval.evaluator"].add("eval.worker.serve")
+    assert _out_of_the_crossing(graph) == [("eval.worker.serve", "eval.timing.measure")]
+    assert _into_the_worker(graph) - KNOWN_INTO_THE_WORKER == {("eval.evaluator", "eval.worker.serve")}
 
 
 DOORS = ("eval", "agents", "problems")

@@ -3,7 +3,7 @@
 No candidate code is ever imported into it, so nothing a candidate does at import or in forward can
 change how the reference is timed (new `torch.Tensor` methods, dispatch modes, backend switches,
 patched statistics): the reference's blocks of repetitions run here, alternating with the
-candidate's blocks in the candidate's own worker (`eval.measure`). It serves every evaluation on
+candidate's blocks in the candidate's own worker (`eval.timing.measure`). It serves every evaluation on
 its GPU: each opens a `Session`, a reference model of its own (its problem, weight seed and sizes),
 and closes it when done. Requests are serialised by a lock, taken only while the caller already
 holds the GPU gate or holds nothing, so it can never deadlock against the gate.
@@ -17,7 +17,7 @@ from typing import Any, Callable, TypeVar
 
 import torch
 
-from eval import protocol as p
+from eval.crossing import protocol as p
 from eval.process.sandbox import WorkerDied, WorkerProcess, WorkerTimeout
 
 _labels = itertools.count()

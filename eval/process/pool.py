@@ -29,7 +29,7 @@ import torch
 from eval.process import _affinity as affinity
 from eval.process._reference_process import CleanClient, ReferenceProcess
 from eval.process.sandbox import WorkerProcess
-from eval._windows import Windows
+from eval.process._windows import Windows
 
 
 # Workers started per evaluation in flight: a worker serves one candidate, so while `size` evaluate, their

@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from eval import protocol
+from eval.crossing import protocol
 from eval.process._bytecode import interpreter_flags
 from eval._kernel_symbols import pin_folder
 from eval.process import _freeze as freeze, _memcg as memcg, _pids as pids
@@ -50,7 +50,7 @@ from eval.process.confine import (
     confine_command,
     network_isolation_prefix,
 )
-from eval.wire import Channel, ChannelClosed, ChannelTimeout, PayloadTooLarge, ProtocolError, new_region_fd
+from eval.crossing.wire import Channel, ChannelClosed, ChannelTimeout, PayloadTooLarge, ProtocolError, new_region_fd
 
 UNPRIVILEGED_UID = 65534
 

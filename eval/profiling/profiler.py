@@ -33,7 +33,7 @@ from typing import Any, Callable
 from eval.profiling import ncu
 from eval.profile_record import Profile, SideProfile
 from eval.result import EvalResult
-from eval.protocol import PROFILE_REQUEST_ENV
+from eval.crossing.protocol import PROFILE_REQUEST_ENV
 
 OUTPUT_CAP = 1 << 20  # bytes of a profiling process's output kept (its first and last): ncu's table comes last
 MAX_REQUEST_BYTES = 120_000  # the request travels in the environment, whose strings Linux caps at 128 KiB
@@ -88,7 +88,7 @@ class Profiler:
 
     def __init__(self, level: str, ncu_command: str, timeout_s: float, ceilings: Any = None,
                  precision: str = "strict", copy_state: bool = True) -> None:
-        """`ceilings`: the device's measured `eval.roofline.Ceilings`, for the ridge (None: no roofline); `precision`,
+        """`ceilings`: the device's measured `eval.timing.roofline.Ceilings`, for the ridge (None: no roofline); `precision`,
         `copy_state`: the evaluator's rules, which the profiled subjects are loaded under."""
         self.level = level
         self.timeout_s = timeout_s
@@ -199,7 +199,7 @@ def read_side(side: str, code: int | None, output: str, is_own: Callable[[str], 
 def _is_own(profiled_name: str, own: set[str]) -> bool:
     """A profiled kernel is the candidate's own as the verdict decided (`kernel_evidence.own_kernels`): by its base name,
     never a library's."""
-    from eval.kernel_evidence import is_library_kernel, kernel_base_name
+    from eval.steps.kernel_evidence import is_library_kernel, kernel_base_name
 
     return kernel_base_name(profiled_name) in own and not is_library_kernel(profiled_name)
 

@@ -1,5 +1,5 @@
 """A forward's inputs in the worker: rebuilt from what crossed the channel (tensors plus literals,
-`eval.protocol.ArgSpec`), a trial's at addresses every trial reuses, a timed repetition's fresh or staged ones."""
+`eval.crossing.protocol.ArgSpec`), a trial's at addresses every trial reuses, a timed repetition's fresh or staged ones."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import torch
 
-from eval import protocol as p
+from eval.crossing import protocol as p
 from eval.worker import timing
 
 

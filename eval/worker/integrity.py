@@ -38,8 +38,8 @@ _WATCHED_MODULE_NAMES = (
     "torch", "torch.nn.functional", "torch.testing", "torch.cuda", "torch.cuda.streams",
     "torch.autograd.profiler", "torch.profiler", "torch.overrides", "torch.utils._python_dispatch",
     "torch.backends", "torch.backends.cuda", "torch.backends.cudnn", "time", "gc", "threading", "os", "random",
-    "eval.worker.serve", "eval.worker.timing", "eval.worker.integrity", "eval.worker.tracing", "eval.wire",
-    "eval.protocol", "problems.runtime", "problems._compare", "eval.worker.observed", "eval.worker.cuda_ipc",
+    "eval.worker.serve", "eval.worker.timing", "eval.worker.integrity", "eval.worker.tracing", "eval.crossing.wire",
+    "eval.crossing.protocol", "problems.runtime", "problems._compare", "eval.worker.observed", "eval.worker.cuda_ipc",
     "eval.worker.observed_commands", "eval.worker.call_inputs", "eval.worker.trial_tools", "eval.worker.isolation",
     "triton.runtime.jit", "triton.runtime.autotuner", "triton.runtime.interpreter", "triton.testing",
 )

@@ -5,7 +5,7 @@ frame and patch its hooks, flush buffer or events: for instance return an unwrit
 timed and have the correct values written outside the events. Here one C call runs the whole
 block: per repetition the input copies, checks of the current stream and the persisting-L2 settings,
 the L2 flush, a spin kernel as lead, start event, forward, end event, and the launch of the kernels
-that capture the output (eval/_capture.py defines them), all on the device's default stream. The
+that capture the output (eval/crossing/_capture.py defines them), all on the device's default stream. The
 only Python frame between forward() and the caller is `block`'s, which holds no event, buffer or
 hook; the key lives only in C.
 
@@ -13,7 +13,7 @@ The copies, the flush and the lead are kernels of capture.cu launched to fill ev
 `fills_sms`), so no other kernel's block is resident while they run. The lead alone is 200 us a
 repetition in which a kernel of one thread left the rest of the GPU idle: work a candidate queued on
 another stream ran there for free, outside its events and without adding wall time. Now such work
-waits for SMs and adds to the block's wall time, which the parent bounds (`eval.claim_bounds.wall_bound`).
+waits for SMs and adds to the block's wall time, which the parent bounds (`eval.timing.claim_bounds.wall_bound`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import array
 
 import torch
 
-from eval._capture import CAPTURE_EXTRA, SUPPORTED_DTYPES
-from eval import _native_build as build
+from eval.crossing._capture import CAPTURE_EXTRA, SUPPORTED_DTYPES
+from eval.crossing import _native_build as build
 from eval.worker.timing import CAPTURE_SAMPLES, BlockResult, Copies, check_copies, span_bytes
 
 

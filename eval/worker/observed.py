@@ -14,7 +14,7 @@ output copied into that repetition's output regions, done := seq. After END the 
 reference's outputs for the same inputs and compares every element of every repetition's output regions with
 them, as copied at END (so work after done is not what is read; a GPU that ran the candidate between END and that
 copy voids the window). The window END - RELEASED holds the candidate's block and a handover between the two CUDA contexts, which
-the parent measures with a clean process that never loaded candidate code (`eval.observed`).
+the parent measures with a clean process that never loaded candidate code (`eval.timing.observed`).
 
 What the candidate's process could do: start before go (its inputs are not there yet), say done before its work
 ends (END then comes before its outputs, which are poisoned until written), do its work on another stream or

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import torch
 
-from eval import protocol as p
+from eval.crossing import protocol as p
 from eval.worker import observed
 from eval.worker.call_inputs import rebuild_args
 from problems import flatten_outputs, float64_miss

@@ -21,7 +21,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
-from eval._build_record import read_record, write_record
+from eval.crossing._build_record import read_record, write_record
 
 
 class UnfinishedBuild(RuntimeError):

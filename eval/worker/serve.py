@@ -22,9 +22,9 @@ from typing import Any, Callable
 import torch
 from torch.utils import cpp_extension
 
-from eval import protocol as p
-from eval._capture import self_overlap
-from eval.wire import Channel, ChannelClosed, ProtocolError
+from eval.crossing import protocol as p
+from eval.crossing._capture import self_overlap
+from eval.crossing.wire import Channel, ChannelClosed, ProtocolError
 from eval.worker import (call_inputs, graphs, idle_probe, integrity, isolation, lazy_builds, light_build, prebuilt,
                          timing, trial_tools, tracing)
 from eval.worker.observed_commands import ObservedTiming

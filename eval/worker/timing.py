@@ -6,10 +6,10 @@ resets persisting L2, flushes L2, spins the GPU for a lead, records the start ev
 records the end event and enqueues the capture of the outputs, all in C, so no Python the candidate
 could have patched runs between a call's end event and the capture of its output and times. The
 worker returns raw event times and captures; the parent computes every statistic and checks every
-capture against the reference process's (`eval.measure`).
+capture against the reference process's (`eval.timing.measure`).
 
 On the CPU (the Triton interpreter) `PythonLoop` has the same interface and computes the same
-captures with `eval._capture`; its times are host times and mean nothing, and being Python it is no
+captures with `eval.crossing._capture`; its times are host times and mean nothing, and being Python it is no
 wall against a hostile candidate. It exists so that the whole two-process pipeline runs in CI.
 """
 
@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from eval import _capture as capture_math
+from eval.crossing import _capture as capture_math
 
 
 # Sampled elements per captured output (all of them in outputs up to this size). The captures travel to the parent

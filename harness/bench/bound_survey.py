@@ -1,6 +1,6 @@
 """`harness bench eval --part bound-survey`: how often the wall bound doubts honest candidates under load.
 
-The parent bounds a worker's reported times by the wall time it observes for each timed block (`eval.measure.
+The parent bounds a worker's reported times by the wall time it observes for each timed block (`eval.timing.measure.
 wall_bound`). Beside other evaluations an honest candidate's blocks can run slower than the reference's; such a
 finding is looked at again, then judged again alone in a new worker (`context.RetryAlone`). Here `n` distinct honest
 Triton candidates (launch variants of one 16M-element problem, calls of about 70 us on an H100) are evaluated from

@@ -1,7 +1,7 @@
 """`harness bench eval --part channel`: one output from a worker-like child's GPU to the parent's GPU.
 
 This is the path every correctness trial's and every sampled timed repetition's outputs take across
-the trust boundary (`eval.wire`). Three ways, side by side in one run, each with its own child and
+the trust boundary (`eval.crossing.wire`). Three ways, side by side in one run, each with its own child and
 regions: pageable regions with the receiver's copy made on the CPU and then moved to the GPU (the
 channel before pinning), pageable regions copied straight to the GPU, and pinned regions copied
 straight to the GPU (the channel as shipped). Each row: the median over `reps` frames of the time from

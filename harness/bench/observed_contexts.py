@@ -1,6 +1,6 @@
 """`harness bench observed-contexts`: does a trusted stream waiting on the GPU slow the candidate it times? (GPU)
 
-Observed timing (`eval.observed`, issue 52) read an honest memory-bound add 24 % slower than its own timing loop
+Observed timing (`eval.timing.observed`, issue 52) read an honest memory-bound add 24 % slower than its own timing loop
 on an H200 (23.6 against 17.9 µs a repetition), while the reference's own blocks agreed with the loop. The
 hypothesis: while the timekeeper's stream waits for done on the GPU (`cuStreamWaitValue32`), its context holds
 pending work, and the GPU time-slices between its context and the candidate's (no MPS). The reference's blocks

@@ -1,7 +1,7 @@
 """`harness bench eval --part stopwatch`: what the parent's other threads add to a timed block's wall time.
 
 The parent bounds a worker's reported times by the wall time it observes for each timed block
-(`wire.Channel.exchange_timed`, `eval._stopwatch`); anything else of the parent that lands inside that interval
+(`wire.Channel.exchange_timed`, `eval.crossing._stopwatch`); anything else of the parent that lands inside that interval
 makes an honest candidate look as if it hid work. Here a child answers each timed request at once, so the wall time
 is all overhead. It is read with the parent quiet, then with `busy` threads of pure Python work beside it (as other
 evaluations in one parent are), alternating per round: the medians, 99th percentiles and largest of each.

@@ -6,8 +6,8 @@ import sys
 
 import torch
 
-from eval._capture import SUPPORTED_DTYPES
-from eval import _native_build as build
+from eval.crossing._capture import SUPPORTED_DTYPES
+from eval.crossing import _native_build as build
 
 fake = ctypes.CDLL("libcuda.so.1")
 module = build.load(build.ensure_built())

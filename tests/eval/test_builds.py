@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from eval import protocol
+from eval.crossing import protocol
 from eval.builds import BUILT_AGAIN_ALONE, Build, Builder, build_note
 
 UNIT = 1000  # bytes each build writes

@@ -12,7 +12,7 @@ import pytest
 
 from eval.process import _bytecode
 from eval.process._reaper import owner_token
-from eval import protocol as p
+from eval.crossing import protocol as p
 from eval.process.confine import _PROJECT_HIDDEN, _PROJECT_PACKAGES, PROJECT_ROOT
 from eval.process.sandbox import WorkerProcess
 from harness.corpus.hostile import FORWARD, PROBLEM, variant

@@ -1,4 +1,4 @@
-"""eval/_capture.py, the specification of output captures, on CPU tensors."""
+"""eval/crossing/_capture.py, the specification of output captures, on CPU tensors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from eval import _capture as C
+from eval.crossing import _capture as C
 
 KEY = 0xF00DFACE12345678
 

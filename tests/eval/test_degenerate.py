@@ -1,4 +1,4 @@
-"""A degenerate problem is judged for correctness but never scored as a speedup (`eval.checks.soundness`).
+"""A degenerate problem is judged for correctness but never scored as a speedup (`eval.pipeline.checks.soundness`).
 
 A problem whose output does not depend on its inputs (or that all zeros or a constant match) lets a kernel that does
 no work pass as correct at any speed: a KernelBench problem that lint flags scored a constant kernel at 185x. The

@@ -231,7 +231,7 @@ def test_an_honest_sum_whose_rounding_grows_with_its_inputs_passes_every_distrib
     small); with atol held fixed and the float64 check off (`test_a_trial_where_rounding_alone_...`), as before,
     the same evaluation is incorrect on a trial off the distribution (scaled by 4, or another)."""
     import eval._reference
-    import eval.trials
+    import eval.steps.trials
 
     problem = problem_from_source(CUBES_PROBLEM, name="cubes", problem_id="t/cubes")
     r = evaluator.evaluate(problem, CUBES_CANDIDATE)
@@ -239,7 +239,7 @@ def test_an_honest_sum_whose_rounding_grows_with_its_inputs_passes_every_distrib
     assert {k: r.distributions[k] for k in DISTRIBUTIONS} == {"scaled": "passed", "shifted": "passed",
                                                              "flipped": "passed", "heavy-tailed": "passed"}, r.distributions
 
-    monkeypatch.setattr(eval.trials, "scaled_atol", lambda atol, published, trial: [atol] * len(trial))
+    monkeypatch.setattr(eval.steps.trials, "scaled_atol", lambda atol, published, trial: [atol] * len(trial))
     monkeypatch.setattr(eval._reference.Reference, "ill_conditioned", lambda self, *args: "")
     r = evaluator.evaluate(problem, CUBES_CANDIDATE)
     assert r.status is Status.INCORRECT, f"{r.status}: {r.reason}"

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from eval import EvalConfig, Evaluator, Status
-from eval.wire import PREFIX
+from eval.crossing.wire import PREFIX
 from harness.cli import main
 from harness.corpus.hostile import FORWARD, GOOD, PROBLEM, RETURN, variant
 

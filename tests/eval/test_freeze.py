@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from eval import Evaluator, Status, measure
-from eval import protocol as p
+from eval import Evaluator, Status
+from eval.timing import measure
+from eval.crossing import protocol as p
 from eval.process import _freeze as freeze, _proctree as proctree
 from eval.process.sandbox import WorkerProcess
 from harness.corpus.hostile import GOOD, at_import

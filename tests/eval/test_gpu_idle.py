@@ -1,4 +1,4 @@
-"""`eval._gpu_idle` on a CPU: the parent's reading of the GPU-idle probe, its waits and redos, and who pays.
+"""`eval.timing._gpu_idle` on a CPU: the parent's reading of the GPU-idle probe, its waits and redos, and who pays.
 
 The probe itself needs a GPU (`test_gpu_idle_gpu.py`); on the CPU the reference process answers every probe with
 nothing, which reads as idle. The policy is a pure function of the probe's rounds and its calibration
@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from eval import Evaluator, Status, claim_bounds, measure
-from eval import _gpu_idle as gpu_idle
-from eval import protocol as p
-from eval._gpu_idle import Busy, Reading, Watch, busy_us
+from eval import Evaluator, Status
+from eval.timing import claim_bounds, measure
+from eval.timing import _gpu_idle as gpu_idle
+from eval.crossing import protocol as p
+from eval.timing._gpu_idle import Busy, Reading, Watch, busy_us
 from eval.process.sandbox import WorkerProcess
 from harness.corpus.hostile import GOOD
 from tests.eval.worker_fixtures import staged_worker

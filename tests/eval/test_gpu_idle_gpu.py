@@ -1,4 +1,4 @@
-"""On a GPU (`pytest -m gpu`): the GPU-idle probe (`eval._gpu_idle`) sees another process's work, and work a
+"""On a GPU (`pytest -m gpu`): the GPU-idle probe (`eval.timing._gpu_idle`) sees another process's work, and work a
 candidate leaves on the GPU neither raises its speedup nor slows, or gets rejected, the honest candidate next to it.
 
 The first test prints the probe's rounds idle and beside each kind of work (`-s` shows them): the policy's
@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from eval import Evaluator, Job, Status
-from eval import _gpu_idle as gpu_idle
-from eval._gpu_idle import Reading, busy_us
+from eval.timing import _gpu_idle as gpu_idle
+from eval.timing._gpu_idle import Reading, busy_us
 from eval.worker.idle_probe import IdleProbe
 from harness.corpus.hostile import GOOD, PROBLEM, RETURN, at_import, variant
 from problems.problem import problem_from_source

@@ -15,8 +15,8 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from eval import protocol as p
-from eval.wire import ProtocolError
+from eval.crossing import protocol as p
+from eval.crossing.wire import ProtocolError
 from eval.worker import call_inputs, integrity, observed_commands, serve  # imported before any snapshot, as in a worker
 from eval.worker.trial_tools import poisoned_memory as _poisoned_memory
 from problems import compare_structure

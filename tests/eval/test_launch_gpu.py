@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from eval import EvalConfig, Evaluator, Status
-from eval.host_share import HOST_FLOOR_MS, HOST_SHARE_AT
+from eval.timing.host_share import HOST_FLOOR_MS, HOST_SHARE_AT
 from harness.corpus import candidates
 from harness.corpus.candidates import TRITON_LAUNCH, edit
 from problems.problem import problem_from_source
@@ -120,7 +120,7 @@ def test_gpu_bound_reference_is_not_flagged(eager, large):
     r = eager.evaluate(large, _with("", "plain"))
     assert r.status is Status.CORRECT, r.reason + r.error
     # the three eager ops take the host about as long as the GPU (H100 host: ~0.17 ms each way), but that is
-    # enqueued while the GPU spins before the start event (eval.host_share.HOST_FLOOR_MS), so it is not flagged
+    # enqueued while the GPU spins before the start event (eval.timing.host_share.HOST_FLOOR_MS), so it is not flagged
     for side in ("reference", "candidate"):  # a side is profiled only when its host time is over the floor
         if r.host_ms[side] > HOST_FLOOR_MS:
             assert r.gpu_busy[side] > 0.8, (r.host_ms, r.gpu_busy)

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from eval import host_share, measure, timing_steps
-from eval import protocol as p
+from eval.timing import host_share, measure
+from eval.steps import timing_steps
+from eval.crossing import protocol as p
 from eval.config import EvalConfig
 from eval.feedback import render_feedback
 from eval.result import EvalResult, Status, Timing
-from eval.wire import ProtocolError
+from eval.crossing.wire import ProtocolError
 from eval.worker import graphs
 
 
@@ -301,7 +302,8 @@ def test_a_failed_capture_ends_both_processes_and_asks_for_an_eager_retry() -> N
     """A process's CUDA state after a failed capture is suspect (on the H100 the next random draw raised)."""
     from types import SimpleNamespace
 
-    from eval import context, timing_steps
+    from eval.steps import context
+    from eval.steps import timing_steps
     from eval.process.pool import GpuGate
 
     killed, sent = [], []

@@ -1,4 +1,4 @@
-"""The parent's timing plan and bounds (`eval.measure`), on a CPU: block order, inputs shared by repetition
+"""The parent's timing plan and bounds (`eval.timing.measure`), on a CPU: block order, inputs shared by repetition
 index, statistics from raw samples, the wall bound, and the capture comparison."""
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from eval import _capture as capture_math
-from eval import claim_bounds, context, host_share, measure, timing_steps
-from eval import protocol as p
-from eval.measure import Block, Measurement, Side, TimingRule
+from eval.crossing import _capture as capture_math
+from eval.timing import claim_bounds, host_share, measure
+from eval.steps import context
+from eval.steps import timing_steps
+from eval.crossing import protocol as p
+from eval.timing.measure import Block, Measurement, Side, TimingRule
 from eval.result import EvalResult, Status
 
 KEY = 0x1234_5678_9ABC_DEF1
@@ -437,7 +439,7 @@ def test_the_loops_own_gpu_time_is_recorded_by_part_and_bounded_in_sum() -> None
 
 
 def test_a_retry_alone_names_the_bound_it_was_over() -> None:
-    from eval.timing_steps import _over_bound
+    from eval.steps.timing_steps import _over_bound
 
     wall = {"unexplained_us": 90.0, "limit_us": 60.0, "loop_gpu_gap_us": 3.0, "loop_gpu_limit_us": 20.0}
     loop = {"unexplained_us": 40.0, "limit_us": 60.0, "loop_gpu_gap_us": 34.5, "loop_gpu_limit_us": 21.0}

@@ -1,4 +1,4 @@
-"""The native timed loop on a GPU: its captures agree with eval/_capture.py, its checks find what a
+"""The native timed loop on a GPU: its captures agree with eval/crossing/_capture.py, its checks find what a
 candidate changed, nothing of the loop is reachable from forward()'s stack, and its times are right."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from eval._capture import CAPTURE_EXTRA, SUM_ABS, capture
+from eval.crossing._capture import CAPTURE_EXTRA, SUM_ABS, capture
 from eval.worker.timing import _cycles_per_us
 
 pytestmark = [pytest.mark.gpu,
@@ -37,7 +37,7 @@ def test_init_clears_the_persisting_l2_limit(loop: Any) -> None:
 
 
 def assert_captures(res: Any, outs: list[list[torch.Tensor]], first_rep: int) -> None:
-    """res.captures[i, l] equals capture(outs[i][l]) of eval/_capture.py to fp64 rounding."""
+    """res.captures[i, l] equals capture(outs[i][l]) of eval/crossing/_capture.py to fp64 rounding."""
     assert res.captures.shape == (len(outs), len(outs[0]), S + CAPTURE_EXTRA)
     for i, rep_outs in enumerate(outs):
         for l, t in enumerate(rep_outs):

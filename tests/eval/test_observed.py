@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eval import checks
-from eval import protocol as p
-from eval.observed import (BLOCK_MS, BUFFER_BUDGET_BYTES, MAX_REPS, PAIRS, Observation, ObservedFailure, _Session,
+from eval.pipeline import checks
+from eval.crossing import protocol as p
+from eval.timing.observed import (BLOCK_MS, BUFFER_BUDGET_BYTES, MAX_REPS, PAIRS, Observation, ObservedFailure, _Session,
                            observe, reps_per_block)
 from eval.worker import cuda_ipc
 from eval.worker.observed import FLAG_BYTES, POISON, Layout, compare_block, run_into_slots

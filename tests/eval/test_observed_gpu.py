@@ -1,4 +1,4 @@
-"""Observed timing on a GPU (`eval.observed`): the speedup comes from the reference process's own windows, and a
+"""Observed timing on a GPU (`eval.timing.observed`): the speedup comes from the reference process's own windows, and a
 candidate that rewrites what its worker does inside them gains nothing or shows a wrong output.
 
 Each hostile candidate here rewrites the worker's side of observed timing from its own import (everything in its
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from eval import Status
-from eval.timing_steps import OBSERVED_BOUND
+from eval.steps.timing_steps import OBSERVED_BOUND
 from harness.corpus import candidates
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -107,7 +107,7 @@ setattr(_member("Attached", "run"), "__" + "code__", _fast.__code__)
 
 
 def test_rewritten_loop_times_gain_at_most_the_bound(evaluator, problem, honest):
-    """The worker's channel scales every timed block's reply to 0.6 of its times (the `send` of `eval.wire`'s
+    """The worker's channel scales every timed block's reply to 0.6 of its times (the `send` of `eval.crossing.wire`'s
     channel given new code that edits the header, so no identity changes): the loop's speedup is scored up to
     OBSERVED_BOUND times the observed one, so the forgery gains at most that over its honest twin, or is caught."""
     forged = _honest("loop times forged") + """

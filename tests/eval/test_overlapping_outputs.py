@@ -1,4 +1,4 @@
-"""An output whose elements share memory is not a dense output (`eval._capture.self_overlap`).
+"""An output whose elements share memory is not a dense output (`eval.crossing._capture.self_overlap`).
 
 A problem whose output repeats one row (a broadcast) lets a candidate compute that row once and return an `expand`ed
 or `as_strided` view of it: the values are right, the work is a fraction. The trials refuse such an output, and so do
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from eval import Status
-from eval._capture import self_overlap
+from eval.crossing._capture import self_overlap
 from eval.worker.timing import output_leaves
 from harness.corpus.candidates import edit
 from harness.corpus.hostile import GOOD, PROBLEM

@@ -22,8 +22,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from eval import EvalConfig, Status, context, kernel_evidence
-from eval import protocol as p
+from eval import EvalConfig, Status
+from eval.steps import context
+from eval.steps import kernel_evidence
+from eval.crossing import protocol as p
 from eval.builds import Build
 from eval._kernel_symbols import built_kernels, kernels_under, pin_folder, stub_kernel, stub_symbols
 from eval.result import EvalResult

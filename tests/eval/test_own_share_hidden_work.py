@@ -8,10 +8,11 @@ import random
 
 import pytest
 
-from eval import EvalConfig, Evaluator, Job, measure
-from eval import protocol as p
-from eval.kernel_evidence import own_share_shortfall
-from eval.timing_steps import _HIDDEN_WORK_BATCHES, _HIDDEN_WORK_FLOOR_MS, judge_back_to_back, settled_clean
+from eval import EvalConfig, Evaluator, Job
+from eval.timing import measure
+from eval.crossing import protocol as p
+from eval.steps.kernel_evidence import own_share_shortfall
+from eval.steps.timing_steps import _HIDDEN_WORK_BATCHES, _HIDDEN_WORK_FLOOR_MS, judge_back_to_back, settled_clean
 from eval.feedback import render_feedback
 from eval.result import EvalResult, KernelShare, Status
 from harness.corpus import own_share

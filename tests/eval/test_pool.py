@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from eval import EvalConfig, EvalResult, Evaluator, Job, Status
-from eval import protocol
+from eval.crossing import protocol
 from eval.process.pool import GpuGate
 from eval.process._reaper import owner_token, processes_in, sweep_stale
-from eval.wire import ProtocolError
+from eval.crossing.wire import ProtocolError
 from harness.corpus import candidates
 from tests.paths import REPO as ROOT
 
@@ -231,7 +231,7 @@ def test_protocol_refuses_ill_typed_or_forged_replies():
 def test_a_failure_stage_is_one_of_a_fixed_set_each_with_its_verdict():
     """A worker that names a stage of its own broke the protocol (it becomes the crash `WorkerDied` gives), never a
     silent runtime_error; a known one decodes to its member, and the parent's table gives every member a verdict."""
-    from eval.context import VERDICT_OF_STAGE
+    from eval.steps.context import VERDICT_OF_STAGE
 
     with pytest.raises(ProtocolError, match="does not fit FailureStage"):
         protocol.decode_reply(protocol.Run(), {"cmd": "run", "ok": False, "stage": "verdict:correct"})
@@ -374,7 +374,7 @@ def test_a_timing_waits_for_the_trial_in_flight_not_for_every_trial():
 def test_the_exclusive_steps_before_timing_are_one_run_of_the_pipeline():
     """Each exclusive hold makes the other evaluations' trials on the GPU drain first: the steps that hold the GPU
     alone before timing stand together, so the pipeline takes them in one hold."""
-    from eval import checks
+    from eval.pipeline import checks
 
     names = [s.name for s in checks.PIPELINE]
     before_timing = [s for s in checks.PIPELINE[:names.index("timing")] if s.access == "exclusive"]

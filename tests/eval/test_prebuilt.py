@@ -16,10 +16,10 @@ import pytest
 import torch
 from torch.utils import cpp_extension
 
-from eval import protocol as p
+from eval.crossing import protocol as p
 from eval.builds import Builder
 from eval.process.sandbox import WorkerProcess, sandbox_plan
-from eval import _build_record
+from eval.crossing import _build_record
 from eval.worker import light_build, prebuilt
 from eval.worker.compile_only import CompileOnlyDone
 from harness.corpus.hostile import PROBLEM

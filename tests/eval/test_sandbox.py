@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from eval import EvalConfig, Evaluator, Status
-from eval import protocol as p
+from eval.crossing import protocol as p
 from eval.cache import JsonCache
 from eval.process.confine import PROJECT_ROOT, SandboxPlan
 from eval.process.sandbox import (UNPRIVILEGED_UID, WorkerProcess, check_identity, identity_problem,

@@ -1,4 +1,4 @@
-"""One timing of the reference serves several candidates of one problem (`eval._windows`, `measure.time_group`), on
+"""One timing of the reference serves several candidates of one problem (`eval.process._windows`, `measure.time_group`), on
 a CPU with real sandboxed workers and the Triton interpreter (`eval.cpu_timing`: the whole timing pipeline runs;
 its times mean nothing). The repeatability of shared speedups needs a GPU: `test_measurement_gpu.py`."""
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from eval import Evaluator, EvalConfig, Job, Status
-from eval import protocol as p
+from eval.crossing import protocol as p
 from eval.process._reference_process import ReferenceProcess
 from harness.corpus.hostile import GOOD, in_forward
 

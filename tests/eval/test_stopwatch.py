@@ -1,4 +1,4 @@
-"""The parent's stopwatch for timed blocks (`eval._stopwatch`, `wire.Channel.exchange_timed`).
+"""The parent's stopwatch for timed blocks (`eval.crossing._stopwatch`, `wire.Channel.exchange_timed`).
 
 The wall time the parent bounds a worker's report by runs from the request's first byte written to the reply's last
 byte read. The defence asserted here: a thread of the parent that holds the GIL while a reply arrives adds nothing to
@@ -18,7 +18,7 @@ import time
 import pytest
 import torch
 
-from eval.wire import PREFIX, Channel, ChannelClosed, ChannelTimeout, ProtocolError, new_region_fd
+from eval.crossing.wire import PREFIX, Channel, ChannelClosed, ChannelTimeout, ProtocolError, new_region_fd
 
 # A replier in its own process (so its timing owes nothing to this process's GIL): once up it writes one byte (read
 # before any exchange, so that its start-up on a loaded machine is never inside a timed interval), reads one request

@@ -16,11 +16,11 @@ import types
 
 import pytest
 
-import eval.context
-import eval.trials
-import eval.wire
+import eval.steps.context
+import eval.steps.trials
+import eval.crossing.wire
 from eval import Status
-from eval import protocol as p
+from eval.crossing import protocol as p
 from problems import derive_seed
 from problems.problem import problem_from_source
 
@@ -87,15 +87,15 @@ def _problem():
 def frames(monkeypatch):
     """Every Run frame the parent writes to a worker's pipe: its JSON header, tensor specs included, as sent."""
     seen: list[bytes] = []
-    real = eval.wire._frame_head
+    real = eval.crossing.wire._frame_head
 
     def recording(header, specs, pipe_bytes):
         head = real(header, specs, pipe_bytes)
         if header.get("cmd") == "run":
-            seen.append(head[eval.wire.PREFIX.size:])
+            seen.append(head[eval.crossing.wire.PREFIX.size:])
         return head
 
-    monkeypatch.setattr(eval.wire, "_frame_head", recording)
+    monkeypatch.setattr(eval.crossing.wire, "_frame_head", recording)
     return seen
 
 
@@ -153,7 +153,7 @@ def _plan_labels(evaluator, monkeypatch) -> list[str]:
             super().shuffle(x)
 
     with monkeypatch.context() as patch:
-        patch.setattr(eval.trials.random, "Random", Recording)
+        patch.setattr(eval.steps.trials.random, "Random", Recording)
         r = evaluator.evaluate(_problem(), CANDIDATE.format(honest="True") + "\n# plan\n")
     assert r.status is Status.CORRECT and before, f"{r.status}: {r.reason}"
     return ["trial0", *before[-1]]
@@ -166,10 +166,10 @@ def test_a_shortcut_taken_except_where_the_trial_position_was_off_distribution_f
     the first 6, it is incorrect, there; the honest kernel passes under the same secret."""
     labels = _plan_labels(evaluator, monkeypatch)
     secret = next(s for s in range(1, 1000) if _order(s, labels).index("dist-scaled") < 6)
-    monkeypatch.setattr(eval.context, "secrets", types.SimpleNamespace(randbits=lambda bits: secret))
+    monkeypatch.setattr(eval.steps.context, "secrets", types.SimpleNamespace(randbits=lambda bits: secret))
     plans = []
-    real_plan = eval.trials.trial_plan
-    monkeypatch.setattr(eval.trials, "trial_plan", lambda ctx: plans.append(real_plan(ctx)) or plans[-1])
+    real_plan = eval.steps.trials.trial_plan
+    monkeypatch.setattr(eval.steps.trials, "trial_plan", lambda ctx: plans.append(real_plan(ctx)) or plans[-1])
     positional = CANDIDATE.format(honest="CALLS[0] > 6")
     r = evaluator.evaluate(_problem(), positional)
     assert [t.label for t in plans[-1]] == _order(secret, labels)
@@ -186,7 +186,7 @@ def test_past_the_carry_limit_published_draws_are_drawn_by_the_worker_and_the_re
     `CARRY_LIMIT_BYTES` (here 4 KiB, under one 16 KiB draw), a published draw is drawn by the worker from its seed
     (confirmed by fingerprint), and the trials off the published inputs run on the problem with N halved until a draw
     fits, carried. A kernel that is right only at the published size still fails there; the honest one passes."""
-    monkeypatch.setattr(eval.trials, "CARRY_LIMIT_BYTES", 4 << 10)
+    monkeypatch.setattr(eval.steps.trials, "CARRY_LIMIT_BYTES", 4 << 10)
     r = evaluator.evaluate(_problem(), CANDIDATE.format(honest="True") + "\n# seeded\n")
     assert r.status is Status.CORRECT, f"{r.status}: {r.reason} {r.error[-500:]}"
     decoded = [json.loads(f) for f in frames]

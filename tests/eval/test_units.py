@@ -14,7 +14,7 @@ from problems import compare
 from eval.scoring import fast_p, geomean_speedup, score
 from eval.process._worker_env import is_secret_name, scrubbed_env
 from eval.static_checks import analyze
-from eval.wire import PREFIX, Channel, ChannelClosed, ProtocolError
+from eval.crossing.wire import PREFIX, Channel, ChannelClosed, ProtocolError
 from problems.problem import ProblemError, problem_from_source
 from harness.corpus.hostile import GOOD, PROBLEM
 from tests.paths import KERNELBENCH
@@ -148,7 +148,7 @@ def test_bad_config_is_refused():
 
 
 def test_roofline_floor_takes_the_larger_term():
-    from eval.roofline import Ceilings
+    from eval.timing.roofline import Ceilings
 
     c = Ceilings(device="x", copy_bytes_per_s=2e12, matmul_flops_per_s={"float32": 50e12, "bfloat16": 800e12})
     assert c.floor_s(flops=1e12, nbytes=1e9, dtype="float32") == pytest.approx(0.02)  # compute-bound
@@ -187,8 +187,8 @@ def test_a_problem_without_meta_still_gets_a_floor_a_flag_and_a_rejection():
     KernelBench problem is judged like one on ours: under a quarter of the byte floor (every input and output moved
     once at the measured copy bandwidth) it is rejected, naming the floor; a time that beats only the FLOP floor is
     a flag (an algebraic shortcut may do less arithmetic); and without an L2 flush the byte floor proves nothing."""
-    from eval.timing_steps import judge_speed
-    from eval.roofline import Ceilings
+    from eval.steps.timing_steps import judge_speed
+    from eval.timing.roofline import Ceilings
     from problems.problem import load_problem_file
 
     path = KERNELBENCH / "KernelBench/level1/1_Sound_matmul.py"
@@ -238,7 +238,7 @@ def test_an_input_declared_unread_leaves_the_byte_floor():
 ])
 def test_profiled_kernel_names_in_every_form(profiled, base):
     """Templates, namespaces, anonymous namespaces, extern "C" and mangled names all reduce to the defined name."""
-    from eval.kernel_evidence import kernel_base_name
+    from eval.steps.kernel_evidence import kernel_base_name
 
     assert kernel_base_name(profiled) == base
 
@@ -266,7 +266,7 @@ def test_profiled_kernel_names_in_every_form(profiled, base):
 ])
 def test_library_kernels_are_told_apart_from_candidates_kernels_of_the_same_name(profiled, library):
     """A decoy named like the library kernel doing the work must not have that work counted as its own."""
-    from eval.kernel_evidence import is_library_kernel
+    from eval.steps.kernel_evidence import is_library_kernel
 
     assert is_library_kernel(profiled) is library
 

@@ -1,4 +1,4 @@
-"""Timing windows (`eval._windows`): which evaluations share one timing of the reference, and when it runs.
+"""Timing windows (`eval.process._windows`): which evaluations share one timing of the reference, and when it runs.
 
 Threads stand in for evaluations here; `test_shared_timing.py` runs real ones."""
 
@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from eval import _windows as windows
-from eval._windows import Windows
+from eval.process import _windows as windows
+from eval.process._windows import Windows
 
 
 def _arrive(seat, ticket, ran: list, results: dict) -> threading.Thread:

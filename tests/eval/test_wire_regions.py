@@ -1,5 +1,5 @@
 """Tensors through the channel's shared-memory regions: exact bytes across region growth, private copies,
-and, on a GPU, pinned mappings copied straight onto the device (`eval.wire`)."""
+and, on a GPU, pinned mappings copied straight onto the device (`eval.crossing.wire`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from eval.wire import PIN_MAX_BYTES, Channel, new_region_fd
+from eval.crossing.wire import PIN_MAX_BYTES, Channel, new_region_fd
 
 gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from eval import protocol as p
+from eval.crossing import protocol as p
 from eval._reference import Reference, encode_args
 from eval.process.sandbox import WorkerProcess
 from harness.corpus.hostile import PROBLEM

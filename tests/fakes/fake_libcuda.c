@@ -65,7 +65,7 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
     }
     if (!strcmp((const char *)f, "kh_copy"))
         memcpy(*(void **)p[0], *(const void **)p[1], (size_t)*(unsigned long long *)p[2]);
-    if (!strcmp((const char *)f, "kh_capture_final")) { /* n where eval/_capture.py puts it, and a marker */
+    if (!strcmp((const char *)f, "kh_capture_final")) { /* n where eval/crossing/_capture.py puts it, and a marker */
         double *out = *(double **)p[2];
         out[14] = (double)*(long long *)p[3];
         out[0] = 7.0;

@@ -10,8 +10,8 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 import harness.conf  # noqa: F401  registers the eval schema
-from eval import timing_steps
-from eval import protocol as p
+from eval.steps import timing_steps
+from eval.crossing import protocol as p
 from eval.config import EvalConfig
 from eval.result import EvalResult, Status
 from harness.presets import preset_config

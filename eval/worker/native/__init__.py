@@ -1,2 +1,2 @@
 """The worker's native sources: the timed loop (timed_loop.c) and its capture kernels (capture.cu), built and loaded
-through `eval._native_build`."""
+through `eval.crossing._native_build`."""

@@ -7,7 +7,7 @@
  * through function pointers resolved here from libcuda.so.1 (no torch headers, no nvcc).
  *
  * The Python wrapper is eval/worker/native_loop.py; the capture layout is specified in
- * eval/_capture.py and computed by the kernels of capture.cu.
+ * eval/crossing/_capture.py and computed by the kernels of capture.cu.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -45,7 +45,7 @@ typedef union { /* CUstreamAttrValue == CUlaunchAttributeValue: 64 bytes since C
 #define CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR 106
 #define CU_FUNC_ATTRIBUTE_NUM_REGS 4
 
-/* ---- capture constants, shared with capture.cu and eval/_capture.py ---- */
+/* ---- capture constants, shared with capture.cu and eval/crossing/_capture.py ---- */
 #define KH_MAX_DIMS 8
 #define KH_MAX_LEAVES 16
 #define KH_MAX_DEPTH 4
@@ -219,7 +219,7 @@ typedef struct {
     PyObject *device_descr, *layout_descr, *dtype_descr;  /* TensorBase getset descriptors */
     PyObject *device;       /* torch.device("cuda", index) */
     PyObject *strided;      /* torch.strided */
-    PyObject *dtypes;       /* tuple, in the order of eval/_capture.py SUPPORTED_DTYPES */
+    PyObject *dtypes;       /* tuple, in the order of eval/crossing/_capture.py SUPPORTED_DTYPES */
     PyObject *dtype_names;  /* tuple of str, same order */
 } Loop;
 
@@ -359,7 +359,7 @@ static int read_ints(PyObject *seq, long long *out, Py_ssize_t n) {
     return 0;
 }
 
-/* Whether two elements may share memory: `eval._capture.self_overlap`, the same rule (dims over 1 by stride, each
+/* Whether two elements may share memory: `eval.crossing._capture.self_overlap`, the same rule (dims over 1 by stride, each
  * stride past every offset the smaller ones reach). */
 static int self_overlap(const long long *sizes, const long long *strides, Py_ssize_t ndim) {
     long long size[KH_MAX_DIMS], stride[KH_MAX_DIMS];

@@ -9,8 +9,9 @@ from typing import Any, NoReturn
 
 import torch
 
-from eval import protocol as p
-from eval import _gpu_idle as gpu_idle, measure, static_checks
+from eval.crossing import protocol as p
+from eval import static_checks
+from eval.timing import _gpu_idle as gpu_idle, measure
 from eval.builds import Build
 from eval.config import EvalConfig
 from eval.process.pool import Lease
@@ -18,8 +19,8 @@ from eval.problem_check import broken
 from eval._reference import Reference
 from eval.process._reference_process import Session
 from eval.result import EvalResult, Status
-from eval.roofline import Ceilings
-from eval._windows import Seat
+from eval.timing.roofline import Ceilings
+from eval.process._windows import Seat
 from problems import Problem, draw_inputs, precision
 
 
@@ -96,7 +97,7 @@ class Context:
     alone: bool = False  # the evaluation holds its GPU exclusively throughout (a retry after running out of memory)
     graphs: bool = False  # time both sides as CUDA-graph replays (eval.cuda_graphs=auto, unless a capture failed)
     secret: int = field(default_factory=lambda: secrets.randbits(62))
-    seat: Seat | None = None  # its place in a timing window shared with candidates of the same problem (`eval._windows`)
+    seat: Seat | None = None  # its place in a timing window shared with candidates of the same problem (`eval.process._windows`)
     reference: Reference | None = None
     session: Session | None = None  # this evaluation's reference in the clean reference process
     worker_draws: bool = True  # the worker draws inputs from seeds (false once its draw did not match ours)

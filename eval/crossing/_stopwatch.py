@@ -1,6 +1,6 @@
 """The wall time of a timed request, read where the parent's other threads cannot add to it.
 
-The parent bounds what a worker reports by the wall time it observes for each timed block (`eval.claim_bounds.wall_bound`).
+The parent bounds what a worker reports by the wall time it observes for each timed block (`eval.timing.claim_bounds.wall_bound`).
 Read in Python, that wall time also held every wait of the timing thread for the GIL: with four evaluations in
 flight in one parent, the GIL changed hands late by 2.4 ms at the 99th percentile (and once by 134 ms) on the H100
 host, and honest candidates whose every block met such a wait were rejected. Here the request is written and the
@@ -49,7 +49,7 @@ def library() -> ctypes.CDLL:
     global _lib
     with _lock:
         if _lib is None:
-            from eval._native_build import ensure_built  # the one builder of the project's native code
+            from eval.crossing._native_build import ensure_built  # the one builder of the project's native code
             lib = ctypes.CDLL(str(ensure_built(_SOURCE, "kh_stopwatch", extension=False)))
             lib.kh_exchange.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint64, ctypes.c_int,
                                         ctypes.POINTER(Frame), ctypes.c_int64, ctypes.c_uint64, ctypes.c_uint64]

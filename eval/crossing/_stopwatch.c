@@ -1,11 +1,11 @@
-/* The parent's stopwatch for timed requests (eval/_stopwatch.py loads it with ctypes, which releases the GIL for
+/* The parent's stopwatch for timed requests (eval/crossing/_stopwatch.py loads it with ctypes, which releases the GIL for
  * the length of each call).
  *
  * A timed block's wall time runs from the request's first byte written to the reply's last byte read. The write,
  * the read and both instants are one call, so the parent's other threads (evaluations in flight beside this one)
  * cannot add to the wall time by holding the GIL: a wait for the GIL comes after the interval, never inside it (with
  * the write and the read as two calls, a thread that took the GIL between them added its hold to the interval).
- * Frames are the wire's (eval/wire.py): a 12-byte prefix (header length, big-endian u32; bytes of tensors in the
+ * Frames are the wire's (eval/crossing/wire.py): a 12-byte prefix (header length, big-endian u32; bytes of tensors in the
  * frame, big-endian u64), then both. */
 
 #include <errno.h>

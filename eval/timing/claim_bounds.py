@@ -1,4 +1,4 @@
-"""The bounds on what a worker claims, judged from a finished measurement (`eval.measure`), parent side.
+"""The bounds on what a worker claims, judged from a finished measurement (`eval.timing.measure`), parent side.
 
 The wall bound: a block's wall time, observed by the parent, minus the sum of the event times the worker reports,
 is the time per repetition the worker spent outside its timed intervals. For the clean reference process that is
@@ -18,9 +18,9 @@ import statistics
 
 import torch
 
-from eval import _capture as capture_math
-from eval import protocol as p
-from eval.measure import Block, Measurement
+from eval.crossing import _capture as capture_math
+from eval.crossing import protocol as p
+from eval.timing.measure import Block, Measurement
 
 # The wall bound, per repetition: the candidate's lowest block excess over the reference's lowest block excess must
 # stay under the largest of WALL_FLOOR_MS, WALL_SHARE x the candidate's median call and OVERHEAD_SHARE x the

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import re
 
-from eval import protocol as p
+from eval.crossing import protocol as p
 from eval.backends import TRITON_DIALECTS
-from eval.context import Context, Verdict
+from eval.steps.context import Context, Verdict
 from eval._kernel_symbols import kernels_under
 from eval.result import KernelShare, Status
 

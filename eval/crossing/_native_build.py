@@ -1,7 +1,7 @@
 """The one builder of the project's native code, which both sides load: the worker's timed loop (a C extension of
 eval/worker/native/timed_loop.c, built with the system C compiler), its capture kernels (eval/worker/native/capture.cu,
 a cubin compiled by NVRTC at run time: no nvcc, no CUDA headers), and the trusted parent's stopwatch (a plain shared
-library, `eval._stopwatch`).
+library, `eval.crossing._stopwatch`).
 
 The parent builds them where the project is writable, before any worker starts (`prepare_native`); a confined worker
 sees the project read-only and only loads what is there. So this module is part of the crossing (the worker imports
@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
-NATIVE = Path(__file__).resolve().parent / "worker" / "native"
+NATIVE = Path(__file__).resolve().parents[1] / "worker" / "native"
 LOOP_SOURCE = NATIVE / "timed_loop.c"
 CAPTURE_SOURCE = NATIVE / "capture.cu"
 BUILD_ROOT = NATIVE / "_build"

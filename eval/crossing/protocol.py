@@ -4,7 +4,7 @@ The parent and the worker both import this module, so every command name and fie
 written once. `encode` turns a message into a JSON header; `decode_request` and
 `decode_reply` rebuild it and check every field's type, so a malformed or forged reply from
 the untrusted side is a `ProtocolError`, never a KeyError deep in the parent. Tensors travel
-beside the header (see `eval.wire`); each request says which tensors it carries.
+beside the header (see `eval.crossing.wire`); each request says which tensors it carries.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar, Optional, Union
 
-from eval.wire import ProtocolError
+from eval.crossing.wire import ProtocolError
 
 # An input list travels as a JSON spec plus tensors: {"t": i} stands for tensor i, anything else is a literal.
 ArgSpec = list[Any]
@@ -28,7 +28,7 @@ PROFILE_REQUEST_ENV = "KH_PROFILE_REQUEST"
 class FailureStage(str, Enum):
     """What failed, when a reply's `ok` is false: one of these, decoded strictly (another value is a
     ProtocolError: a worker that invents one broke the protocol). What each makes the verdict is one table, in
-    the parent (`eval.context.VERDICT_OF_STAGE`)."""
+    the parent (`eval.steps.context.VERDICT_OF_STAGE`)."""
 
     NONE = ""  # nothing failed
     PROBLEM = "problem"  # the problem's module or reference model (before any candidate code ran)
@@ -222,7 +222,7 @@ OUTSIDE_PARTS = ("lead_in", "capture", "between")
 @dataclass
 class TimeBlock(Request):
     """Time `reps` repetitions of `subject` in the worker's native loop; replies with the raw event times and, with
-    `capture`, one capture per repetition and output (`eval._capture`) as a float64 tensor.
+    `capture`, one capture per repetition and output (`eval.crossing._capture`) as a float64 tensor.
 
     With `seeds` (one per repetition, chosen by the parent for this block alone), repetition `first_rep + i` gets
     fresh inputs drawn from `seeds[i]`, drawn in this request, so inside the wall time the parent observes: a
@@ -302,7 +302,7 @@ class ProbeReply(Reply):
 @dataclass
 class Probe(Request):
     """Time `rounds` rounds of the GPU-idle probe (`eval.worker.idle_probe`), after a calibration round when
-    `calibrate`. Asked of the clean reference process only, around its timed blocks (`eval._gpu_idle`)."""
+    `calibrate`. Asked of the clean reference process only, around its timed blocks (`eval.timing._gpu_idle`)."""
 
     cmd: ClassVar[str] = "probe"
     reply: ClassVar[type[Reply]] = ProbeReply
@@ -347,7 +347,7 @@ class Exit(Request):
     cmd: ClassVar[str] = "exit"
 
 
-# -- observed timing (`eval.observed`, `eval.worker.observed`): the reference process keeps the clock ------------
+# -- observed timing (`eval.timing.observed`, `eval.worker.observed`): the reference process keeps the clock ------------
 @dataclass
 class WindowSetupReply(Reply):
     handle: str = ""  # the exported buffer (`eval.worker.cuda_ipc`)

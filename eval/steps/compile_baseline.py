@@ -8,11 +8,11 @@ import dataclasses
 import secrets
 from typing import Any
 
-from eval import measure
-from eval import protocol as p
+from eval.timing import measure
+from eval.crossing import protocol as p
 from eval._reference import Reference, encode_args
 from eval.config import EvalConfig
-from eval.context import trim
+from eval.steps.context import trim
 from problems import Problem, derive_seed
 
 

@@ -28,7 +28,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval import protocol as p
+from eval.crossing import protocol as p
 from problems import derive_seed
 
 PAIRS = 5  # A B B A pairs of (handover, candidate window, reference block), after one warm-up pair

@@ -6,7 +6,7 @@ raises `Verdict`. Each declares the access to its GPU it needs (`GpuGate`): cons
 steps with the same access share one hold, and only the steps whose numbers depend on
 having the GPU alone (kernel shares, back-to-back wall time, timing) hold it exclusively.
 The timing step may time several candidates of one problem against one timing of the reference
-(`eval._windows`, `measure.time_group`); each is then judged on its own measurement, as alone.
+(`eval.process._windows`, `measure.time_group`); each is then judged on its own measurement, as alone.
 The correctness trials hold it shared one trial at a time ("per_trial"): a timing waiting for
 the GPU then waits for the trial in flight, not for every trial of every other candidate.
 
@@ -32,15 +32,15 @@ from typing import Callable
 
 import torch
 
-from eval import protocol as p
+from eval.crossing import protocol as p
 from eval.config import EvalConfig
-from eval.context import Context, RetryAlone
-from eval.kernel_evidence import own_kernels
+from eval.steps.context import Context, RetryAlone
+from eval.steps.kernel_evidence import own_kernels
 from eval._reference import Reference
 from eval.result import Status
-from eval.staging import stage_timing_inputs
-from eval.timing_steps import hidden_work, host_bound, observed_timing, speed_of_light, time_candidate
-from eval.trials import trials
+from eval.steps.staging import stage_timing_inputs
+from eval.steps.timing_steps import hidden_work, host_bound, observed_timing, speed_of_light, time_candidate
+from eval.steps.trials import trials
 from problems import derive_seed, public_source
 
 

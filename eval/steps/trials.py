@@ -11,8 +11,8 @@ from typing import Any, Callable, NoReturn
 
 import torch
 
-from eval import protocol as p
-from eval.context import Context, Verdict, tensor_bytes, trim
+from eval.crossing import protocol as p
+from eval.steps.context import Context, Verdict, tensor_bytes, trim
 from eval._reference import encode_trial_args, traced_cost, wide_check_budget
 from eval.result import UNFINISHED, Status
 from problems import (

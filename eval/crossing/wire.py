@@ -4,7 +4,7 @@ A frame is a 12-byte prefix (the JSON header's length, then how many tensor byte
 header on a pipe; the tensors it describes travel as raw bytes, either on the same pipe after the header or, when the
 channel has shared-memory regions, in the sender's region (the header then gives each tensor's offset). A timed
 block's reply always carries its tensors in the frame, and the parent reads that frame whole with its stopwatch
-(`exchange_timed`, `eval._stopwatch`). Bulk bytes through a pipe
+(`exchange_timed`, `eval.crossing._stopwatch`). Bulk bytes through a pipe
 move at about 0.5 GB/s (measured on the H100 device); through shared memory at memory speed.
 
 No pickle crosses the channel: headers are JSON and tensors are rebuilt from a whitelist of
@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from eval import _stopwatch as stopwatch
+from eval.crossing import _stopwatch as stopwatch
 
 MAX_HEADER_BYTES = 8 << 20
 PREFIX = struct.Struct(">IQ")  # header bytes, tensor bytes on the pipe after it
@@ -268,7 +268,7 @@ class Channel:
     def exchange_timed(self, header: dict[str, Any], timeout: float | None = None,
                        device: torch.device | str | None = None) -> tuple[dict[str, Any], list[torch.Tensor], float]:
         """Send a frame without tensors and receive the reply whole; with the wall time in ms from the request's
-        first byte written to the reply's last byte read, both taken outside the GIL (`eval._stopwatch`).
+        first byte written to the reply's last byte read, both taken outside the GIL (`eval.crossing._stopwatch`).
 
         The reply must carry its tensors in the frame: bytes in a region could still change after the instant that
         ends the interval. Raises ChannelTimeout, ChannelClosed or ProtocolError, as `recv` does."""

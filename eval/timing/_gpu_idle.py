@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
-from eval import protocol as p
+from eval.crossing import protocol as p
 
 PROBE_ROUNDS = 3  # a reading is its fastest round: a round slowed by the host, or by the GPU's switch back to
 # the reference's context after the candidate's block, says nothing of other work

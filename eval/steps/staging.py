@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import torch
 
-from eval import protocol as p
-from eval import measure
-from eval.context import Context, tensor_bytes
+from eval.crossing import protocol as p
+from eval.timing import measure
+from eval.steps.context import Context, tensor_bytes
 from eval._reference import encode_args
-from eval.trials import stop_worker_draws
+from eval.steps.trials import stop_worker_draws
 from problems import derive_seed, input_fingerprint
 
 

@@ -5,7 +5,7 @@ imported candidate code, and the candidate in its own fresh worker. Both run the
 (`eval.worker.timing`). This module alone decides how: it alternates blocks of repetitions between
 the two processes (A B B A at block level, which cancels drift), gives repetition r the same inputs
 on both sides, keeps each timed output's capture, and computes every statistic from the raw event times. What
-it measured is judged by `eval.claim_bounds`: the wall bound, the loop's GPU bound, concentration, and each
+it measured is judged by `eval.timing.claim_bounds`: the wall bound, the loop's GPU bound, concentration, and each
 timed output's capture against the reference's for the same repetition.
 
 One reference timing may serve several candidates of the same problem (`time_group`): the blocks then run in
@@ -26,8 +26,8 @@ from typing import Any, Callable, TypeVar
 
 import torch
 
-from eval import _gpu_idle as gpu_idle
-from eval import protocol as p
+from eval.timing import _gpu_idle as gpu_idle
+from eval.crossing import protocol as p
 from eval.process import _affinity as affinity
 from eval.process import _freeze as freeze
 from problems import derive_seed
@@ -73,7 +73,7 @@ class Side:
     to the trusted reference process only; a candidate's worker got its key before its code was imported). `hold`
     is a worker kept stopped while this side is timed (`eval.process._freeze`): the candidate's, for the reference's
     side; in a window of several candidates every other candidate's worker is held too (`time_group`). `watch` (the
-    reference's side, on a GPU) keeps each kept block to an idle GPU (`eval._gpu_idle`)."""
+    reference's side, on a GPU) keeps each kept block to an idle GPU (`eval.timing._gpu_idle`)."""
 
     name: str
     worker: Any  # WorkerProcess, or a reference `Session` (both have `timed_request`)
@@ -115,7 +115,7 @@ class Measurement:
     graph_note: str = ""
     pinned_threads: int = 0  # the most threads of one side run on the timing core in a block (`eval.process._affinity`)
     unheld_blocks: int = 0  # blocks whose held workers were not all seen fully stopped through (`eval.process._freeze`)
-    contended_blocks: int = 0  # kept blocks a side's `watch` found the GPU busy before or after (`eval._gpu_idle`)
+    contended_blocks: int = 0  # kept blocks a side's `watch` found the GPU busy before or after (`eval.timing._gpu_idle`)
     shared_with: int = 1  # candidates whose timings the reference's blocks served in this window, this one included
     failure: Exception | None = None  # why this candidate's timing ended early (`time_pair` raises it)
 

@@ -7,15 +7,15 @@ import secrets
 import statistics
 from typing import NoReturn
 
-from eval import protocol as p
-from eval import _gpu_idle as gpu_idle, claim_bounds, host_share, measure, observed
+from eval.crossing import protocol as p
+from eval.timing import _gpu_idle as gpu_idle, claim_bounds, host_share, measure, observed
 from eval.process import _affinity as affinity, _freeze as freeze
 from eval.config import EvalConfig
-from eval.context import Context, RetryAlone, RetryEager, Verdict, trim
+from eval.steps.context import Context, RetryAlone, RetryEager, Verdict, trim
 from eval._reference import problem_size
 from eval.result import Status, Timing
-from eval.roofline import IMPLAUSIBLE_BELOW_FLOOR, REJECT_BELOW_BYTE_FLOOR, Ceilings
-from eval.staging import fresh_sets_per_block
+from eval.timing.roofline import IMPLAUSIBLE_BELOW_FLOOR, REJECT_BELOW_BYTE_FLOOR, Ceilings
+from eval.steps.staging import fresh_sets_per_block
 from problems import Problem, derive_seed
 
 
@@ -303,7 +303,7 @@ def record_mode(ctx: Context, meas: measure.Measurement) -> None:
 
 
 def observed_timing(ctx: Context) -> None:
-    """The speedup checked against what the clean reference process observed (`eval.observed`): its own windows
+    """The speedup checked against what the clean reference process observed (`eval.timing.observed`): its own windows
     around the candidate's blocks, every timed output checked in full. The timing loop's speedup is scored up to
     OBSERVED_BOUND times the observed one; the worker's report of its blocks is a diagnostic (flagged when faster
     than observed)."""
