@@ -173,6 +173,12 @@ class EvalConfig:
     # observed: score the speedup from the reference process's own windows (`eval.timing.observed`); off by default until its
     # figure agrees with the timing loop's for honest memory-bound kernels (docs/evaluator.md, "Observed timing")
     observed_timing: bool = setting(False, unkeyed_at=False)
+    # observed timing's block: its repetitions add up to about this many ms of the faster side's time. Short enough
+    # that the GPU does not switch to the reference process's context (its stream waits on done) in the middle of
+    # the candidate's block: with 4 ms blocks an honest add kernel on an H200 ran 40 % slower in its window than in
+    # its own events' loop, and its own events said the same (the contexts took turns); 130 us blocks showed none of
+    # it (2026-12-02). `harness bench observed-blocks` measures the figures across block sizes.
+    observed_block_ms: float = setting(0.5, above_zero=True, unkeyed_at=SAME)
     timing_method: str = setting("adaptive", choices=("adaptive", "fixed"), unkeyed_at=SAME)
     timing_statistic: str = setting("median", choices=("median", "mean"), unkeyed_at=SAME)
     l2_flush: bool = setting(True, unkeyed_at=SAME)

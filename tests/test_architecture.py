@@ -42,6 +42,7 @@ BENCH_TESTS: dict[str, set[str]] = {
     "tests.harness.test_bench_ref_share": {"harness.bench.ref_share"},
     "tests.harness.test_bench_bytecode": {"harness.bench.bytecode"},
     "tests.harness.test_bench_steps": {"harness.bench.steps"},
+    "tests.harness.test_bench_observed_blocks": {"harness.bench.observed_blocks"},
     "tests.harness.test_bench_mutants": {f"harness.bench.mutants.{m}" for m in ("bench", "oracle", "probe", "rules")},
 }
 

@@ -313,7 +313,8 @@ def observed_timing(ctx: Context) -> None:
             or ctx.config.timing_rule().method != "adaptive"):
         return
     reps = observed.reps_per_block(result.candidate_timing.median_ms, result.reference_timing.median_ms,
-                                   ctx.input_bytes + 2 * ctx.output_bytes)  # the outputs, and their copy at END
+                                   ctx.input_bytes + 2 * ctx.output_bytes,  # the outputs, and their copy at END
+                                   ctx.config.observed_block_ms)
     try:
         obs = observed.observe(ctx.session, ctx.session.label, ctx.lease.worker, ctx.lease.client,
                                stage=ctx.reference_stage, secret=derive_seed(ctx.secret, "observed"), reps=reps,

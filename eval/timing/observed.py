@@ -32,11 +32,6 @@ from eval.crossing import protocol as p
 from problems import derive_seed
 
 PAIRS = 5  # A B B A pairs of (handover, candidate window, reference block), after one warm-up pair
-# A block's repetitions add up to about this much of the faster side's time: short enough that the GPU does not
-# switch to the reference process's context (its stream waits on done) in the middle of the candidate's block. With
-# 4 ms blocks an honest add kernel on an H200 ran 40% slower in its window than in its own events' loop, and its own
-# events said the same: the contexts took turns; 130 us blocks showed none of it (2026-12-02).
-BLOCK_MS = 0.5
 MAX_REPS = 64
 BUFFER_BUDGET_BYTES = 2 << 30  # the exported buffer holds every repetition's inputs and outputs
 # A window's GPU lead covers the request's way to the worker and the worker's enqueue of its block: the next lead of a
@@ -104,10 +99,11 @@ class ObservedFailure(Exception):
         self.kind = kind
 
 
-def reps_per_block(candidate_ms: float, reference_ms: float, rep_bytes: int) -> int:
-    """Repetitions per block: about BLOCK_MS of the faster side's time, within the buffer's budget."""
+def reps_per_block(candidate_ms: float, reference_ms: float, rep_bytes: int, block_ms: float) -> int:
+    """Repetitions per block: about `block_ms` (`eval.observed_block_ms`) of the faster side's time, within the
+    buffer's budget."""
     per_rep = max(min(candidate_ms, reference_ms), 1e-4)
-    by_time = int(BLOCK_MS / per_rep)
+    by_time = int(block_ms / per_rep)
     by_memory = BUFFER_BUDGET_BYTES // max(rep_bytes, 1)
     return max(1, min(MAX_REPS, by_time, by_memory))
 

@@ -24,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _trusted_events(sub)
     _observed_contexts(sub)
     _imported_memory(sub)
+    _observed_blocks(sub)
     _mutants(sub)
     _loop(sub)
     _store(sub)
@@ -156,6 +157,15 @@ def _imported_memory(sub: Any) -> None:
     memory.add_argument("--out", help="write the figures as JSON here")
 
 
+def _observed_blocks(sub: Any) -> None:
+    blocks = sub.add_parser("observed-blocks", help="observed timing's figures at several block sizes, and the fit of "
+                                                    "a fixed cost per window against the repetitions (GPU)")
+    blocks.add_argument("--blocks", default="0.25,0.5,1,2", help="eval.observed_block_ms values, comma-separated")
+    blocks.add_argument("--solutions", default="LLM/03_silu_and_mul,LLM/02_rope,L1/16_rms_norm",
+                        help="reference solutions judged beside the add, by problem id, comma-separated")
+    blocks.add_argument("--out", help="write the rows and fits as JSON here")
+
+
 def _mutants(sub: Any) -> None:
     # bench-mutants: the mutation benchmark (issue 53 item 3)
     mut = sub.add_parser("mutants", help="seeded real bugs in correct kernels: equivalent ones found by a float64 "
@@ -261,6 +271,18 @@ def run(args: argparse.Namespace) -> int:
         from harness.bench import imported_memory
 
         return imported_memory.main(args.out)
+    if args.bench == "observed-blocks":
+        from harness.bench import observed_blocks
+
+        try:
+            sizes = tuple(float(b) for b in args.blocks.split(",") if b.strip())
+        except ValueError:
+            print(f"--blocks: comma-separated milliseconds, such as 0.25,0.5,1 (got {args.blocks!r})")
+            return 2
+        if not sizes or min(sizes) <= 0:
+            print(f"--blocks: at least one size, each > 0 (got {args.blocks!r})")
+            return 2
+        return observed_blocks.main(sizes, tuple(s for s in args.solutions.split(",") if s.strip()), args.out)
     if args.bench == "mutants":  # bench-mutants
         from harness.bench.mutants import bench as mutants_bench  # bench-mutants
 

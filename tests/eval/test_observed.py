@@ -8,7 +8,8 @@ import torch
 
 from eval.pipeline import checks
 from eval.crossing import protocol as p
-from eval.timing.observed import (BLOCK_MS, BUFFER_BUDGET_BYTES, MAX_REPS, PAIRS, Observation, ObservedFailure, _Session,
+from eval.config import EvalConfig
+from eval.timing.observed import (BUFFER_BUDGET_BYTES, MAX_REPS, PAIRS, Observation, ObservedFailure, _Session,
                            observe, reps_per_block)
 from eval.worker import cuda_ipc
 from eval.worker.observed import FLAG_BYTES, POISON, Layout, compare_block, run_into_slots
@@ -147,10 +148,12 @@ def test_a_failing_window_is_the_candidates_verdict_only_on_the_candidates_side(
 
 
 def test_reps_per_block_stay_within_time_and_memory():
-    assert reps_per_block(BLOCK_MS / 4, 1.0, 1 << 20) == 4
-    assert reps_per_block(1e-6, 1e-6, 1) == MAX_REPS
-    assert reps_per_block(1e-3, 1e-3, BUFFER_BUDGET_BYTES // 3) == 3
-    assert reps_per_block(100.0, 100.0, BUFFER_BUDGET_BYTES * 2) == 1
+    block_ms = EvalConfig().observed_block_ms
+    assert reps_per_block(block_ms / 4, 1.0, 1 << 20, block_ms) == 4
+    assert reps_per_block(block_ms / 4, 1.0, 1 << 20, 2 * block_ms) == 8  # the setting sizes the block
+    assert reps_per_block(1e-6, 1e-6, 1, block_ms) == MAX_REPS
+    assert reps_per_block(1e-3, 1e-3, BUFFER_BUDGET_BYTES // 3, block_ms) == 3
+    assert reps_per_block(100.0, 100.0, BUFFER_BUDGET_BYTES * 2, block_ms) == 1
 
 
 def test_observed_timing_runs_after_timing_and_only_on_a_gpu():
