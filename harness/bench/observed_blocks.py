@@ -9,7 +9,12 @@ faster side is a cost paid once per window beyond the handover its empty windows
 larger share of the faster side's time. This judges the same candidates with `eval.observed_block_ms` at several
 sizes (each block size its own evaluator, observed timing on, nothing cached) and fits, per side, the figure
 against the repetitions as `per_rep + fixed / reps`. If the fitted per-rep figures give the loop's speedup, a fixed
-cost per window is the excess; if they do not, the excess is paid per repetition.
+cost per window is the excess; if they do not, the excess is paid per repetition. A negative `fixed` is a cost that
+grows with the block instead: work of one repetition paid in the next, as when a repetition's outputs (and their
+copies into the regions), still dirty in L2 at its end, are written back to DRAM during the next one. The loop
+flushes L2 before each call, outside its events, so it never pays that write-back; a window's repetitions run back
+to back and pay it in every repetition but the first, the same bytes on both sides, which is a larger share of the
+faster side's time.
 
 The candidates: the honest Triton add of `harness.corpus.candidates` (4M elements), the reference's own code as the
 candidate (its speedup must read 1), and reference solutions (`--solutions`, by problem id).
