@@ -230,6 +230,12 @@ class EvalConfig:
         return {f.name: values[f.name] for f in dataclasses.fields(self) if not f.metadata.get("where_it_runs")
                 and not ("unkeyed_at" in f.metadata and values[f.name] == f.metadata["unkeyed_at"])}
 
+    @classmethod
+    def values_before_added(cls) -> dict[str, Any]:
+        """Each field added after results or runs were first stored, at its `unkeyed_at` value: the behaviour before
+        it existed, which a stored cache key or run config without the field means."""
+        return {f.name: f.metadata["unkeyed_at"] for f in dataclasses.fields(cls) if "unkeyed_at" in f.metadata}
+
     def timing_rule(self) -> TimingRule:
         """The timing rule these settings give: what the parent plans with and what each timed block carries."""
         from eval.timing.measure import TimingRule

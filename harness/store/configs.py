@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Iterable
 
+from eval import EvalConfig
 from harness.store.errors import StoreError
 from harness.store.schema import meta
 
@@ -22,9 +23,9 @@ VOLATILE_KEYS = (
     "eval.profile", "eval.profile_ncu", "eval.profile_timeout_s", "prompt.profile_chars",
 )  # fmt: skip
 
-# keys added after runs were stored, each with the value that was the behaviour before it: a stored config without
-# one differs from a new one only where the new value is another
-ADDED_KEYS: dict[str, Any] = {"eval.observed_timing": False}
+# keys added after runs were stored, each with the value that was the behaviour before it (for `eval.*`, each
+# setting's `unkeyed_at`): a stored config without one differs from a new one only where the new value is another
+ADDED_KEYS: dict[str, Any] = {f"eval.{name}": value for name, value in EvalConfig.values_before_added().items()}
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
