@@ -80,6 +80,20 @@ def test_the_oracle_marks_a_rename_equivalent_and_a_mask_bug_not() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_oracle_tells_a_downcast_to_fp16_by_values_near_the_dtypes_limits() -> None:
+    """RoPE's loads cast to fp16 round within the tolerance on every ordinary draw; values near float32's largest
+    magnitudes overflow fp16, so the mutant differs there (the evaluator's own regime rejects it, and an oracle that
+    called it equivalent counted that as a false reject)."""
+    problem, rope = _solution("LLM/02_rope")
+    downcast = next(m for m in mutants(rope) if m.rule == "downcast-fp16")
+    original, mutant = oracle.judge(problem, [rope, downcast.source], "cpu")
+    assert original.status == oracle.ORIGINAL and "near the dtype's largest magnitudes" not in original.shown_by
+    assert mutant.status == oracle.DIFFERS, mutant
+    assert "near the dtype's largest magnitudes" in mutant.shown_by, mutant
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_a_run_on_the_cpu_kills_a_mask_and_a_wide_row_mutant_and_keeps_its_original(tmp_path: Path) -> None:
     out = tmp_path / "mutants"
