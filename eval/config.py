@@ -170,8 +170,9 @@ class EvalConfig:
     distribution_trials: bool = setting(True, unkeyed_at=False)  # the same: on (the default) it changes verdicts
     hidden_work_check: bool = setting(True, unkeyed_at=SAME)
     timed_output_checks: bool = setting(True, unkeyed_at=SAME)
-    # observed: score the speedup from the reference process's own windows (`eval.timing.observed`); off by default until its
-    # figure agrees with the timing loop's for honest memory-bound kernels (docs/evaluator.md, "Observed timing")
+    # observed: score the speedup from the reference process's own windows (`eval.timing.observed`); off by default
+    # until its figure agrees with the timing loop's for honest memory-bound kernels (docs/evaluator.md,
+    # "Observed timing")
     observed_timing: bool = setting(False, unkeyed_at=False)
     # observed timing's block: its repetitions add up to about this many ms of the faster side's time. Short enough
     # that the GPU does not switch to the reference process's context (its stream waits on done) in the middle of

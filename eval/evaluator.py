@@ -446,8 +446,8 @@ class Evaluator:
                 torch.cuda.empty_cache()
 
     def _shares_timing(self, lease: Any, alone: bool) -> bool:
-        """Whether an evaluation takes a seat in a timing window (`eval.process._windows`): under the adaptive method with
-        `eval.share_reference_timing` on, where timings are taken, unless it holds its GPU alone throughout."""
+        """Whether an evaluation takes a seat in a timing window (`eval.process._windows`): under the adaptive method
+        with `eval.share_reference_timing` on, where timings are taken, unless it holds its GPU alone throughout."""
         timed = lease.device.type == "cuda" or self.config.cpu_timing
         return (self.config.share_reference_timing and self.config.timing_method == "adaptive" and timed
                 and not alone)

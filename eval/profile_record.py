@@ -75,9 +75,9 @@ class SideProfile:
 class Profile:
     """A correct candidate's profile and its reference's, with the device's roofline for reading them.
 
-    peak_flops_per_s / peak_bytes_per_s: the evaluator's measured ceilings (`eval.timing.roofline`) for the problem's dtype,
-    whose ratio is the ridge; seconds: the time the profile added to the evaluation; note: why there is no profile
-    (no ncu, no counter access, no GPU), or what went wrong."""
+    peak_flops_per_s / peak_bytes_per_s: the evaluator's measured ceilings (`eval.timing.roofline`) for the problem's
+    dtype, whose ratio is the ridge; seconds: the time the profile added to the evaluation; note: why there is no
+    profile (no ncu, no counter access, no GPU), or what went wrong."""
 
     level: str = "basic"
     tool: str = ""

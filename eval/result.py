@@ -96,7 +96,8 @@ class EvalResult:
     sol_fraction: float | None = None
     hidden_work: dict[str, float] = field(default_factory=dict)  # back-to-back check, us per call
     wall_bound: dict[str, float] = field(default_factory=dict)  # timed blocks' wall vs events, us per rep (claim_bounds.wall_bound)
-    observed: dict[str, float] = field(default_factory=dict)  # observed timing: what the reference process saw (eval.timing.observed)
+    # observed timing: what the reference process saw (eval.timing.observed)
+    observed: dict[str, float] = field(default_factory=dict)
     float64_decided: int = 0  # trials whose outputs missed the reference's but met its float64 answer
     flags: list[str] = field(default_factory=list)  # audit notes (implausible speedup, drift, ...)
     error: str = ""  # trimmed compile log / traceback tail
@@ -114,17 +115,18 @@ class EvalResult:
     memory_accounting: str = ""  # what held the worker to its memory limit: cgroup (shared memory too) or pss (`eval.process._memcg`)
     process_limit: str = ""  # how eval.max_worker_processes held the worker: cgroup, userns, uid or none (`eval.process._pids`)
     freeze: str = ""  # how the worker was stopped while the reference was timed: cgroup, signals or signals-tree (`eval.process._freeze`)
-    contended_blocks: int = 0  # reference blocks the GPU-idle probe found beside other GPU work, waited for or redone (`eval.timing._gpu_idle`)
+    # reference blocks the GPU-idle probe found beside other GPU work, waited for or redone (`eval.timing._gpu_idle`)
+    contended_blocks: int = 0
     device: str = ""
     versions: dict[str, str] = field(default_factory=dict)
     eval_seconds: float = 0.0
     phase_seconds: dict[str, float] = field(default_factory=dict)  # where the evaluation time went
     cached: bool = False
     preset: str = "default"  # the evaluator preset (`eval.preset`) whose rules produced this verdict
-    # launch-bound timings (eval.timing.measure), per side ({"reference": .., "candidate": ..}): the host's time to make an
-    # eager call (ms); for a side whose host time is over eval.timing.host_share.HOST_FLOOR_MS (the others are never
-    # host-bound, so not profiled), the GPU busy share of the call and the host's time over its GPU time; the
-    # host-bound sides (eval.steps.timing_steps.host_bound), and how the timed calls ran ("eager" or "cuda_graph")
+    # launch-bound timings (eval.timing.measure), per side ({"reference": .., "candidate": ..}): the host's time to
+    # make an eager call (ms); for a side whose host time is over eval.timing.host_share.HOST_FLOOR_MS (the others
+    # are never host-bound, so not profiled), the GPU busy share of the call and the host's time over its GPU time;
+    # the host-bound sides (eval.steps.timing_steps.host_bound), and how the timed calls ran ("eager" or "cuda_graph")
     host_ms: dict[str, float] = field(default_factory=dict)
     gpu_busy: dict[str, float] = field(default_factory=dict)
     host_share: dict[str, float] = field(default_factory=dict)

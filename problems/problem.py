@@ -149,8 +149,8 @@ _HIDDEN_NAMES = ("META", "get_extra_inputs")  # harness metadata and hidden shap
 
 def public_source(source: str) -> str:
     """The problem source as those judged on it see it: without `META` and `get_extra_inputs` (and the comment lines
-    right above them). Agents are shown this, and a candidate's worker is sent it (`eval.pipeline.checks.load`): hidden shapes
-    are checked but never revealed, not even to code that reads its own process."""
+    right above them). Agents are shown this, and a candidate's worker is sent it (`eval.pipeline.checks.load`): hidden
+    shapes are checked but never revealed, not even to code that reads its own process."""
     try:
         tree = parse_python(source)
     except SyntaxError as exc:

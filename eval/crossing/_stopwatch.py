@@ -1,7 +1,8 @@
 """The wall time of a timed request, read where the parent's other threads cannot add to it.
 
-The parent bounds what a worker reports by the wall time it observes for each timed block (`eval.timing.claim_bounds.wall_bound`).
-Read in Python, that wall time also held every wait of the timing thread for the GIL: with four evaluations in
+The parent bounds what a worker reports by the wall time it observes for each timed block
+(`eval.timing.claim_bounds.wall_bound`). Read in Python, that wall time also held every wait of the timing thread for
+the GIL: with four evaluations in
 flight in one parent, the GIL changed hands late by 2.4 ms at the 99th percentile (and once by 134 ms) on the H100
 host, and honest candidates whose every block met such a wait were rejected. Here the request is written and the
 whole reply frame read by one native call (`_stopwatch.c`, called through ctypes, which releases the GIL), and the

@@ -347,7 +347,7 @@ class Exit(Request):
     cmd: ClassVar[str] = "exit"
 
 
-# -- observed timing (`eval.timing.observed`, `eval.worker.observed`): the reference process keeps the clock ------------
+# -- observed timing (`eval.timing.observed`, `eval.worker.observed`): the reference process keeps the clock -----
 @dataclass
 class WindowSetupReply(Reply):
     handle: str = ""  # the exported buffer (`eval.worker.cuda_ipc`)

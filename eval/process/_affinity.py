@@ -1,7 +1,7 @@
 """One CPU core per GPU for the two processes a timing alternates between.
 
-The parent's wall bound (`eval.timing.claim_bounds.wall_bound`) compares the wall time of a candidate's blocks with the clean
-reference process's. Part of each block is host work in the worker (drawing the fresh inputs, the request and the
+The parent's wall bound (`eval.timing.claim_bounds.wall_bound`) compares the wall time of a candidate's blocks with the
+clean reference process's. Part of each block is host work in the worker (drawing the fresh inputs, the request and the
 reply), and its speed depended on the core each process happened to run on: on the H100 machine, drawing the
 same inputs took 200 us a repetition in one process and 400-500 us in another, an offset the bound cannot tell
 from hidden work. While one of the two runs a block, it (every thread of its process tree) runs on a core set aside for the GPU,

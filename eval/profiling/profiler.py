@@ -88,8 +88,8 @@ class Profiler:
 
     def __init__(self, level: str, ncu_command: str, timeout_s: float, ceilings: Any = None,
                  precision: str = "strict", copy_state: bool = True) -> None:
-        """`ceilings`: the device's measured `eval.timing.roofline.Ceilings`, for the ridge (None: no roofline); `precision`,
-        `copy_state`: the evaluator's rules, which the profiled subjects are loaded under."""
+        """`ceilings`: the device's measured `eval.timing.roofline.Ceilings`, for the ridge (None: no roofline);
+        `precision`, `copy_state`: the evaluator's rules, which the profiled subjects are loaded under."""
         self.level = level
         self.timeout_s = timeout_s
         self._ceilings = ceilings

@@ -97,7 +97,8 @@ class Context:
     alone: bool = False  # the evaluation holds its GPU exclusively throughout (a retry after running out of memory)
     graphs: bool = False  # time both sides as CUDA-graph replays (eval.cuda_graphs=auto, unless a capture failed)
     secret: int = field(default_factory=lambda: secrets.randbits(62))
-    seat: Seat | None = None  # its place in a timing window shared with candidates of the same problem (`eval.process._windows`)
+    # its place in a timing window shared with candidates of the same problem (`eval.process._windows`)
+    seat: Seat | None = None
     reference: Reference | None = None
     session: Session | None = None  # this evaluation's reference in the clean reference process
     worker_draws: bool = True  # the worker draws inputs from seeds (false once its draw did not match ours)

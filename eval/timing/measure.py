@@ -115,7 +115,8 @@ class Measurement:
     graph_note: str = ""
     pinned_threads: int = 0  # the most threads of one side run on the timing core in a block (`eval.process._affinity`)
     unheld_blocks: int = 0  # blocks whose held workers were not all seen fully stopped through (`eval.process._freeze`)
-    contended_blocks: int = 0  # kept blocks a side's `watch` found the GPU busy before or after (`eval.timing._gpu_idle`)
+    # kept blocks a side's `watch` found the GPU busy before or after (`eval.timing._gpu_idle`)
+    contended_blocks: int = 0
     shared_with: int = 1  # candidates whose timings the reference's blocks served in this window, this one included
     failure: Exception | None = None  # why this candidate's timing ended early (`time_pair` raises it)
 

@@ -1,5 +1,6 @@
 """A forward's inputs in the worker: rebuilt from what crossed the channel (tensors plus literals,
-`eval.crossing.protocol.ArgSpec`), a trial's at addresses every trial reuses, a timed repetition's fresh or staged ones."""
+`eval.crossing.protocol.ArgSpec`), a trial's at addresses every trial reuses, a timed repetition's fresh or staged
+ones."""
 
 from __future__ import annotations
 

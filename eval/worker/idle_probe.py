@@ -1,4 +1,5 @@
-"""The GPU-idle probe, worker side: run in the clean reference process only (the parent reads it, `eval.timing._gpu_idle`).
+"""The GPU-idle probe, worker side: run in the clean reference process only (the parent reads it,
+`eval.timing._gpu_idle`).
 
 One round launches a one-element kernel and synchronises, timed on the host. Without MPS the kernels of different
 CUDA contexts never run at once: the GPU takes turns between contexts, so while another process has work resident

@@ -1,8 +1,9 @@
 """`python -m eval.worker.profile_target FD...`: one short run of a subject for Nsight Compute (`eval.profiling`).
 
 It runs in the sandbox a worker runs in, started by `ncu --profile-from-start off` (the descriptors it is handed are
-the worker's, unused here). Its request is in `KH_PROFILE_REQUEST` (JSON, `eval.crossing.protocol.PROFILE_REQUEST_ENV`): a `Load` for the worker's own loader (the
-candidate's ModelNew, or the problem's reference in a process that holds no candidate code), an input seed and the
+the worker's, unused here). Its request is in `KH_PROFILE_REQUEST` (JSON, `eval.crossing.protocol.PROFILE_REQUEST_ENV`):
+a `Load` for the worker's own loader (the candidate's ModelNew, or the problem's reference in a process that holds no
+candidate code), an input seed and the
 warm-up calls. It calls forward to compile and warm up, then once between cudaProfilerStart and cudaProfilerStop,
 which is all ncu profiles. It reports nothing: the parent reads ncu's output, a diagnostic that no verdict reads.
 """

@@ -8,8 +8,8 @@ Every verdict other than `correct` is a false reject; a verdict that differs fro
 candidate's previous one is a verdict change. Each row also shows the back-to-back hidden-work
 statistic (unexplained wall time per call, `EvalResult.hidden_work`) at its worst against the
 limit, so the margin of that check is measured, not assumed (where the batches stopped once the verdict was
-settled, `eval.steps.timing_steps.settled_clean`, the statistic is the candidate's lowest excess: an upper bound). Pools stop
-starting once the time budget is near, so the part stays under about five minutes on an H100.
+settled, `eval.steps.timing_steps.settled_clean`, the statistic is the candidate's lowest excess: an upper bound). Pools
+stop starting once the time budget is near, so the part stays under about five minutes on an H100.
 """
 
 from __future__ import annotations

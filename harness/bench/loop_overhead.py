@@ -1,7 +1,7 @@
 """`harness bench eval --part loop-overhead`: what a timed repetition costs besides the call it times.
 
-The wall bound (`eval.timing.claim_bounds.wall_bound`) allows a candidate's blocks a share of the clean reference process's
-per-repetition overhead beyond it, so the larger that overhead, the more noise the bound must absorb. Here the
+The wall bound (`eval.timing.claim_bounds.wall_bound`) allows a candidate's blocks a share of the clean reference
+process's per-repetition overhead beyond it, so the larger that overhead, the more noise the bound must absorb. Here the
 native loop (`eval.worker.native_loop`) times blocks of one elementwise call over `elements` fp32 elements in this
 process, once per variant with parts of the repetition turned off, alternating variants over `rounds` rounds:
 per variant the median over rounds of (block wall time - sum of its events) / repetitions, and the same with the

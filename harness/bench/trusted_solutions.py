@@ -1,8 +1,8 @@
 """`harness bench trusted`: the reference solutions through the two-process measurement, in rounds of one session.
 
 Per solution and round: the verdict, the speedup and the wall bound's figures (the candidate's unexplained wall
-time per repetition against the limit, `eval.timing.claim_bounds.wall_bound`); per round, the batch rate with a fresh worker
-per candidate; per solution, the repeatability of its speedup across rounds (max/min). GPU only."""
+time per repetition against the limit, `eval.timing.claim_bounds.wall_bound`); per round, the batch rate with a fresh
+worker per candidate; per solution, the repeatability of its speedup across rounds (max/min). GPU only."""
 
 from __future__ import annotations
 

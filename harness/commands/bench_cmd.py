@@ -272,17 +272,7 @@ def run(args: argparse.Namespace) -> int:
 
         return imported_memory.main(args.out)
     if args.bench == "observed-blocks":
-        from harness.bench import observed_blocks
-
-        try:
-            sizes = tuple(float(b) for b in args.blocks.split(",") if b.strip())
-        except ValueError:
-            print(f"--blocks: comma-separated milliseconds, such as 0.25,0.5,1 (got {args.blocks!r})")
-            return 2
-        if not sizes or min(sizes) <= 0:
-            print(f"--blocks: at least one size, each > 0 (got {args.blocks!r})")
-            return 2
-        return observed_blocks.main(sizes, tuple(s for s in args.solutions.split(",") if s.strip()), args.out)
+        return _run_observed_blocks(args)
     if args.bench == "mutants":  # bench-mutants
         from harness.bench.mutants import bench as mutants_bench  # bench-mutants
 
@@ -293,6 +283,20 @@ def run(args: argparse.Namespace) -> int:
     from harness.bench import loop_bench
 
     return int(loop_bench.main(args.attempts) or 0)
+
+
+def _run_observed_blocks(args: argparse.Namespace) -> int:
+    from harness.bench import observed_blocks
+
+    try:
+        sizes = tuple(float(b) for b in args.blocks.split(",") if b.strip())
+    except ValueError:
+        print(f"--blocks: comma-separated milliseconds, such as 0.25,0.5,1 (got {args.blocks!r})")
+        return 2
+    if not sizes or min(sizes) <= 0:
+        print(f"--blocks: at least one size, each > 0 (got {args.blocks!r})")
+        return 2
+    return observed_blocks.main(sizes, tuple(s for s in args.solutions.split(",") if s.strip()), args.out)
 
 
 def run_presets(args: argparse.Namespace) -> int:

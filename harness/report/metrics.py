@@ -40,7 +40,8 @@ class ProblemBest:
     own_time_fraction: float | None = None
     sample: int | None = None
     turn: int | None = None
-    host_bound: list[str] = field(default_factory=list)  # sides of a correct result whose GPU was mostly idle (eval.timing.measure)
+    # sides of a correct result whose GPU was mostly idle (eval.timing.measure)
+    host_bound: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""The answer is the float64 one (`eval.steps.trials._within_float64`, `problems.HEADROOM`): an honest kernel that rounds
-better than the reference is not rejected for missing the reference's rounding, a wrong one still is, and a value
+"""The answer is the float64 one (`eval.steps.trials._within_float64`, `problems.HEADROOM`): an honest kernel that
+rounds better than the reference is not rejected for missing the reference's rounding, a wrong one still is, and a value
 regime so near overflow that the order of a sum decides finiteness is not run.
 
 Found on an H200 (2026-12-02): two of the 15 reference solutions failed value regimes, one by a NaN pattern at

@@ -1,6 +1,7 @@
 """Hostile candidates against the measurement design, on a CUDA GPU (`pytest -m gpu tests/eval/test_measurement_gpu.py`).
 
-The design under test (`eval.timing.measure`, `eval.steps.timing_steps.time_candidate`, `eval.process._reference_process`):
+The design under test (`eval.timing.measure`, `eval.steps.timing_steps.time_candidate`,
+`eval.process._reference_process`):
 
 - the reference is timed in a separate, clean reference process that never imports candidate code, so
   nothing a candidate does to its own process (new `torch.Tensor` methods, dispatch modes, backend

@@ -1,5 +1,5 @@
-"""One timing of the reference serves several candidates of one problem (`eval.process._windows`, `measure.time_group`), on
-a CPU with real sandboxed workers and the Triton interpreter (`eval.cpu_timing`: the whole timing pipeline runs;
+"""One timing of the reference serves several candidates of one problem (`eval.process._windows`, `measure.time_group`),
+on a CPU with real sandboxed workers and the Triton interpreter (`eval.cpu_timing`: the whole timing pipeline runs;
 its times mean nothing). The repeatability of shared speedups needs a GPU: `test_measurement_gpu.py`."""
 
 from __future__ import annotations

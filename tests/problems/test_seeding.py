@@ -1,7 +1,8 @@
 """`problems.runtime.seed_everything`: the values of `torch.manual_seed`, at a cost that does not depend on the caller.
 
-A timed block draws each repetition's inputs inside the wall time the parent judges (`eval.timing.claim_bounds.wall_bound`), so
-the draw's host time must not vary between the reference's process and the candidate's. `torch.manual_seed` also
+A timed block draws each repetition's inputs inside the wall time the parent judges
+(`eval.timing.claim_bounds.wall_bound`), so the draw's host time must not vary between the reference's process and the
+candidate's. `torch.manual_seed` also
 seeds backends never used here, queuing each call with `traceback.format_stack()` (the whole stack, read through
 linecache) while they are uninitialised.
 """
