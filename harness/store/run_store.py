@@ -4,6 +4,7 @@ their code file and `results.jsonl` line, and both files repaired from the datab
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
@@ -42,7 +43,7 @@ class RunStore:
         self._lock_fd = lock_fd  # None: the caller holds the lock (`RunStore.locked`) and releases it
         self._mutex = threading.Lock()
         self._session_id: int | None = None
-        self._jsonl = open(run_dir / JSONL_NAME, "ab")  # noqa: SIM115 (closed in close())
+        self._jsonl = _append_handle(run_dir / JSONL_NAME)
         self._digest = hashlib.sha256()  # of results.jsonl as the committed attempts make it (set by the repair)
 
     # ----------------------------------------------------------------- opening
@@ -298,8 +299,7 @@ class RunStore:
             if attempt.code is not None:
                 write_atomic(self.run_dir / attempt.code_path, attempt.code, durable=self._durable)
             try:
-                self._jsonl.write(line)
-                self._jsonl.flush()
+                _write_all(self._jsonl, line)
                 if self._durable:
                     os.fsync(self._jsonl.fileno())
             except OSError as exc:
@@ -307,16 +307,15 @@ class RunStore:
                 raise write_failed(self.run_dir / JSONL_NAME, exc) from None
 
     def _reopen_jsonl(self) -> None:
-        """A fresh append handle on `results.jsonl`, discarding the old one's unwritten buffer."""
-        try:
-            os.close(self._jsonl.fileno())  # the buffer is never flushed into a file that had no room for it
-        except OSError:
-            pass
+        """A fresh append handle on `results.jsonl` (after the file was replaced, cut or refused a write). The handle
+        is unbuffered, so no unwritten bytes can follow it, and its descriptor is closed exactly once: closing it
+        twice (once by number, once through the file object, as this did) closes whatever file another thread opened
+        under that number in between, and a store's next write then failed with EBADF."""
         try:
             self._jsonl.close()
-        except (OSError, ValueError):
+        except OSError:
             pass
-        self._jsonl = open(self.run_dir / JSONL_NAME, "ab")  # noqa: SIM115
+        self._jsonl = _append_handle(self.run_dir / JSONL_NAME)
 
     def close(self) -> None:
         """Release the database, the jsonl file and the directory lock."""
@@ -372,8 +371,7 @@ class RunStore:
                 f.truncate(offset)
             self._reopen_jsonl()
             for line in self._lines(ids[kept:]):
-                self._jsonl.write(line)
-            self._jsonl.flush()
+                _write_all(self._jsonl, line)
             os.fsync(self._jsonl.fileno())
             return
         tmp = path.with_name(f".{path.name}.tmp")
@@ -419,3 +417,19 @@ def _open_existing(db_path: Path) -> sqlite3.Connection:
         raise
     conn.execute("PRAGMA synchronous=FULL")
     return conn
+
+
+def _append_handle(path: Path) -> io.FileIO:
+    """An unbuffered append handle: each write reaches the file at once, and nothing is left to discard."""
+    return open(path, "ab", buffering=0)  # noqa: SIM115 (closed in close() or _reopen_jsonl())
+
+
+def _write_all(handle: io.FileIO, data: bytes) -> None:
+    """All of `data`, however many writes the OS takes (a full disk raises `OSError` with a part written, which the
+    next open's repair cuts)."""
+    view = memoryview(data)
+    while view:
+        written = handle.write(view)
+        if not written:
+            raise OSError(f"a write to {handle.name} took no bytes")
+        view = view[written:]

@@ -445,3 +445,32 @@ def test_harness_report_names_a_damaged_text_in_one_line(tmp_path: Path, capsys:
     err = capsys.readouterr().err.strip()
     db = run / "attempts.sqlite"
     assert err.count("\n") == 0 and err.startswith(f"error: {db} is corrupted") and ".recover" in err
+
+
+def test_reopening_results_jsonl_closes_its_descriptor_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store reopens results.jsonl after a repair or a failed write. A descriptor closed twice (by number, then
+    through its file object) closes whatever another thread opened under that number in between: here a bystander
+    file opened the moment a descriptor is freed stays open, and the store's next line still lands."""
+    import os
+
+    bystanders = []
+    real_close = os.close
+
+    def close_then_another_thread_opens(fd: int) -> None:
+        real_close(fd)
+        bystanders.append(open(tmp_path / f"bystander{len(bystanders)}", "wb"))  # noqa: SIM115
+
+    with RunStore.open(tmp_path / "r", CONFIG) as store:
+        store.begin_session()
+        store.record(attempt(problem="L1/01_x"))
+        monkeypatch.setattr(os, "close", close_then_another_thread_opens)
+        store._reopen_jsonl()
+        monkeypatch.setattr(os, "close", real_close)
+        for f in bystanders:
+            f.write(b"still mine")
+            f.flush()  # EBADF here if the store closed it
+        store.record(attempt(problem="L1/02_y"))
+    lines = (tmp_path / "r" / "results.jsonl").read_text().splitlines()
+    assert [json.loads(x)["problem_id"] for x in lines] == ["L1/01_x", "L1/02_y"]
+    for f in bystanders:
+        f.close()
